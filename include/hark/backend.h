@@ -1,0 +1,91 @@
+/*
+ * hark/backend.h — the backend C API, version 1.
+ *
+ * A backend is a shared object named libhark_<backend>.so, found in the
+ * model's folder, then in --backend-directory. The server dlopen()s it with
+ * RTLD_NOW|RTLD_LOCAL and calls its one exported symbol:
+ *
+ *     const hark_backend_api *hark_backend_get_api(void);
+ *
+ * The table's api_version must have the server's major version and a minor
+ * version no newer than the server's, or the model fails to load with an
+ * error naming both versions.
+ *
+ * Lifecycle, as Triton: backend_init once per loaded backend, model_init
+ * once per model version (validate the config, load shared read-only state),
+ * instance_init once per instance (per-instance mutable state), then
+ * instance_execute(instance, requests, n) many times, then the matching
+ * finis in reverse order. The server never runs two executes on one
+ * instance at once; different instances do run concurrently.
+ *
+ * execute contract: if execute returns NULL the backend owns every request
+ * and must, for each, eventually send exactly one FINAL (hark_response_send
+ * with HARK_RESPONSE_FINAL or hark_request_complete), possibly after execute
+ * returns (decoupled models). If execute returns an error, the server keeps
+ * ownership and fails every request with that error.
+ */
+#ifndef HARK_BACKEND_H
+#define HARK_BACKEND_H
+
+#include "hark/config.h"
+#include "hark/request.h"
+#include "hark/types.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#define HARK_BACKEND_API_MAJOR 1u
+#define HARK_BACKEND_API_MINOR 0u
+#define HARK_BACKEND_API_VERSION \
+  ((HARK_BACKEND_API_MAJOR << 16) | HARK_BACKEND_API_MINOR)
+
+typedef struct hark_backend hark_backend;
+typedef struct hark_instance hark_instance;
+
+typedef struct hark_backend_api {
+  uint32_t api_version; /* HARK_BACKEND_API_VERSION the backend was built on */
+  /* Optional (NULL): process-wide setup / teardown. */
+  hark_error *(*backend_init)(hark_backend *backend);
+  void (*backend_fini)(hark_backend *backend);
+  /* Required. */
+  hark_error *(*model_init)(hark_model *model);
+  void (*model_fini)(hark_model *model);
+  hark_error *(*instance_init)(hark_instance *instance);
+  void (*instance_fini)(hark_instance *instance);
+  hark_error *(*instance_execute)(hark_instance *instance,
+                                  hark_request **requests, uint32_t n);
+} hark_backend_api;
+
+typedef const hark_backend_api *(*hark_backend_get_api_fn)(void);
+/* Put before the backend's definition of hark_backend_get_api. */
+#define HARK_BACKEND_EXPORT __attribute__((visibility("default")))
+#define HARK_BACKEND_ENTRY "hark_backend_get_api"
+
+/* ---- what the server offers backends ------------------------------------- */
+
+const char *hark_backend_name(const hark_backend *backend);
+void hark_backend_set_state(hark_backend *backend, void *state);
+void *hark_backend_state(const hark_backend *backend);
+
+const char *hark_model_name(const hark_model *model);
+int64_t hark_model_version(const hark_model *model);
+/* The model's folder in the repository, e.g. "models/simple". */
+const char *hark_model_path(const hark_model *model);
+const hark_model_config *hark_model_get_config(const hark_model *model);
+/* parameters[key] from config.pbtxt, or NULL. */
+const char *hark_model_parameter(const hark_model *model, const char *key);
+void hark_model_set_state(hark_model *model, void *state);
+void *hark_model_state(const hark_model *model);
+
+hark_model *hark_instance_model(const hark_instance *instance);
+/* 0-based across all of the model's instance groups. */
+uint32_t hark_instance_index(const hark_instance *instance);
+const char *hark_instance_name(const hark_instance *instance);
+void hark_instance_set_state(hark_instance *instance, void *state);
+void *hark_instance_state(const hark_instance *instance);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

@@ -1,0 +1,161 @@
+/*
+ * hark/server.h — the serving engine, as front ends (HTTP, gRPC, the
+ * metrics endpoint) and embedders see it.
+ *
+ * The server owns the model repository: it loads models, one hark_model per
+ * loaded version, each with its backend instances and scheduler. A front end
+ * acquires a model by name, builds a hark_request (hark/request.h) and hands
+ * it to hark_server_infer(); responses come back through the request's
+ * callback on a worker thread.
+ *
+ * Models are reference counted: a request holds its model, so unloading a
+ * model with requests in flight lets each of them finish (with its final
+ * response) before the backend is finalized.
+ */
+#ifndef HARK_SERVER_H
+#define HARK_SERVER_H
+
+#include "hark/backend.h"
+#include "hark/request.h"
+#include "hark/types.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#define HARK_SERVER_NAME "hark"
+#define HARK_SERVER_VERSION "0.1.0"
+
+typedef struct hark_server hark_server;
+
+typedef enum hark_model_control {
+  HARK_MODEL_CONTROL_NONE = 0, /* load everything at start; no load/unload */
+  HARK_MODEL_CONTROL_EXPLICIT, /* load what --load-model names; API loads */
+} hark_model_control;
+
+typedef struct hark_server_options {
+  const char *model_repository;  /* required */
+  const char *backend_directory; /* NULL: the build's default */
+  hark_model_control model_control;
+  const char *const *load_models; /* EXPLICIT: names to load at start ("*" all) */
+  uint32_t n_load_models;
+  uint32_t worker_threads;   /* 0: one per core */
+  uint32_t max_queue_size;   /* cap per model queue when config sets none;
+                                0: 4096 */
+  bool strict_readiness;     /* ready only if every model loaded (Triton's
+                                default) */
+} hark_server_options;
+
+/* Starts the worker pool and loads the repository per the control mode.
+ * A model that fails to load is logged and reported by the index; it does
+ * not fail startup. Caller owns *out (hark_server_free). */
+hark_error *hark_server_new(const hark_server_options *opts, hark_server **out);
+/* Unloads every model, waiting for requests in flight, and frees. */
+void hark_server_free(hark_server *server);
+
+bool hark_server_is_live(const hark_server *server);
+bool hark_server_is_ready(const hark_server *server);
+/* Extensions for /v2 metadata, NULL-terminated. */
+const char *const *hark_server_extensions(void);
+
+/* ---- models -------------------------------------------------------------- */
+
+/* A ready model by name and version (-1: the newest ready version).
+ * NOT_FOUND for unknown names/versions, UNAVAILABLE when not ready.
+ * The caller owns a reference, dropped with hark_model_release(). */
+hark_error *hark_server_model_acquire(hark_server *server, const char *name,
+                                      int64_t version, hark_model **out);
+void hark_model_release(hark_model *model);
+bool hark_model_is_ready(const hark_model *model);
+
+/* Calls fn for every loaded model version, holding a reference during the
+ * call. Ordered by name, then version. */
+void hark_server_model_foreach(hark_server *server,
+                               void (*fn)(hark_model *model, void *userp),
+                               void *userp);
+
+/* ---- inference ----------------------------------------------------------- */
+
+/*
+ * Validates the request against its model's config (input names, data
+ * types, shapes, byte sizes, batch size) and queues it. On success the
+ * server owns `req` and its callback will get exactly one FINAL. On error
+ * the caller keeps `req` and the callback is never called: INVALID_ARG for
+ * bad inputs, UNAVAILABLE when the model is unloading or its queue is full.
+ */
+hark_error *hark_server_infer(hark_server *server, hark_request *req);
+
+/* ---- repository ---------------------------------------------------------- */
+
+typedef struct hark_index_entry {
+  char *name;
+  int64_t version; /* -1 when the model never got as far as a version */
+  const char *state; /* "READY", "LOADING", "UNLOADING", "UNAVAILABLE" */
+  char *reason;      /* "" when none */
+} hark_index_entry;
+
+/* Every model folder in the repository (and each version known), or only
+ * the ready ones. Caller frees with hark_index_free(). */
+hark_error *hark_server_repository_index(hark_server *server, bool ready_only,
+                                         hark_index_entry **out, size_t *n);
+void hark_index_free(hark_index_entry *entries, size_t n);
+
+/*
+ * Loads (or reloads) / unloads a model, on a server thread; `done` is called
+ * once, on that thread, with the outcome (owned by the callee; NULL = ok).
+ * Unload completes after the in-flight requests have their finals and the
+ * backend is finalized. An error returned here means `done` never runs
+ * (e.g. NONE control mode refuses both).
+ */
+typedef void (*hark_server_done_fn)(hark_error *err, void *userp);
+hark_error *hark_server_model_load(hark_server *server, const char *name,
+                                   hark_server_done_fn done, void *userp);
+hark_error *hark_server_model_unload(hark_server *server, const char *name,
+                                     hark_server_done_fn done, void *userp);
+
+/* ---- statistics and metrics ---------------------------------------------- */
+
+typedef struct hark_stat {
+  uint64_t count;
+  uint64_t ns;
+} hark_stat;
+
+typedef struct hark_batch_stat {
+  uint32_t batch_size;
+  hark_stat compute_input, compute_infer, compute_output;
+} hark_batch_stat;
+
+#define HARK_HIST_BUCKETS 16
+/* Upper bounds in microseconds of the latency histogram buckets (the last
+ * is +Inf and not listed here). */
+extern const double hark_hist_bounds_us[HARK_HIST_BUCKETS - 1];
+
+typedef struct hark_hist {
+  uint64_t bucket[HARK_HIST_BUCKETS]; /* non-cumulative counts */
+  uint64_t count;
+  uint64_t sum_us;
+} hark_hist;
+
+typedef struct hark_model_stats {
+  uint64_t last_inference_ms; /* wall clock, ms since epoch; 0 = never */
+  uint64_t inference_count;   /* batch elements inferred (success) */
+  uint64_t execution_count;   /* backend executions */
+  hark_stat success, fail, queue, compute_input, compute_infer,
+      compute_output;
+  uint64_t fail_rejected, fail_canceled, fail_backend, fail_other;
+  uint64_t pending; /* accepted, not yet final */
+  hark_hist request_duration, queue_duration;
+  uint32_t n_batch;
+  hark_batch_stat batch[64]; /* one per executed batch size, ascending */
+} hark_model_stats;
+
+/* A consistent-enough snapshot (counters are read one by one). */
+void hark_model_stats_read(const hark_model *model, hark_model_stats *out);
+
+/* The Prometheus text exposition of every metric. Caller frees. */
+char *hark_server_metrics_render(hark_server *server);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

@@ -1,0 +1,16 @@
+#!/usr/bin/env bash
+# The whole test suite: installs what is missing, builds twice (release, and
+# ASan+UBSan), and runs every unit, fuzz-replay and end-to-end test on both.
+set -euo pipefail
+root=$(cd "$(dirname "$0")/.." && pwd)
+"$root/scripts/setup.sh"
+"$root/scripts/build.sh" "$root/build"
+"$root/scripts/build.sh" "$root/build-asan" -DHARK_SANITIZE=ON
+export ASAN_OPTIONS=${ASAN_OPTIONS:-detect_leaks=1:abort_on_error=1}
+export UBSAN_OPTIONS=${UBSAN_OPTIONS:-print_stacktrace=1:halt_on_error=1}
+status=0
+for dir in build build-asan; do
+  echo "== ctest in $dir"
+  (cd "$root/$dir" && ctest --output-on-failure -j2 --timeout 600) || status=1
+done
+exit $status

@@ -1,0 +1,191 @@
+/*
+ * model.c — one loaded model version: its backend state, its instances and
+ * its scheduler, and the batch execution path.
+ *
+ * Lifecycle mirrors Triton: model_init → instance_init for each instance →
+ * scheduler start; destroy runs it backwards, after the scheduler has
+ * drained and every reference (each request holds one) is gone. The
+ * repository (server.c) holds one reference while the version is loaded.
+ */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "core/core.h"
+#include "util/log.h"
+
+const char *hark_backend_name(const hark_backend *b) { return b->name; }
+void hark_backend_set_state(hark_backend *b, void *state) { b->state = state; }
+void *hark_backend_state(const hark_backend *b) { return b->state; }
+
+const char *hark_model_name(const hark_model *m) { return m->name; }
+int64_t hark_model_version(const hark_model *m) { return m->version; }
+const char *hark_model_path(const hark_model *m) { return m->path; }
+const hark_model_config *hark_model_get_config(const hark_model *m) { return m->config; }
+const char *hark_model_parameter(const hark_model *m, const char *key) {
+  return hark_model_config_parameter(m->config, key);
+}
+void hark_model_set_state(hark_model *m, void *state) { m->state = state; }
+void *hark_model_state(const hark_model *m) { return m->state; }
+bool hark_model_is_ready(const hark_model *m) { return atomic_load(&m->ready); }
+hark_server *hark_model_server(const hark_model *m) { return m->server; }
+uint32_t hark_model_instance_count(const hark_model *m) { return m->n_instances; }
+hark_instance *hark_model_instance_at(hark_model *m, uint32_t i) {
+  return i < m->n_instances ? &m->instances[i] : NULL;
+}
+
+hark_model *hark_instance_model(const hark_instance *inst) { return inst->model; }
+uint32_t hark_instance_index(const hark_instance *inst) { return inst->index; }
+const char *hark_instance_name(const hark_instance *inst) { return inst->name; }
+void hark_instance_set_state(hark_instance *inst, void *state) { inst->state = state; }
+void *hark_instance_state(const hark_instance *inst) { return inst->state; }
+
+void hark_model_acquire(hark_model *m) { atomic_fetch_add(&m->refs, 1); }
+
+void hark_model_release(hark_model *m) {
+  if (!m) return;
+  /* The lock orders the decrement against destroy's wait: without it the
+   * waiter could miss the last signal. */
+  pthread_mutex_lock(&m->lock);
+  int left = atomic_fetch_sub(&m->refs, 1) - 1;
+  if (left <= 1) pthread_cond_broadcast(&m->released);
+  pthread_mutex_unlock(&m->lock);
+}
+
+static hark_error *instances_create(hark_model *m) {
+  const hark_model_config *cfg = m->config;
+  uint32_t total = 0;
+  for (uint32_t g = 0; g < cfg->n_instance_groups; g++) total += cfg->instance_groups[g].count;
+  if (!m->backend) return NULL; /* ensembles run no instances of their own */
+  m->instances = calloc(total ? total : 1, sizeof *m->instances);
+  if (!m->instances) return hark_error_new(HARK_ERR_INTERNAL, "out of memory");
+  m->n_instances = total;
+  uint32_t idx = 0;
+  for (uint32_t g = 0; g < cfg->n_instance_groups; g++) {
+    const hark_instance_group *grp = &cfg->instance_groups[g];
+    for (uint32_t i = 0; i < grp->count; i++, idx++) {
+      hark_instance *inst = &m->instances[idx];
+      inst->model = m;
+      inst->index = idx;
+      char name[256];
+      if (grp->name && *grp->name)
+        snprintf(name, sizeof name, "%s_%u", grp->name, i);
+      else
+        snprintf(name, sizeof name, "%s_%u_%u", m->name, g, i);
+      inst->name = strdup(name);
+    }
+  }
+  for (idx = 0; idx < total; idx++) {
+    hark_error *err = m->backend->api->instance_init(&m->instances[idx]);
+    if (err) {
+      hark_error *wrapped = hark_error_new(hark_error_code(err), "instance '%s': %s",
+                                           m->instances[idx].name, hark_error_message(err));
+      hark_error_free(err);
+      return wrapped;
+    }
+    m->n_instances_inited++;
+  }
+  return NULL;
+}
+
+static void model_teardown(hark_model *m) {
+  if (m->sched) hark_sched_free(m->sched);
+  m->sched = NULL;
+  for (uint32_t i = m->n_instances_inited; i-- > 0;)
+    m->backend->api->instance_fini(&m->instances[i]);
+  for (uint32_t i = 0; i < m->n_instances; i++) free(m->instances[i].name);
+  free(m->instances);
+  if (m->model_inited) m->backend->api->model_fini(m);
+  if (m->stats.batch) free(m->stats.batch);
+  hark_model_config_free(m->config);
+  pthread_mutex_destroy(&m->lock);
+  pthread_cond_destroy(&m->released);
+  free(m->name);
+  free(m->path);
+  free(m);
+}
+
+hark_error *hark_model_create(hark_server *server, hark_backend *backend, const char *path,
+                              hark_model_config *cfg, int64_t version, hark_model **out) {
+  hark_model *m = calloc(1, sizeof *m);
+  if (!m) {
+    hark_model_config_free(cfg);
+    return hark_error_new(HARK_ERR_INTERNAL, "out of memory");
+  }
+  atomic_init(&m->refs, 1);
+  pthread_mutex_init(&m->lock, NULL);
+  pthread_cond_init(&m->released, NULL);
+  m->server = server;
+  m->backend = backend;
+  m->name = strdup(cfg->name);
+  m->path = strdup(path);
+  m->version = version;
+  m->config = cfg;
+  m->stats.n_batch = cfg->max_batch_size ? cfg->max_batch_size : 1;
+  m->stats.batch = calloc(m->stats.n_batch, sizeof *m->stats.batch);
+  hark_error *err = NULL;
+  if (backend) {
+    err = backend->api->model_init(m);
+    if (!err) m->model_inited = true;
+  }
+  if (!err) err = instances_create(m);
+  if (!err)
+    err = hark_sched_new(m, server, hark_server_pool(server), hark_server_default_max_queue(server),
+                         &m->sched);
+  if (err) {
+    m->sched = NULL;
+    model_teardown(m);
+    return err;
+  }
+  atomic_store(&m->ready, true);
+  *out = m;
+  return NULL;
+}
+
+void hark_model_destroy(hark_model *m) {
+  atomic_store(&m->ready, false);
+  hark_sched_stop(m->sched);
+  /* Wait for requests still held by decoupled backends or front ends. */
+  pthread_mutex_lock(&m->lock);
+  while (atomic_load(&m->refs) > 1) pthread_cond_wait(&m->released, &m->lock);
+  pthread_mutex_unlock(&m->lock);
+  model_teardown(m);
+}
+
+hark_error *hark_model_enqueue(hark_model *m, hark_request *req) {
+  return hark_sched_enqueue(m->sched, req);
+}
+
+uint32_t hark_model_queued(const hark_model *m) { return m->sched ? hark_sched_queued(m->sched) : 0; }
+
+static void astat_add(hark_astat *s, uint64_t ns) {
+  atomic_fetch_add(&s->count, 1);
+  atomic_fetch_add(&s->ns, ns);
+}
+
+void hark_model_execute(hark_model *m, hark_instance *inst, hark_request **reqs, uint32_t n) {
+  uint64_t start = hark_now_ns();
+  uint32_t batch = 0;
+  for (uint32_t i = 0; i < n; i++) {
+    reqs[i]->exec_start_ns = start;
+    batch += reqs[i]->batch_size;
+  }
+  atomic_fetch_add(&m->stats.execution_count, 1);
+  hark_error *err = m->backend->api->instance_execute(inst, reqs, n);
+  uint64_t end = hark_now_ns();
+  if (batch >= 1 && batch <= m->stats.n_batch) {
+    /* Per batch size: the whole execution as compute_infer (a backend's
+     * own marks refine the per-request figures, not these). */
+    hark_abatch *b = &m->stats.batch[batch - 1];
+    astat_add(&b->compute_input, 0);
+    astat_add(&b->compute_infer, end - start);
+    astat_add(&b->compute_output, 0);
+  }
+  if (err) {
+    /* The backend refused the batch: the requests are still ours. */
+    for (uint32_t i = 0; i < n; i++)
+      hark_request_complete(reqs[i], hark_error_new(hark_error_code(err), "%s",
+                                                    hark_error_message(err)));
+    hark_error_free(err);
+  }
+}

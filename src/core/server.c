@@ -1,0 +1,709 @@
+/*
+ * server.c — the model repository and the server object.
+ *
+ * The repository is a folder of model folders, each with a config.pbtxt and
+ * numbered version folders. The server keeps one entry per model name with
+ * the versions currently loaded. Loading builds every new version beside
+ * the old ones and swaps them in under the lock, so a reload never leaves a
+ * gap; the old versions are then destroyed, which waits for their requests.
+ * Load and unload run on short-lived threads of their own (rare, slow,
+ * may block), never on the event loop or the worker pool.
+ */
+#include <dirent.h>
+#include <dlfcn.h>
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "core/core.h"
+#include "util/log.h"
+
+typedef struct model_entry {
+  char *name;
+  hark_model **versions; /* loaded, ascending version */
+  uint32_t n_versions;
+  const char *state;     /* "READY", "UNAVAILABLE", "LOADING", "UNLOADING", "" */
+  char *reason;
+  bool busy;             /* a load or unload is running */
+  bool failed;           /* the last load failed */
+} model_entry;
+
+struct hark_server {
+  char *repo;
+  char *backend_dir;
+  hark_model_control control;
+  bool strict_readiness;
+  uint32_t default_max_queue;
+  hark_pool *pool;
+  pthread_mutex_t lock;
+  pthread_cond_t changed;
+  model_entry *entries;
+  uint32_t n_entries;
+  hark_backend **backends;
+  uint32_t n_backends;
+  uint32_t ops_running;
+  atomic_bool live;
+};
+
+hark_pool *hark_server_pool(hark_server *s) { return s->pool; }
+uint32_t hark_server_default_max_queue(hark_server *s) { return s->default_max_queue; }
+
+static const char *const extensions[] = {"classification", "model_repository",
+                                         "model_repository(unload_dependents)",
+                                         "schedule_policy", "model_configuration",
+                                         "system_shared_memory", "statistics",
+                                         "binary_tensor_data", "parameters", NULL};
+const char *const *hark_server_extensions(void) { return extensions; }
+
+/* ---- files ------------------------------------------------------------------ */
+
+static char *read_file(const char *path, size_t *len) {
+  FILE *f = fopen(path, "rb");
+  if (!f) return NULL;
+  char *buf = NULL;
+  if (fseek(f, 0, SEEK_END) == 0) {
+    long size = ftell(f);
+    if (size >= 0 && size < (64 << 20) && fseek(f, 0, SEEK_SET) == 0) {
+      buf = malloc((size_t)size + 1);
+      if (buf) {
+        *len = fread(buf, 1, (size_t)size, f);
+        buf[*len] = '\0';
+      }
+    }
+  }
+  fclose(f);
+  return buf;
+}
+
+static bool is_dir(const char *path) {
+  struct stat st;
+  return stat(path, &st) == 0 && S_ISDIR(st.st_mode);
+}
+
+/* A model name names one folder directly under the repository. */
+static bool name_is_safe(const char *name) {
+  return name && *name && strcmp(name, ".") != 0 && strcmp(name, "..") != 0 &&
+         !strchr(name, '/') && strlen(name) < 256;
+}
+
+static int cmp_i64(const void *a, const void *b) {
+  int64_t x = *(const int64_t *)a, y = *(const int64_t *)b;
+  return (x > y) - (x < y);
+}
+
+/* Numbered version folders of a model, ascending. */
+static int64_t *list_versions(const char *path, uint32_t *n) {
+  *n = 0;
+  DIR *d = opendir(path);
+  if (!d) return NULL;
+  int64_t *v = NULL;
+  uint32_t cap = 0;
+  struct dirent *e;
+  while ((e = readdir(d))) {
+    char *end;
+    errno = 0;
+    long long x = strtoll(e->d_name, &end, 10);
+    if (!e->d_name[0] || *end || errno || x < 0) continue;
+    char sub[4096];
+    snprintf(sub, sizeof sub, "%s/%s", path, e->d_name);
+    if (!is_dir(sub)) continue;
+    if (*n == cap) {
+      cap = cap ? cap * 2 : 8;
+      int64_t *g = realloc(v, cap * sizeof *v);
+      if (!g) break;
+      v = g;
+    }
+    v[(*n)++] = x;
+  }
+  closedir(d);
+  if (*n) qsort(v, *n, sizeof *v, cmp_i64);
+  return v;
+}
+
+/* Applies the version policy in place; returns how many remain. */
+static uint32_t apply_policy(const hark_version_policy *p, int64_t *v, uint32_t n) {
+  if (p->kind == HARK_VERSION_ALL) return n;
+  if (p->kind == HARK_VERSION_LATEST) {
+    uint32_t keep = p->latest_num_versions ? p->latest_num_versions : 1;
+    if (keep >= n) return n;
+    memmove(v, v + (n - keep), keep * sizeof *v);
+    return keep;
+  }
+  uint32_t k = 0;
+  for (uint32_t i = 0; i < n; i++)
+    for (uint32_t j = 0; j < p->n_versions; j++)
+      if (v[i] == p->versions[j]) {
+        v[k++] = v[i];
+        break;
+      }
+  return k;
+}
+
+/* ---- backends --------------------------------------------------------------- */
+
+static hark_error *backend_open(const char *name, const char *path, hark_backend **out) {
+  void *dl = dlopen(path, RTLD_NOW | RTLD_LOCAL);
+  if (!dl) return hark_error_new(HARK_ERR_INVALID_ARG, "cannot load backend '%s': %s", name, dlerror());
+  hark_backend_get_api_fn get = (hark_backend_get_api_fn)dlsym(dl, HARK_BACKEND_ENTRY);
+  const hark_backend_api *api = get ? get() : NULL;
+  hark_error *err = NULL;
+  if (!api) {
+    err = hark_error_new(HARK_ERR_INVALID_ARG, "backend '%s' (%s) does not export %s", name, path,
+                         HARK_BACKEND_ENTRY);
+  } else if ((api->api_version >> 16) != HARK_BACKEND_API_MAJOR ||
+             (api->api_version & 0xffff) > HARK_BACKEND_API_MINOR) {
+    err = hark_error_new(HARK_ERR_INVALID_ARG,
+                         "backend '%s' was built for backend API %u.%u; this server has %u.%u",
+                         name, api->api_version >> 16, api->api_version & 0xffff,
+                         HARK_BACKEND_API_MAJOR, HARK_BACKEND_API_MINOR);
+  } else if (!api->model_init || !api->model_fini || !api->instance_init ||
+             !api->instance_fini || !api->instance_execute) {
+    err = hark_error_new(HARK_ERR_INVALID_ARG, "backend '%s' leaves a required entry point NULL",
+                         name);
+  }
+  if (err) {
+    dlclose(dl);
+    return err;
+  }
+  hark_backend *b = calloc(1, sizeof *b);
+  b->name = strdup(name);
+  b->path = strdup(path);
+  b->dl = dl;
+  b->api = api;
+  if (api->backend_init && (err = api->backend_init(b))) {
+    free(b->name);
+    free(b->path);
+    free(b);
+    dlclose(dl);
+    return err;
+  }
+  HARK_INFO("loaded backend '%s' from %s", name, path);
+  *out = b;
+  return NULL;
+}
+
+/* The backend named in a config, loaded once per server. Looked for in the
+ * model folder, then in the backend directory (flat, or in a folder named
+ * after the backend, as Triton lays them out). Called with the lock held. */
+static hark_error *backend_get(hark_server *s, const char *model_path, const char *name,
+                               hark_backend **out) {
+  for (uint32_t i = 0; i < s->n_backends; i++)
+    if (strcmp(s->backends[i]->name, name) == 0) {
+      *out = s->backends[i];
+      return NULL;
+    }
+  if (!name_is_safe(name))
+    return hark_error_new(HARK_ERR_INVALID_ARG, "invalid backend name '%s'", name);
+  char cand[3][4096];
+  snprintf(cand[0], sizeof cand[0], "%s/libhark_%s.so", model_path, name);
+  snprintf(cand[1], sizeof cand[1], "%s/libhark_%s.so", s->backend_dir, name);
+  snprintf(cand[2], sizeof cand[2], "%s/%s/libhark_%s.so", s->backend_dir, name, name);
+  for (int i = 0; i < 3; i++) {
+    if (access(cand[i], R_OK) != 0) continue;
+    hark_backend *b = NULL;
+    hark_error *err = backend_open(name, cand[i], &b);
+    if (err) return err;
+    hark_backend **g = realloc(s->backends, (s->n_backends + 1) * sizeof *g);
+    if (!g) abort();
+    s->backends = g;
+    g[s->n_backends++] = b;
+    *out = b;
+    return NULL;
+  }
+  return hark_error_new(HARK_ERR_NOT_FOUND,
+                        "unable to find backend '%s': no libhark_%s.so in %s or %s", name, name,
+                        model_path, s->backend_dir);
+}
+
+static void backend_close(hark_backend *b) {
+  if (b->api->backend_fini) b->api->backend_fini(b);
+  /* Under ASan, unloading would hide leak reports' symbols; harmless. */
+  dlclose(b->dl);
+  free(b->name);
+  free(b->path);
+  free(b);
+}
+
+/* ---- entries ---------------------------------------------------------------- */
+
+static model_entry *entry_find(hark_server *s, const char *name) {
+  for (uint32_t i = 0; i < s->n_entries; i++)
+    if (strcmp(s->entries[i].name, name) == 0) return &s->entries[i];
+  return NULL;
+}
+
+static int cmp_entry(const void *a, const void *b) {
+  return strcmp(((const model_entry *)a)->name, ((const model_entry *)b)->name);
+}
+
+/* Entries are kept sorted by name; pointers into the array are only held
+ * under the lock. */
+static model_entry *entry_get(hark_server *s, const char *name) {
+  model_entry *e = entry_find(s, name);
+  if (e) return e;
+  model_entry *g = realloc(s->entries, (s->n_entries + 1) * sizeof *g);
+  if (!g) abort();
+  s->entries = g;
+  g[s->n_entries] = (model_entry){.name = strdup(name), .state = "", .reason = strdup("")};
+  s->n_entries++;
+  qsort(s->entries, s->n_entries, sizeof *s->entries, cmp_entry);
+  return entry_find(s, name);
+}
+
+static void entry_set_reason(model_entry *e, const char *reason) {
+  free(e->reason);
+  e->reason = strdup(reason ? reason : "");
+}
+
+/* Marks the entry busy, waiting for an earlier load/unload of it. */
+static model_entry *entry_claim(hark_server *s, const char *name) {
+  pthread_mutex_lock(&s->lock);
+  model_entry *e = entry_get(s, name);
+  while (e->busy) {
+    pthread_cond_wait(&s->changed, &s->lock);
+    e = entry_find(s, name);
+  }
+  e->busy = true;
+  pthread_mutex_unlock(&s->lock);
+  return e;
+}
+
+/* ---- load / unload ---------------------------------------------------------- */
+
+static hark_error *versions_create(hark_server *s, const char *path, const char *name,
+                                   const char *text, size_t len, hark_model ***out,
+                                   uint32_t *n_out) {
+  char file[4096];
+  snprintf(file, sizeof file, "%s/config.pbtxt", path);
+  hark_model_config *cfg;
+  hark_error *err = hark_model_config_parse(text, len, file, name, &cfg);
+  if (err) return err;
+  uint32_t n;
+  int64_t *versions = list_versions(path, &n);
+  n = apply_policy(&cfg->version_policy, versions, n);
+  if (n == 0) {
+    free(versions);
+    hark_model_config_free(cfg);
+    return hark_error_new(HARK_ERR_INVALID_ARG,
+                          "at least one version must be available under the version policy of "
+                          "model '%s'",
+                          name);
+  }
+  hark_backend *backend = NULL;
+  if (cfg->backend && *cfg->backend) {
+    pthread_mutex_lock(&s->lock);
+    err = backend_get(s, path, cfg->backend, &backend);
+    pthread_mutex_unlock(&s->lock);
+  }
+  hark_model **models = calloc(n, sizeof *models);
+  uint32_t made = 0;
+  for (uint32_t i = 0; !err && i < n; i++) {
+    hark_model_config *vcfg = cfg;
+    if (i > 0) err = hark_model_config_parse(text, len, file, name, &vcfg);
+    if (!err) err = hark_model_create(s, backend, path, vcfg, versions[i], &models[made]);
+    if (!err) made++;
+    if (i == 0) cfg = NULL; /* taken by the first version */
+  }
+  hark_model_config_free(cfg);
+  free(versions);
+  if (err) {
+    for (uint32_t i = 0; i < made; i++) hark_model_destroy(models[i]);
+    free(models);
+    return err;
+  }
+  *out = models;
+  *n_out = made;
+  return NULL;
+}
+
+static hark_error *model_load(hark_server *s, const char *name) {
+  if (!name_is_safe(name))
+    return hark_error_new(HARK_ERR_INVALID_ARG, "invalid model name '%s'", name ? name : "");
+  char path[4096], file[4096];
+  snprintf(path, sizeof path, "%s/%s", s->repo, name);
+  snprintf(file, sizeof file, "%s/config.pbtxt", path);
+  model_entry *e = entry_claim(s, name);
+  uint64_t t0 = hark_now_ns();
+  hark_error *err = NULL;
+  size_t len = 0;
+  char *text = is_dir(path) ? read_file(file, &len) : NULL;
+  if (!is_dir(path))
+    err = hark_error_new(HARK_ERR_NOT_FOUND, "failed to load '%s': no model folder %s", name, path);
+  else if (!text)
+    err = hark_error_new(HARK_ERR_INVALID_ARG, "failed to load '%s': cannot read %s: %s", name,
+                         file, strerror(errno));
+  hark_model **fresh = NULL;
+  uint32_t n_fresh = 0;
+  if (!err) {
+    pthread_mutex_lock(&s->lock);
+    e = entry_find(s, name);
+    if (!e->n_versions) e->state = "LOADING";
+    pthread_mutex_unlock(&s->lock);
+    err = versions_create(s, path, name, text, len, &fresh, &n_fresh);
+  }
+  free(text);
+  pthread_mutex_lock(&s->lock);
+  e = entry_find(s, name);
+  hark_model **old = NULL;
+  uint32_t n_old = 0;
+  if (err) {
+    /* The old versions, if any, go on serving. */
+    entry_set_reason(e, hark_error_message(err));
+    e->state = e->n_versions ? "READY" : "UNAVAILABLE";
+    e->failed = true;
+  } else {
+    old = e->versions;
+    n_old = e->n_versions;
+    e->versions = fresh;
+    e->n_versions = n_fresh;
+    e->state = "READY";
+    e->failed = false;
+    entry_set_reason(e, "");
+  }
+  e->busy = false;
+  pthread_cond_broadcast(&s->changed);
+  pthread_mutex_unlock(&s->lock);
+  if (err) {
+    HARK_ERROR("failed to load model '%s': %s", name, hark_error_message(err));
+  } else {
+    for (uint32_t i = 0; i < n_fresh; i++)
+      HARK_INFO("loaded model '%s' version %lld (%.1f ms)", name, (long long)fresh[i]->version,
+                (double)(hark_now_ns() - t0) / 1e6);
+  }
+  for (uint32_t i = 0; i < n_old; i++) hark_model_destroy(old[i]);
+  free(old);
+  return err;
+}
+
+static hark_error *model_unload(hark_server *s, const char *name) {
+  pthread_mutex_lock(&s->lock);
+  bool known = entry_find(s, name) != NULL;
+  pthread_mutex_unlock(&s->lock);
+  if (!known) return hark_error_new(HARK_ERR_NOT_FOUND, "failed to unload '%s': unknown model", name);
+  model_entry *e = entry_claim(s, name);
+  pthread_mutex_lock(&s->lock);
+  e = entry_find(s, name);
+  hark_model **old = e->versions;
+  uint32_t n_old = e->n_versions;
+  e->versions = NULL;
+  e->n_versions = 0;
+  e->state = "UNLOADING";
+  pthread_mutex_unlock(&s->lock);
+  for (uint32_t i = 0; i < n_old; i++) hark_model_destroy(old[i]);
+  free(old);
+  pthread_mutex_lock(&s->lock);
+  e = entry_find(s, name);
+  e->state = "UNAVAILABLE";
+  e->failed = false;
+  entry_set_reason(e, "unloaded");
+  e->busy = false;
+  pthread_cond_broadcast(&s->changed);
+  pthread_mutex_unlock(&s->lock);
+  if (n_old) HARK_INFO("unloaded model '%s'", name);
+  return NULL;
+}
+
+/* Model folders of the repository, sorted. */
+static char **repo_scan(const char *repo, uint32_t *n) {
+  *n = 0;
+  DIR *d = opendir(repo);
+  if (!d) return NULL;
+  char **names = NULL;
+  struct dirent *e;
+  while ((e = readdir(d))) {
+    if (e->d_name[0] == '.') continue;
+    char path[4096];
+    snprintf(path, sizeof path, "%s/%s", repo, e->d_name);
+    if (!is_dir(path)) continue;
+    char **g = realloc(names, (*n + 1) * sizeof *g);
+    if (!g) break;
+    names = g;
+    names[(*n)++] = strdup(e->d_name);
+  }
+  closedir(d);
+  for (uint32_t i = 1; i < *n; i++) /* few names: insertion sort */
+    for (uint32_t j = i; j > 0 && strcmp(names[j - 1], names[j]) > 0; j--) {
+      char *t = names[j];
+      names[j] = names[j - 1];
+      names[j - 1] = t;
+    }
+  return names;
+}
+
+/* Ensembles need their steps loaded first: load in passes until a pass
+ * makes no progress; what still fails keeps its last reason. */
+static void load_names(hark_server *s, char **names, uint32_t n) {
+  bool *done = calloc(n ? n : 1, sizeof *done);
+  for (bool progress = true; progress;) {
+    progress = false;
+    for (uint32_t i = 0; i < n; i++) {
+      if (done[i]) continue;
+      hark_error *err = model_load(s, names[i]);
+      if (!err) {
+        done[i] = progress = true;
+      } else if (hark_error_code(err) != HARK_ERR_NOT_FOUND &&
+                 hark_error_code(err) != HARK_ERR_UNAVAILABLE) {
+        done[i] = true; /* a real failure: retrying will not help */
+      }
+      hark_error_free(err);
+    }
+  }
+  free(done);
+}
+
+/* ---- server ----------------------------------------------------------------- */
+
+hark_error *hark_server_new(const hark_server_options *opts, hark_server **out) {
+  if (!opts->model_repository || !is_dir(opts->model_repository))
+    return hark_error_new(HARK_ERR_INVALID_ARG, "model repository '%s' is not a folder",
+                          opts->model_repository ? opts->model_repository : "(none)");
+  hark_server *s = calloc(1, sizeof *s);
+  if (!s) return hark_error_new(HARK_ERR_INTERNAL, "out of memory");
+  s->repo = strdup(opts->model_repository);
+  s->backend_dir = strdup(opts->backend_directory ? opts->backend_directory
+                                                  : HARK_DEFAULT_BACKEND_DIR);
+  s->control = opts->model_control;
+  s->strict_readiness = opts->strict_readiness;
+  s->default_max_queue = opts->max_queue_size ? opts->max_queue_size : 4096;
+  pthread_mutex_init(&s->lock, NULL);
+  pthread_cond_init(&s->changed, NULL);
+  uint32_t threads = opts->worker_threads;
+  if (!threads) {
+    long cores = sysconf(_SC_NPROCESSORS_ONLN);
+    threads = cores > 0 ? (uint32_t)cores : 1;
+  }
+  hark_error *err = hark_pool_new(threads, 65536, &s->pool);
+  if (err) {
+    hark_server_free(s);
+    return err;
+  }
+  atomic_store(&s->live, true);
+  uint32_t n;
+  char **names = repo_scan(s->repo, &n);
+  if (s->control == HARK_MODEL_CONTROL_NONE) {
+    load_names(s, names, n);
+  } else {
+    bool all = false;
+    for (uint32_t i = 0; i < opts->n_load_models; i++) all |= strcmp(opts->load_models[i], "*") == 0;
+    if (all) {
+      load_names(s, names, n);
+    } else {
+      load_names(s, (char **)opts->load_models, opts->n_load_models);
+    }
+  }
+  for (uint32_t i = 0; i < n; i++) free(names[i]);
+  free(names);
+  *out = s;
+  return NULL;
+}
+
+void hark_server_free(hark_server *s) {
+  if (!s) return;
+  atomic_store(&s->live, false);
+  pthread_mutex_lock(&s->lock);
+  while (s->ops_running) pthread_cond_wait(&s->changed, &s->lock);
+  pthread_mutex_unlock(&s->lock);
+  /* Ensembles first: they send requests to their steps. */
+  for (int pass = 0; pass < 2; pass++)
+    for (uint32_t i = 0; i < s->n_entries; i++) {
+      model_entry *e = &s->entries[i];
+      for (uint32_t v = e->n_versions; v-- > 0;) {
+        bool ensemble = e->versions[v]->config->n_ensemble_steps > 0;
+        if (ensemble == (pass == 0)) {
+          hark_model_destroy(e->versions[v]);
+          e->versions[v] = e->versions[--e->n_versions];
+        }
+      }
+    }
+  for (uint32_t i = 0; i < s->n_entries; i++) {
+    free(s->entries[i].name);
+    free(s->entries[i].reason);
+    free(s->entries[i].versions);
+  }
+  free(s->entries);
+  if (s->pool) hark_pool_free(s->pool);
+  for (uint32_t i = 0; i < s->n_backends; i++) backend_close(s->backends[i]);
+  free(s->backends);
+  pthread_mutex_destroy(&s->lock);
+  pthread_cond_destroy(&s->changed);
+  free(s->repo);
+  free(s->backend_dir);
+  free(s);
+}
+
+bool hark_server_is_live(const hark_server *s) { return atomic_load(&s->live); }
+
+bool hark_server_is_ready(const hark_server *s) {
+  if (!atomic_load(&s->live)) return false;
+  if (!s->strict_readiness) return true;
+  hark_server *m = (hark_server *)s;
+  pthread_mutex_lock(&m->lock);
+  bool ok = true;
+  for (uint32_t i = 0; i < m->n_entries && ok; i++) ok = !m->entries[i].failed;
+  pthread_mutex_unlock(&m->lock);
+  return ok;
+}
+
+hark_error *hark_server_model_acquire(hark_server *s, const char *name, int64_t version,
+                                      hark_model **out) {
+  pthread_mutex_lock(&s->lock);
+  model_entry *e = name ? entry_find(s, name) : NULL;
+  hark_error *err = NULL;
+  hark_model *found = NULL;
+  if (!e || (!e->n_versions && strcmp(e->state, "UNAVAILABLE") != 0 && !e->busy)) {
+    err = hark_error_new(HARK_ERR_NOT_FOUND, "Request for unknown model: '%s' is not found",
+                         name ? name : "");
+  } else if (!e->n_versions) {
+    err = hark_error_new(HARK_ERR_UNAVAILABLE, "Request for unknown model: '%s' has no available "
+                         "versions%s%s", name, *e->reason ? ": " : "", e->reason);
+  } else if (version < 0) {
+    found = e->versions[e->n_versions - 1];
+  } else {
+    for (uint32_t i = 0; i < e->n_versions && !found; i++)
+      if (e->versions[i]->version == version) found = e->versions[i];
+    if (!found)
+      err = hark_error_new(HARK_ERR_NOT_FOUND,
+                           "Request for unknown model: '%s' version %lld is not found", name,
+                           (long long)version);
+  }
+  if (found) hark_model_acquire(found);
+  pthread_mutex_unlock(&s->lock);
+  *out = found;
+  return err;
+}
+
+void hark_server_model_foreach(hark_server *s, void (*fn)(hark_model *, void *), void *userp) {
+  pthread_mutex_lock(&s->lock);
+  uint32_t n = 0;
+  for (uint32_t i = 0; i < s->n_entries; i++) n += s->entries[i].n_versions;
+  hark_model **all = calloc(n ? n : 1, sizeof *all);
+  n = 0;
+  for (uint32_t i = 0; i < s->n_entries; i++)
+    for (uint32_t v = 0; v < s->entries[i].n_versions; v++) {
+      all[n] = s->entries[i].versions[v];
+      hark_model_acquire(all[n++]);
+    }
+  pthread_mutex_unlock(&s->lock);
+  for (uint32_t i = 0; i < n; i++) {
+    fn(all[i], userp);
+    hark_model_release(all[i]);
+  }
+  free(all);
+}
+
+hark_error *hark_server_infer(hark_server *s, hark_request *req) {
+  hark_model *m = req->model;
+  if (!atomic_load(&s->live))
+    return hark_error_new(HARK_ERR_UNAVAILABLE, "Server is shutting down");
+  if (!atomic_load(&m->ready))
+    return hark_error_new(HARK_ERR_UNAVAILABLE, "model '%s' version %lld is not ready", m->name,
+                          (long long)m->version);
+  hark_error *err = hark_request_validate(req);
+  if (err) return err;
+  req->received_ns = hark_now_ns();
+  atomic_fetch_add(&m->stats.pending, 1);
+  err = hark_model_enqueue(m, req);
+  if (err) atomic_fetch_sub(&m->stats.pending, 1);
+  return err;
+}
+
+/* ---- repository API -------------------------------------------------------- */
+
+hark_error *hark_server_repository_index(hark_server *s, bool ready_only, hark_index_entry **out,
+                                         size_t *n_out) {
+  uint32_t n_names;
+  char **names = repo_scan(s->repo, &n_names);
+  pthread_mutex_lock(&s->lock);
+  for (uint32_t i = 0; i < n_names; i++) (void)entry_get(s, names[i]);
+  size_t cap = 0, n = 0;
+  for (uint32_t i = 0; i < s->n_entries; i++) cap += s->entries[i].n_versions + 1;
+  hark_index_entry *list = calloc(cap ? cap : 1, sizeof *list);
+  for (uint32_t i = 0; i < s->n_entries; i++) {
+    model_entry *e = &s->entries[i];
+    for (uint32_t v = 0; v < e->n_versions; v++)
+      list[n++] = (hark_index_entry){strdup(e->name), e->versions[v]->version, "READY",
+                                     strdup("")};
+    if (!e->n_versions && !ready_only)
+      list[n++] = (hark_index_entry){strdup(e->name), -1, e->state, strdup(e->reason)};
+  }
+  pthread_mutex_unlock(&s->lock);
+  for (uint32_t i = 0; i < n_names; i++) free(names[i]);
+  free(names);
+  *out = list;
+  *n_out = n;
+  return NULL;
+}
+
+void hark_index_free(hark_index_entry *entries, size_t n) {
+  for (size_t i = 0; i < n; i++) {
+    free(entries[i].name);
+    free(entries[i].reason);
+  }
+  free(entries);
+}
+
+typedef struct repo_op {
+  hark_server *server;
+  char *name;
+  bool load;
+  hark_server_done_fn done;
+  void *userp;
+} repo_op;
+
+static void *repo_op_run(void *arg) {
+  repo_op *op = arg;
+  hark_error *err = op->load ? model_load(op->server, op->name) : model_unload(op->server, op->name);
+  op->done(err, op->userp);
+  hark_server *s = op->server;
+  free(op->name);
+  free(op);
+  pthread_mutex_lock(&s->lock);
+  s->ops_running--;
+  pthread_cond_broadcast(&s->changed);
+  pthread_mutex_unlock(&s->lock);
+  return NULL;
+}
+
+static hark_error *repo_op_start(hark_server *s, const char *name, bool load,
+                                 hark_server_done_fn done, void *userp) {
+  if (s->control == HARK_MODEL_CONTROL_NONE)
+    return hark_error_new(HARK_ERR_UNAVAILABLE,
+                          "explicit model load / unload is not allowed in model control mode "
+                          "'none'; start harkd with --model-control-mode=explicit");
+  if (!name_is_safe(name))
+    return hark_error_new(HARK_ERR_INVALID_ARG, "invalid model name '%s'", name ? name : "");
+  if (!atomic_load(&s->live)) return hark_error_new(HARK_ERR_UNAVAILABLE, "Server is shutting down");
+  repo_op *op = calloc(1, sizeof *op);
+  *op = (repo_op){s, strdup(name), load, done, userp};
+  pthread_mutex_lock(&s->lock);
+  s->ops_running++;
+  pthread_mutex_unlock(&s->lock);
+  pthread_t t;
+  pthread_attr_t attr;
+  pthread_attr_init(&attr);
+  pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
+  int rc = pthread_create(&t, &attr, repo_op_run, op);
+  pthread_attr_destroy(&attr);
+  if (rc != 0) {
+    pthread_mutex_lock(&s->lock);
+    s->ops_running--;
+    pthread_mutex_unlock(&s->lock);
+    free(op->name);
+    free(op);
+    return hark_error_new(HARK_ERR_INTERNAL, "cannot start a thread: %s", strerror(rc));
+  }
+  return NULL;
+}
+
+hark_error *hark_server_model_load(hark_server *s, const char *name, hark_server_done_fn done,
+                                   void *userp) {
+  return repo_op_start(s, name, true, done, userp);
+}
+
+hark_error *hark_server_model_unload(hark_server *s, const char *name, hark_server_done_fn done,
+                                     void *userp) {
+  return repo_op_start(s, name, false, done, userp);
+}

@@ -1,0 +1,33 @@
+/*
+ * http.h — the HTTP/1.1 front end (libwebsockets): KServe v2 REST on the
+ * HTTP port and the Prometheus exposition on the metrics port, both served
+ * by one event loop on the thread that calls hark_http_run().
+ */
+#ifndef HARK_HTTP_H
+#define HARK_HTTP_H
+
+#include "hark/server.h"
+
+typedef struct hark_http hark_http;
+
+typedef struct hark_http_options {
+  const char *address;      /* bind address; NULL = all interfaces */
+  int http_port;            /* 8000; -1 disables */
+  int metrics_port;         /* 8002; -1 disables */
+  size_t max_input_size;    /* largest request body, bytes (Triton's
+                               --http-max-input-size, default 64 MiB) */
+  int body_timeout_secs;    /* a client that stalls mid-request longer than
+                               this is dropped; default 30 */
+} hark_http_options;
+
+/* Binds the ports (failing with a clear error if one is taken). Does not
+ * take ownership of `server`, which must outlive the front end. */
+hark_error *hark_http_new(hark_server *server, const hark_http_options *opts,
+                          hark_http **out);
+/* Serves until hark_http_stop(). */
+void hark_http_run(hark_http *http);
+/* Thread- and async-signal-safe: makes hark_http_run() return soon. */
+void hark_http_stop(hark_http *http);
+void hark_http_free(hark_http *http);
+
+#endif

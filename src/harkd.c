@@ -1,0 +1,149 @@
+/*
+ * harkd — the hark server. Parses Triton-style flags, builds the engine on
+ * the model repository, and runs the HTTP front end's event loop on the
+ * main thread until SIGINT/SIGTERM.
+ */
+#include <getopt.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "frontend/http.h"
+#include "hark/server.h"
+#include "util/log.h"
+
+static hark_http *g_http;
+
+static void on_signal(int sig) {
+  (void)sig;
+  if (g_http) hark_http_stop(g_http);
+}
+
+static void usage(FILE *f) {
+  fprintf(f,
+          "usage: harkd --model-repository DIR [options]\n"
+          "  --model-repository DIR      the model repository (required)\n"
+          "  --http-port N               KServe v2 HTTP + WebSocket (default 8000; -1 off)\n"
+          "  --grpc-port N               gRPC (default 8001; not served yet)\n"
+          "  --metrics-port N            Prometheus /metrics (default 8002; -1 off)\n"
+          "  --http-address ADDR         bind address (default all interfaces)\n"
+          "  --model-control-mode MODE   none (load all at start) | explicit\n"
+          "  --load-model NAME           with explicit: load NAME at start (repeatable; * = all)\n"
+          "  --strict-readiness BOOL     ready only when every model loaded (default true)\n"
+          "  --backend-directory DIR     where libhark_<backend>.so live\n"
+          "  --http-max-input-size BYTES largest request body (default 67108864)\n"
+          "  --worker-threads N          CPU worker pool size (default: one per core)\n"
+          "  --max-queue-size N          per-model queue cap when config sets none (4096)\n"
+          "  --log-verbose N             1 = verbose logging\n");
+}
+
+static bool parse_bool(const char *s) {
+  return strcmp(s, "true") == 0 || strcmp(s, "1") == 0 || strcmp(s, "on") == 0;
+}
+
+static long parse_num(const char *flag, const char *s, long lo, long hi) {
+  char *end;
+  long v = strtol(s, &end, 10);
+  if (!*s || *end || v < lo || v > hi) {
+    fprintf(stderr, "harkd: %s expects a number in [%ld, %ld], got '%s'\n", flag, lo, hi, s);
+    exit(2);
+  }
+  return v;
+}
+
+int main(int argc, char **argv) {
+  enum { O_REPO = 1, O_HTTP, O_GRPC, O_METRICS, O_ADDR, O_MODE, O_LOAD, O_STRICT, O_BACKENDS,
+         O_MAXIN, O_WORKERS, O_QUEUE, O_VERBOSE, O_HELP };
+  static const struct option opts[] = {
+      {"model-repository", required_argument, 0, O_REPO},
+      {"model-store", required_argument, 0, O_REPO},
+      {"http-port", required_argument, 0, O_HTTP},
+      {"grpc-port", required_argument, 0, O_GRPC},
+      {"metrics-port", required_argument, 0, O_METRICS},
+      {"http-address", required_argument, 0, O_ADDR},
+      {"model-control-mode", required_argument, 0, O_MODE},
+      {"load-model", required_argument, 0, O_LOAD},
+      {"strict-readiness", required_argument, 0, O_STRICT},
+      {"backend-directory", required_argument, 0, O_BACKENDS},
+      {"http-max-input-size", required_argument, 0, O_MAXIN},
+      {"worker-threads", required_argument, 0, O_WORKERS},
+      {"max-queue-size", required_argument, 0, O_QUEUE},
+      {"log-verbose", required_argument, 0, O_VERBOSE},
+      {"help", no_argument, 0, O_HELP},
+      {0, 0, 0, 0}};
+  hark_server_options so = {.strict_readiness = true};
+  hark_http_options ho = {.http_port = 8000, .metrics_port = 8002,
+                          .max_input_size = 64u << 20, .body_timeout_secs = 30};
+  const char *loads[64];
+  int c;
+  while ((c = getopt_long(argc, argv, "", opts, NULL)) != -1) {
+    switch (c) {
+    case O_REPO: so.model_repository = optarg; break;
+    case O_HTTP: ho.http_port = (int)parse_num("--http-port", optarg, -1, 65535); break;
+    case O_GRPC: (void)parse_num("--grpc-port", optarg, -1, 65535); break;
+    case O_METRICS: ho.metrics_port = (int)parse_num("--metrics-port", optarg, -1, 65535); break;
+    case O_ADDR: ho.address = optarg; break;
+    case O_MODE:
+      if (strcmp(optarg, "none") == 0) so.model_control = HARK_MODEL_CONTROL_NONE;
+      else if (strcmp(optarg, "explicit") == 0) so.model_control = HARK_MODEL_CONTROL_EXPLICIT;
+      else {
+        fprintf(stderr, "harkd: --model-control-mode must be none or explicit, got '%s'\n", optarg);
+        return 2;
+      }
+      break;
+    case O_LOAD:
+      if (so.n_load_models == 64) {
+        fprintf(stderr, "harkd: at most 64 --load-model flags\n");
+        return 2;
+      }
+      loads[so.n_load_models++] = optarg;
+      break;
+    case O_STRICT: so.strict_readiness = parse_bool(optarg); break;
+    case O_BACKENDS: so.backend_directory = optarg; break;
+    case O_MAXIN:
+      ho.max_input_size = (size_t)parse_num("--http-max-input-size", optarg, 1024, 1L << 32);
+      break;
+    case O_WORKERS: so.worker_threads = (uint32_t)parse_num("--worker-threads", optarg, 1, 1024); break;
+    case O_QUEUE: so.max_queue_size = (uint32_t)parse_num("--max-queue-size", optarg, 1, 1 << 24); break;
+    case O_VERBOSE:
+      hark_log_set_level(parse_num("--log-verbose", optarg, 0, 9) ? HARK_LOG_VERBOSE : HARK_LOG_INFO);
+      break;
+    case O_HELP: usage(stdout); return 0;
+    default: usage(stderr); return 2;
+    }
+  }
+  if (optind < argc || !so.model_repository) {
+    usage(stderr);
+    return 2;
+  }
+  so.load_models = loads;
+  signal(SIGPIPE, SIG_IGN);
+
+  hark_server *server;
+  hark_error *err = hark_server_new(&so, &server);
+  if (err) {
+    HARK_ERROR("cannot start: %s", hark_error_message(err));
+    hark_error_free(err);
+    return 1;
+  }
+  err = hark_http_new(server, &ho, &g_http);
+  if (err) {
+    HARK_ERROR("cannot start the HTTP front end: %s", hark_error_message(err));
+    hark_error_free(err);
+    hark_server_free(server);
+    return 1;
+  }
+  struct sigaction sa = {.sa_handler = on_signal};
+  sigemptyset(&sa.sa_mask);
+  sigaction(SIGINT, &sa, NULL);
+  sigaction(SIGTERM, &sa, NULL);
+  if (ho.http_port >= 0) HARK_INFO("Started HTTPService at 0.0.0.0:%d", ho.http_port);
+  if (ho.metrics_port >= 0) HARK_INFO("Started Metrics Service at 0.0.0.0:%d", ho.metrics_port);
+  hark_http_run(g_http);
+  HARK_INFO("shutting down");
+  hark_http_free(g_http);
+  g_http = NULL;
+  hark_server_free(server);
+  return 0;
+}
