@@ -33,6 +33,7 @@ static void usage(FILE *f) {
           "  --strict-readiness BOOL     ready only when every model loaded (default true)\n"
           "  --backend-directory DIR     where libhark_<backend>.so live\n"
           "  --http-max-input-size BYTES largest request body (default 67108864)\n"
+          "  --http-body-timeout-secs N  drop a client that stalls mid-request (default 30)\n"
           "  --worker-threads N          CPU worker pool size (default: one per core)\n"
           "  --max-queue-size N          per-model queue cap when config sets none (4096)\n"
           "  --log-verbose N             1 = verbose logging\n");
@@ -54,7 +55,7 @@ static long parse_num(const char *flag, const char *s, long lo, long hi) {
 
 int main(int argc, char **argv) {
   enum { O_REPO = 1, O_HTTP, O_GRPC, O_METRICS, O_ADDR, O_MODE, O_LOAD, O_STRICT, O_BACKENDS,
-         O_MAXIN, O_WORKERS, O_QUEUE, O_VERBOSE, O_HELP };
+         O_MAXIN, O_BODYTO, O_WORKERS, O_QUEUE, O_VERBOSE, O_HELP };
   static const struct option opts[] = {
       {"model-repository", required_argument, 0, O_REPO},
       {"model-store", required_argument, 0, O_REPO},
@@ -67,6 +68,7 @@ int main(int argc, char **argv) {
       {"strict-readiness", required_argument, 0, O_STRICT},
       {"backend-directory", required_argument, 0, O_BACKENDS},
       {"http-max-input-size", required_argument, 0, O_MAXIN},
+      {"http-body-timeout-secs", required_argument, 0, O_BODYTO},
       {"worker-threads", required_argument, 0, O_WORKERS},
       {"max-queue-size", required_argument, 0, O_QUEUE},
       {"log-verbose", required_argument, 0, O_VERBOSE},
@@ -103,6 +105,9 @@ int main(int argc, char **argv) {
     case O_BACKENDS: so.backend_directory = optarg; break;
     case O_MAXIN:
       ho.max_input_size = (size_t)parse_num("--http-max-input-size", optarg, 1024, 1L << 32);
+      break;
+    case O_BODYTO:
+      ho.body_timeout_secs = (int)parse_num("--http-body-timeout-secs", optarg, 1, 3600);
       break;
     case O_WORKERS: so.worker_threads = (uint32_t)parse_num("--worker-threads", optarg, 1, 1024); break;
     case O_QUEUE: so.max_queue_size = (uint32_t)parse_num("--max-queue-size", optarg, 1, 1 << 24); break;

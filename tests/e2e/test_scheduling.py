@@ -1,0 +1,180 @@
+"""Dynamic batching, queue policies and priorities, seen from a client of
+the real harkd: batches form under concurrency, full queues answer 503,
+queue timeouts reject (or delay), priorities jump the queue, and every
+request gets exactly one response."""
+import json
+import threading
+import time
+import unittest
+
+from harness import Harkd, MODELS, main, make_repo
+
+VEC = [0.5] * 16
+
+
+def fp_request(**extra):
+    doc = {"inputs": [{"name": "INPUT0", "shape": [1, 16], "datatype": "FP32", "data": VEC}]}
+    doc.update(extra)
+    return doc
+
+
+def slow_model(name, delay_us, batching):
+    return f"""
+name: "{name}"
+backend: "identity"
+max_batch_size: 8
+input [ {{ name: "INPUT0" data_type: TYPE_FP32 dims: [ 16 ] }} ]
+output [ {{ name: "OUTPUT0" data_type: TYPE_FP32 dims: [ 16 ] }} ]
+{batching}
+parameters {{ key: "execute_delay_us" value: {{ string_value: "{delay_us}" }} }}
+"""
+
+
+def fire(server, model, docs, results, start_gap=0.0):
+    """Sends each doc on its own connection concurrently; results[i] =
+    (status, body, finish time)."""
+    def one(i, doc):
+        status, body = server.json("POST", f"/v2/models/{model}/infer", doc)
+        results[i] = (status, body, time.monotonic())
+    threads = []
+    for i, doc in enumerate(docs):
+        t = threading.Thread(target=one, args=(i, doc))
+        t.start()
+        threads.append(t)
+        if start_gap:
+            time.sleep(start_gap)
+    return threads
+
+
+class Batching(unittest.TestCase):
+    @classmethod
+    def setUpClass(cls):
+        cls.server = Harkd(MODELS)
+
+    @classmethod
+    def tearDownClass(cls):
+        cls.server.stop()
+
+    def stats(self, model):
+        status, doc = self.server.json("GET", f"/v2/models/{model}/stats")
+        self.assertEqual(status, 200, doc)
+        return doc["model_stats"][0]
+
+    def run_concurrent(self, model, n=64, conc=16):
+        results = [None] * n
+        sem = threading.Semaphore(conc)
+
+        def one(i):
+            with sem:
+                results[i] = self.server.json("POST", f"/v2/models/{model}/infer", fp_request())
+        threads = [threading.Thread(target=one, args=(i,)) for i in range(n)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        return results
+
+    def test_dynamic_batching_forms_batches(self):
+        results = self.run_concurrent("fixed_cost")
+        self.assertTrue(all(s == 200 for s, _ in results), results)
+        st = self.stats("fixed_cost")
+        self.assertEqual(st["inference_count"], 64)
+        self.assertLess(st["execution_count"], 64)
+        sizes = [b["batch_size"] for b in st["batch_stats"]]
+        self.assertTrue(any(s > 1 for s in sizes), sizes)
+        self.assertTrue(all(s <= 8 for s in sizes), sizes)
+        for s, doc in results:
+            self.assertEqual(doc["outputs"][0]["data"], VEC)
+
+    def test_no_batching_runs_one_at_a_time(self):
+        results = self.run_concurrent("fixed_cost_nobatch", n=32)
+        self.assertTrue(all(s == 200 for s, _ in results), results)
+        st = self.stats("fixed_cost_nobatch")
+        self.assertEqual(st["inference_count"], 32)
+        self.assertEqual(st["execution_count"], 32)
+        self.assertEqual([b["batch_size"] for b in st["batch_stats"]], [1])
+
+
+class QueuePolicy(unittest.TestCase):
+    @classmethod
+    def setUpClass(cls):
+        cls.repo = make_repo({
+            # One 300 ms execution at a time, batch of 1, small queue.
+            "small_queue": slow_model("small_queue", 300000, """
+dynamic_batching { preferred_batch_size: [ 1 ]
+  default_queue_policy { max_queue_size: 2 } }""").replace("max_batch_size: 8", "max_batch_size: 1"),
+            "reject": slow_model("reject", 300000, """
+dynamic_batching { preferred_batch_size: [ 1 ]
+  default_queue_policy { timeout_action: REJECT default_timeout_microseconds: 50000
+                         allow_timeout_override: true } }""").replace("max_batch_size: 8", "max_batch_size: 1"),
+            "delay": slow_model("delay", 200000, """
+dynamic_batching { preferred_batch_size: [ 1 ]
+  default_queue_policy { timeout_action: DELAY default_timeout_microseconds: 20000 } }""").replace("max_batch_size: 8", "max_batch_size: 1"),
+            "prio": slow_model("prio", 150000, """
+dynamic_batching { preferred_batch_size: [ 1 ] priority_levels: 2 default_priority_level: 2 }""").replace("max_batch_size: 8", "max_batch_size: 1"),
+        })
+        cls.server = Harkd(cls.repo)
+
+    @classmethod
+    def tearDownClass(cls):
+        cls.server.stop()
+
+    def test_full_queue_answers_503(self):
+        n = 6
+        results = [None] * n
+        for t in fire(self.server, "small_queue", [fp_request()] * n, results, start_gap=0.02):
+            t.join()
+        statuses = sorted(r[0] for r in results)
+        self.assertIn(200, statuses)
+        self.assertIn(503, statuses, results)
+        for status, body, _ in results:
+            self.assertIn(status, (200, 503))
+            if status == 503:
+                self.assertIn("queue", body["error"])
+
+    def test_timeout_rejects(self):
+        results = [None] * 3
+        for t in fire(self.server, "reject", [fp_request()] * 3, results, start_gap=0.02):
+            t.join()
+        statuses = [r[0] for r in results]
+        self.assertEqual(statuses.count(200), 1, results)
+        for status, body, _ in results:
+            if status != 200:
+                self.assertIn("timeout", body["error"].lower())
+
+    def test_timeout_override(self):
+        # The first request holds the instance; the second asks for a long
+        # timeout and so must survive the default 50 ms one.
+        results = [None] * 2
+        docs = [fp_request(), fp_request(parameters={"timeout": 5000000})]
+        for t in fire(self.server, "reject", docs, results, start_gap=0.02):
+            t.join()
+        self.assertEqual([r[0] for r in results], [200, 200], results)
+
+    def test_timeout_delay_still_serves(self):
+        results = [None] * 3
+        for t in fire(self.server, "delay", [fp_request()] * 3, results, start_gap=0.02):
+            t.join()
+        self.assertEqual([r[0] for r in results], [200, 200, 200], results)
+
+    def test_priority_jumps_queue(self):
+        # One blocker, then three low-priority requests, then one high.
+        docs = [fp_request()] + [fp_request(parameters={"priority": 2})] * 3 \
+            + [fp_request(parameters={"priority": 1})]
+        results = [None] * len(docs)
+        for t in fire(self.server, "prio", docs, results, start_gap=0.03):
+            t.join()
+        self.assertTrue(all(r[0] == 200 for r in results), results)
+        high_done = results[4][2]
+        low_done = sorted(r[2] for r in results[1:4])
+        # The high-priority request overtook at least two queued ones.
+        self.assertLess(high_done, low_done[1])
+
+    def test_bad_priority(self):
+        status, doc = self.server.json("POST", "/v2/models/prio/infer",
+                                       fp_request(parameters={"priority": 9}))
+        self.assertEqual(status, 400, doc)
+
+
+if __name__ == "__main__":
+    main()
