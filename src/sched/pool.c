@@ -1,0 +1,286 @@
+/*
+ * pool.c — the server's worker pool and its timer.
+ *
+ * Workers: a fixed set of threads takes tasks from one FIFO. Tasks enter two
+ * ways. hark_pool_submit() takes a node from a free list made at creation
+ * (max_queue of them), so that path is bounded and answers UNAVAILABLE when
+ * the list is empty. Schedulers instead hand over a task struct they embed
+ * (one per instance), which needs no node and cannot fail; it is bounded by
+ * the instance count. hark_pool_free() refuses new submissions, lets the
+ * workers drain the FIFO, then joins them.
+ *
+ * Timer: one extra thread keeps the armed hark_timers in a list sorted by
+ * deadline and sleeps on a CLOCK_MONOTONIC condition variable until the
+ * earliest, so no scheduler busy-waits or keeps a thread of its own. Timer
+ * callbacks run on that thread without the timer lock, which lets them arm
+ * timers again; cancel waits for a running callback so that its owner can
+ * be freed. Arming scans from the tail: deadlines mostly grow.
+ */
+#include <errno.h>
+#include <pthread.h>
+#include <stdlib.h>
+#include <time.h>
+
+#include "sched/sched_impl.h"
+
+struct hark_pool {
+  pthread_mutex_t lock;
+  pthread_cond_t work; /* a task was queued, or stopping */
+  hark_pool_task *head, *tail;
+  hark_pool_task *free_nodes; /* for hark_pool_submit; max_queue of them */
+  hark_pool_task *nodes;
+  bool stopping;
+  uint32_t n_threads, alive;
+  pthread_t *threads;
+
+  pthread_mutex_t tlock;
+  pthread_cond_t tcond; /* the earliest deadline changed, or stopping */
+  pthread_cond_t tdone; /* a callback finished */
+  hark_timer *thead, *ttail;
+  hark_timer *running;
+  bool tstopping, tstarted;
+  pthread_t tthread;
+};
+
+/* ---- workers --------------------------------------------------------------- */
+
+static void fifo_push(hark_pool *pool, hark_pool_task *task) {
+  task->next = NULL;
+  if (pool->tail)
+    pool->tail->next = task;
+  else
+    pool->head = task;
+  pool->tail = task;
+}
+
+static void *worker_main(void *arg) {
+  hark_pool *pool = arg;
+  pthread_mutex_lock(&pool->lock);
+  for (;;) {
+    while (!pool->head && !pool->stopping) pthread_cond_wait(&pool->work, &pool->lock);
+    hark_pool_task *task = pool->head;
+    if (!task) break; /* stopping and drained */
+    pool->head = task->next;
+    if (!pool->head) pool->tail = NULL;
+    /* Copy out before unlocking: an embedded task may be resubmitted (and
+     * a pooled node reused) as soon as it leaves the FIFO. */
+    void (*fn)(void *) = task->fn;
+    void *fn_arg = task->arg;
+    if (task->pooled) {
+      task->next = pool->free_nodes;
+      pool->free_nodes = task;
+    }
+    pthread_mutex_unlock(&pool->lock);
+    fn(fn_arg);
+    pthread_mutex_lock(&pool->lock);
+  }
+  pool->alive--;
+  pthread_mutex_unlock(&pool->lock);
+  return NULL;
+}
+
+hark_error *hark_pool_submit(hark_pool *pool, void (*fn)(void *), void *arg) {
+  pthread_mutex_lock(&pool->lock);
+  hark_pool_task *node = pool->stopping ? NULL : pool->free_nodes;
+  if (!node) {
+    bool stopping = pool->stopping;
+    pthread_mutex_unlock(&pool->lock);
+    return stopping ? hark_error_new(HARK_ERR_UNAVAILABLE, "worker pool is stopping")
+                    : hark_error_new(HARK_ERR_UNAVAILABLE, "worker pool queue is full");
+  }
+  pool->free_nodes = node->next;
+  node->fn = fn;
+  node->arg = arg;
+  fifo_push(pool, node);
+  pthread_cond_signal(&pool->work);
+  pthread_mutex_unlock(&pool->lock);
+  return NULL;
+}
+
+void hark_pool_submit_task(hark_pool *pool, hark_pool_task *task) {
+  pthread_mutex_lock(&pool->lock);
+  if (pool->alive == 0) {
+    /* Only reachable if a scheduler outlives the pool's drain: running the
+     * task here is better than losing its requests. */
+    pthread_mutex_unlock(&pool->lock);
+    task->fn(task->arg);
+    return;
+  }
+  task->pooled = false;
+  fifo_push(pool, task);
+  pthread_cond_signal(&pool->work);
+  pthread_mutex_unlock(&pool->lock);
+}
+
+uint32_t hark_pool_threads(const hark_pool *pool) { return pool->n_threads; }
+
+/* ---- timer ----------------------------------------------------------------- */
+
+void hark_timer_init(hark_timer *timer, void (*fn)(void *), void *arg) {
+  timer->fn = fn;
+  timer->arg = arg;
+  timer->deadline_ns = 0;
+  timer->prev = timer->next = NULL;
+  timer->armed = false;
+}
+
+static void timer_unlink(hark_pool *pool, hark_timer *t) {
+  if (t->prev)
+    t->prev->next = t->next;
+  else
+    pool->thead = t->next;
+  if (t->next)
+    t->next->prev = t->prev;
+  else
+    pool->ttail = t->prev;
+  t->prev = t->next = NULL;
+  t->armed = false;
+}
+
+void hark_pool_timer_arm(hark_pool *pool, hark_timer *t, uint64_t deadline_ns) {
+  pthread_mutex_lock(&pool->tlock);
+  if (t->armed && t->deadline_ns == deadline_ns) {
+    pthread_mutex_unlock(&pool->tlock);
+    return;
+  }
+  if (t->armed) timer_unlink(pool, t);
+  t->deadline_ns = deadline_ns;
+  hark_timer *after = pool->ttail;
+  while (after && after->deadline_ns > deadline_ns) after = after->prev;
+  t->prev = after;
+  t->next = after ? after->next : pool->thead;
+  if (t->next)
+    t->next->prev = t;
+  else
+    pool->ttail = t;
+  if (after)
+    after->next = t;
+  else
+    pool->thead = t;
+  t->armed = true;
+  /* Only a new earliest deadline shortens the timer thread's sleep. */
+  if (pool->thead == t) pthread_cond_signal(&pool->tcond);
+  pthread_mutex_unlock(&pool->tlock);
+}
+
+void hark_pool_timer_disarm(hark_pool *pool, hark_timer *t) {
+  pthread_mutex_lock(&pool->tlock);
+  if (t->armed) timer_unlink(pool, t);
+  pthread_mutex_unlock(&pool->tlock);
+}
+
+void hark_pool_timer_cancel(hark_pool *pool, hark_timer *t) {
+  pthread_mutex_lock(&pool->tlock);
+  if (t->armed) timer_unlink(pool, t);
+  while (pool->running == t) pthread_cond_wait(&pool->tdone, &pool->tlock);
+  pthread_mutex_unlock(&pool->tlock);
+}
+
+static void *timer_main(void *arg) {
+  hark_pool *pool = arg;
+  pthread_mutex_lock(&pool->tlock);
+  while (!pool->tstopping) {
+    hark_timer *t = pool->thead;
+    if (!t) {
+      pthread_cond_wait(&pool->tcond, &pool->tlock);
+      continue;
+    }
+    uint64_t now = hark_now_ns();
+    if (t->deadline_ns > now) {
+      struct timespec ts = {.tv_sec = (time_t)(t->deadline_ns / 1000000000u),
+                            .tv_nsec = (long)(t->deadline_ns % 1000000000u)};
+      pthread_cond_timedwait(&pool->tcond, &pool->tlock, &ts);
+      continue;
+    }
+    timer_unlink(pool, t);
+    pool->running = t;
+    pthread_mutex_unlock(&pool->tlock);
+    t->fn(t->arg);
+    pthread_mutex_lock(&pool->tlock);
+    pool->running = NULL;
+    pthread_cond_broadcast(&pool->tdone);
+  }
+  pthread_mutex_unlock(&pool->tlock);
+  return NULL;
+}
+
+/* ---- lifecycle --------------------------------------------------------------- */
+
+hark_error *hark_pool_new(uint32_t threads, uint32_t max_queue, hark_pool **out) {
+  *out = NULL;
+  if (threads == 0) return hark_error_new(HARK_ERR_INVALID_ARG, "worker pool needs at least one thread");
+  hark_pool *pool = calloc(1, sizeof *pool);
+  if (!pool) return hark_error_new(HARK_ERR_INTERNAL, "out of memory");
+  pool->threads = calloc(threads, sizeof *pool->threads);
+  pool->nodes = calloc(max_queue ? max_queue : 1, sizeof *pool->nodes);
+  if (!pool->threads || !pool->nodes) {
+    free(pool->threads);
+    free(pool->nodes);
+    free(pool);
+    return hark_error_new(HARK_ERR_INTERNAL, "out of memory");
+  }
+  for (uint32_t i = 0; i < max_queue; i++) {
+    pool->nodes[i].pooled = true;
+    pool->nodes[i].next = pool->free_nodes;
+    pool->free_nodes = &pool->nodes[i];
+  }
+  pthread_mutex_init(&pool->lock, NULL);
+  pthread_cond_init(&pool->work, NULL);
+  pthread_mutex_init(&pool->tlock, NULL);
+  pthread_condattr_t attr;
+  pthread_condattr_init(&attr);
+  pthread_condattr_setclock(&attr, CLOCK_MONOTONIC); /* hark_now_ns's clock */
+  pthread_cond_init(&pool->tcond, &attr);
+  pthread_condattr_destroy(&attr);
+  pthread_cond_init(&pool->tdone, NULL);
+
+  hark_error *err = NULL;
+  int rc = pthread_create(&pool->tthread, NULL, timer_main, pool);
+  if (rc == 0)
+    pool->tstarted = true;
+  else
+    err = hark_error_new(HARK_ERR_INTERNAL, "cannot start the timer thread (error %d)", rc);
+  for (uint32_t i = 0; !err && i < threads; i++) {
+    rc = pthread_create(&pool->threads[i], NULL, worker_main, pool);
+    if (rc != 0) {
+      err = hark_error_new(HARK_ERR_INTERNAL, "cannot start worker thread %u of %u (error %d)",
+                           i + 1, threads, rc);
+      break;
+    }
+    pthread_mutex_lock(&pool->lock);
+    pool->alive++;
+    pool->n_threads++;
+    pthread_mutex_unlock(&pool->lock);
+  }
+  if (err) {
+    hark_pool_free(pool);
+    return err;
+  }
+  *out = pool;
+  return NULL;
+}
+
+void hark_pool_free(hark_pool *pool) {
+  if (!pool) return;
+  pthread_mutex_lock(&pool->lock);
+  pool->stopping = true;
+  pthread_cond_broadcast(&pool->work);
+  pthread_mutex_unlock(&pool->lock);
+  for (uint32_t i = 0; i < pool->n_threads; i++) pthread_join(pool->threads[i], NULL);
+
+  if (pool->tstarted) {
+    pthread_mutex_lock(&pool->tlock);
+    pool->tstopping = true;
+    pthread_cond_signal(&pool->tcond);
+    pthread_mutex_unlock(&pool->tlock);
+    pthread_join(pool->tthread, NULL);
+  }
+  pthread_mutex_destroy(&pool->lock);
+  pthread_cond_destroy(&pool->work);
+  pthread_mutex_destroy(&pool->tlock);
+  pthread_cond_destroy(&pool->tcond);
+  pthread_cond_destroy(&pool->tdone);
+  free(pool->threads);
+  free(pool->nodes);
+  free(pool);
+}

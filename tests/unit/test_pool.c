@@ -1,0 +1,330 @@
+/*
+ * test_pool.c — the worker pool and its timer (src/sched/pool.c). Waits are
+ * on conditions with generous limits, never on a sleep that a slow machine
+ * could outlast; only "must not happen" checks use short sleeps.
+ */
+#include <pthread.h>
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stdatomic.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <string.h>
+#include <time.h>
+
+#include <cmocka.h>
+
+#include "sched/sched_impl.h"
+
+#define MS 1000000ull
+
+static void sleep_ms(unsigned ms) {
+  struct timespec ts = {ms / 1000, (long)(ms % 1000) * 1000000L};
+  nanosleep(&ts, NULL);
+}
+
+/* Polls `flag` until it reaches `want` or 20 s pass. */
+static bool wait_for(atomic_int *flag, int want) {
+  for (int i = 0; i < 20000; i++) {
+    if (atomic_load(flag) >= want) return true;
+    sleep_ms(1);
+  }
+  return false;
+}
+
+static void count_task(void *arg) { atomic_fetch_add((atomic_int *)arg, 1); }
+
+static void test_bad_args(void **state) {
+  (void)state;
+  hark_pool *pool = (hark_pool *)1;
+  hark_error *err = hark_pool_new(0, 8, &pool);
+  assert_non_null(err);
+  assert_int_equal(hark_error_code(err), HARK_ERR_INVALID_ARG);
+  assert_null(pool);
+  hark_error_free(err);
+  hark_pool_free(NULL);
+}
+
+static void test_all_tasks_run(void **state) {
+  (void)state;
+  hark_pool *pool;
+  assert_null(hark_pool_new(4, 2000, &pool));
+  assert_int_equal(hark_pool_threads(pool), 4);
+  atomic_int count = 0;
+  int accepted = 0;
+  for (int i = 0; i < 1000; i++) {
+    hark_error *err = hark_pool_submit(pool, count_task, &count);
+    if (err)
+      hark_error_free(err);
+    else
+      accepted++;
+  }
+  assert_int_equal(accepted, 1000); /* the queue holds 2000 */
+  assert_true(wait_for(&count, 1000));
+  hark_pool_free(pool);
+  assert_int_equal(atomic_load(&count), 1000);
+}
+
+/* A task that blocks until the test opens its gate. */
+typedef struct gate {
+  pthread_mutex_t lock;
+  pthread_cond_t cond;
+  bool open;
+  atomic_int entered, left;
+} gate;
+
+static void gate_task(void *arg) {
+  gate *g = arg;
+  atomic_fetch_add(&g->entered, 1);
+  pthread_mutex_lock(&g->lock);
+  while (!g->open) pthread_cond_wait(&g->cond, &g->lock);
+  pthread_mutex_unlock(&g->lock);
+  atomic_fetch_add(&g->left, 1);
+}
+
+static void gate_open(gate *g) {
+  pthread_mutex_lock(&g->lock);
+  g->open = true;
+  pthread_cond_broadcast(&g->cond);
+  pthread_mutex_unlock(&g->lock);
+}
+
+static void test_bounded_queue(void **state) {
+  (void)state;
+  hark_pool *pool;
+  assert_null(hark_pool_new(1, 2, &pool));
+  gate g = {PTHREAD_MUTEX_INITIALIZER, PTHREAD_COND_INITIALIZER, false, 0, 0};
+  assert_null(hark_pool_submit(pool, gate_task, &g));
+  assert_true(wait_for(&g.entered, 1)); /* the worker is busy; the queue is empty */
+  assert_null(hark_pool_submit(pool, gate_task, &g));
+  assert_null(hark_pool_submit(pool, gate_task, &g));
+  atomic_int never = 0;
+  hark_error *err = hark_pool_submit(pool, count_task, &never);
+  assert_non_null(err);
+  assert_int_equal(hark_error_code(err), HARK_ERR_UNAVAILABLE);
+  hark_error_free(err);
+
+  /* Embedded tasks do not count against the bound. */
+  atomic_int embedded = 0;
+  hark_pool_task task = {.fn = count_task, .arg = &embedded};
+  hark_pool_submit_task(pool, &task);
+
+  gate_open(&g);
+  hark_pool_free(pool);
+  assert_int_equal(atomic_load(&g.left), 3);
+  assert_int_equal(atomic_load(&embedded), 1);
+  assert_int_equal(atomic_load(&never), 0);
+}
+
+static void slow_task(void *arg) {
+  sleep_ms(2);
+  atomic_fetch_add((atomic_int *)arg, 1);
+}
+
+static void test_free_drains(void **state) {
+  (void)state;
+  hark_pool *pool;
+  assert_null(hark_pool_new(2, 64, &pool));
+  atomic_int count = 0;
+  for (int i = 0; i < 40; i++) assert_null(hark_pool_submit(pool, slow_task, &count));
+  hark_pool_free(pool); /* at once: most tasks are still queued */
+  assert_int_equal(atomic_load(&count), 40);
+}
+
+/* A task that, while the pool drains, tries to submit more. */
+typedef struct resubmit {
+  hark_pool *pool;
+  gate *g;
+  atomic_int refused, ran;
+  hark_pool_task task;
+} resubmit;
+
+static void resubmit_task(void *arg) {
+  resubmit *r = arg;
+  gate_task(r->g);
+  hark_error *err = hark_pool_submit(r->pool, count_task, &r->ran);
+  if (err) {
+    atomic_fetch_add(&r->refused, 1);
+    hark_error_free(err);
+  }
+  /* The scheduler's path: an embedded task is still accepted and run. */
+  hark_pool_submit_task(r->pool, &r->task);
+}
+
+static void *free_thread(void *arg) {
+  hark_pool_free(arg);
+  return NULL;
+}
+
+static void test_submit_while_stopping(void **state) {
+  (void)state;
+  hark_pool *pool;
+  assert_null(hark_pool_new(1, 8, &pool));
+  gate g = {PTHREAD_MUTEX_INITIALIZER, PTHREAD_COND_INITIALIZER, false, 0, 0};
+  resubmit r = {.pool = pool, .g = &g};
+  atomic_int embedded = 0;
+  r.task = (hark_pool_task){.fn = count_task, .arg = &embedded};
+  assert_null(hark_pool_submit(pool, resubmit_task, &r));
+  assert_true(wait_for(&g.entered, 1));
+  pthread_t t;
+  assert_int_equal(pthread_create(&t, NULL, free_thread, pool), 0);
+  /* hark_pool_free refuses new tasks before it joins: wait until it does. */
+  bool stopping = false;
+  for (int i = 0; i < 20000 && !stopping; i++) {
+    hark_error *err = hark_pool_submit(pool, count_task, &r.ran);
+    if (err) { /* "full" until free starts, then "stopping" */
+      stopping = strstr(hark_error_message(err), "stopping") != NULL;
+      hark_error_free(err);
+    }
+    if (!stopping) sleep_ms(1);
+  }
+  assert_true(stopping);
+  gate_open(&g);
+  pthread_join(t, NULL);
+  assert_int_equal(atomic_load(&r.refused), 1);
+  assert_int_equal(atomic_load(&embedded), 1);
+}
+
+/* ---- timer ------------------------------------------------------------------ */
+
+typedef struct fired {
+  atomic_int count;
+  atomic_uint_fast64_t at_ns;
+  atomic_int order; /* set from a shared sequence */
+  atomic_int *seq;
+} fired;
+
+static void fire(void *arg) {
+  fired *f = arg;
+  f->at_ns = hark_now_ns();
+  if (f->seq) f->order = atomic_fetch_add(f->seq, 1);
+  atomic_fetch_add(&f->count, 1);
+}
+
+static void test_timer_fires_after_deadline(void **state) {
+  (void)state;
+  hark_pool *pool;
+  assert_null(hark_pool_new(1, 1, &pool));
+  fired f = {0};
+  hark_timer t;
+  hark_timer_init(&t, fire, &f);
+  uint64_t deadline = hark_now_ns() + 20 * MS;
+  hark_pool_timer_arm(pool, &t, deadline);
+  assert_true(wait_for(&f.count, 1));
+  assert_true(f.at_ns >= deadline);
+  sleep_ms(30);
+  assert_int_equal(atomic_load(&f.count), 1); /* once */
+  hark_pool_free(pool);
+}
+
+static void test_timer_order_and_rearm(void **state) {
+  (void)state;
+  hark_pool *pool;
+  assert_null(hark_pool_new(1, 1, &pool));
+  atomic_int seq = 0;
+  fired a = {.seq = &seq}, b = {.seq = &seq}, c = {.seq = &seq};
+  hark_timer ta, tb, tc;
+  hark_timer_init(&ta, fire, &a);
+  hark_timer_init(&tb, fire, &b);
+  hark_timer_init(&tc, fire, &c);
+  uint64_t now = hark_now_ns();
+  hark_pool_timer_arm(pool, &ta, now + 40 * MS);
+  hark_pool_timer_arm(pool, &tb, now + 20 * MS);
+  /* c first far away, then moved earliest: re-arming moves it. */
+  hark_pool_timer_arm(pool, &tc, now + 3600000 * MS);
+  hark_pool_timer_arm(pool, &tc, now + 10 * MS);
+  hark_pool_timer_arm(pool, &tc, now + 10 * MS); /* same deadline: no-op */
+  assert_true(wait_for(&a.count, 1));
+  assert_true(wait_for(&b.count, 1));
+  assert_true(wait_for(&c.count, 1));
+  assert_int_equal(c.order, 0);
+  assert_int_equal(b.order, 1);
+  assert_int_equal(a.order, 2);
+  hark_pool_free(pool);
+}
+
+static void test_timer_disarm(void **state) {
+  (void)state;
+  hark_pool *pool;
+  assert_null(hark_pool_new(1, 1, &pool));
+  fired f = {0};
+  hark_timer t;
+  hark_timer_init(&t, fire, &f);
+  hark_pool_timer_arm(pool, &t, hark_now_ns() + 10 * MS);
+  hark_pool_timer_disarm(pool, &t);
+  hark_pool_timer_disarm(pool, &t); /* twice is fine */
+  sleep_ms(40);
+  assert_int_equal(atomic_load(&f.count), 0);
+  /* A timer in the past fires at once. */
+  hark_pool_timer_arm(pool, &t, 1);
+  assert_true(wait_for(&f.count, 1));
+  hark_pool_free(pool); /* leaving one armed at free is harmless */
+}
+
+typedef struct slow_timer {
+  atomic_int started, finished;
+} slow_timer;
+
+static void slow_fire(void *arg) {
+  slow_timer *st = arg;
+  atomic_store(&st->started, 1);
+  sleep_ms(50);
+  atomic_store(&st->finished, 1);
+}
+
+static void test_timer_cancel_waits(void **state) {
+  (void)state;
+  hark_pool *pool;
+  assert_null(hark_pool_new(1, 1, &pool));
+  slow_timer st = {0};
+  hark_timer t;
+  hark_timer_init(&t, slow_fire, &st);
+  hark_pool_timer_arm(pool, &t, hark_now_ns());
+  assert_true(wait_for(&st.started, 1));
+  hark_pool_timer_cancel(pool, &t);
+  assert_int_equal(atomic_load(&st.finished), 1);
+  hark_pool_timer_cancel(pool, &t); /* idle: returns at once */
+  hark_pool_free(pool);
+}
+
+typedef struct periodic {
+  hark_pool *pool;
+  hark_timer timer;
+  atomic_int count;
+} periodic;
+
+static void periodic_fire(void *arg) {
+  periodic *p = arg;
+  /* Callbacks may arm timers: the timer lock is not held here. */
+  if (atomic_fetch_add(&p->count, 1) + 1 < 3)
+    hark_pool_timer_arm(p->pool, &p->timer, hark_now_ns() + 1 * MS);
+}
+
+static void test_timer_rearm_from_callback(void **state) {
+  (void)state;
+  periodic p = {0};
+  assert_null(hark_pool_new(1, 1, &p.pool));
+  hark_timer_init(&p.timer, periodic_fire, &p);
+  hark_pool_timer_arm(p.pool, &p.timer, hark_now_ns());
+  assert_true(wait_for(&p.count, 3));
+  hark_pool_timer_cancel(p.pool, &p.timer);
+  sleep_ms(10);
+  assert_int_equal(atomic_load(&p.count), 3);
+  hark_pool_free(p.pool);
+}
+
+int main(void) {
+  const struct CMUnitTest tests[] = {
+      cmocka_unit_test(test_bad_args),
+      cmocka_unit_test(test_all_tasks_run),
+      cmocka_unit_test(test_bounded_queue),
+      cmocka_unit_test(test_free_drains),
+      cmocka_unit_test(test_submit_while_stopping),
+      cmocka_unit_test(test_timer_fires_after_deadline),
+      cmocka_unit_test(test_timer_order_and_rearm),
+      cmocka_unit_test(test_timer_disarm),
+      cmocka_unit_test(test_timer_cancel_waits),
+      cmocka_unit_test(test_timer_rearm_from_callback),
+  };
+  return cmocka_run_group_tests(tests, NULL, NULL);
+}
