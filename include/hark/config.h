@@ -81,7 +81,7 @@ typedef struct hark_dynamic_batching {
   uint64_t max_queue_delay_us;
   bool preserve_ordering;
   uint32_t priority_levels;        /* 0 = priorities off (one level) */
-  uint32_t default_priority_level; /* 0 = the middle, as Triton */
+  uint32_t default_priority_level; /* 1..priority_levels (1 = highest) */
   hark_queue_policy default_queue_policy;
   hark_priority_policy *priority_queue_policy;
   uint32_t n_priority_queue_policy;

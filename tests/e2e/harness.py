@@ -68,7 +68,8 @@ class Harkd:
         raise RuntimeError("harkd not ready in time:\n" + self.output())
 
     def output(self):
-        self.log.flush()
+        if not self.log.closed:
+            self.log.flush()
         with open(self.log_path, "rb") as f:
             return f.read().decode(errors="replace")
 
