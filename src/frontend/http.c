@@ -1,0 +1,555 @@
+/*
+ * http.c — the HTTP/1.1 front end: KServe v2 REST on the HTTP port and the
+ * Prometheus exposition on the metrics port, one libwebsockets context with
+ * a vhost for each, served by the thread in hark_http_run(), which never
+ * blocks.
+ *
+ * A request body accumulates in its connection's buffer (bounded by
+ * max_input_size, with a stall timeout). An infer request is parsed on the
+ * loop thread, its tensors pointing into that buffer, which is then handed
+ * to the hark_request, and hark_server_infer() queues it. The response
+ * comes back on a worker thread: the callback serializes it into the call's
+ * reply buffer, pushes the call onto a mutex-guarded completion list and
+ * wakes the loop (lws_cancel_service); the loop drains the list and writes
+ * each reply when its socket is writable. Model load/unload, which finish
+ * on a server thread, take the same path. A call is shared by the
+ * connection and the engine: a connection that closes first only marks it
+ * orphaned (a loop-thread field), and the loop frees it when it is drained.
+ * Every request gets exactly one reply; keep-alive connections then wait
+ * for the next one. The routes and their handlers live in http_routes.c.
+ */
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+#include <sys/socket.h>
+
+#include "frontend/http_impl.h"
+#include "util/log.h"
+
+#define WRITE_CHUNK (256u * 1024u)
+#define SHUTDOWN_GRACE_NS (10ull * 1000000000ull)
+
+const char *const HARK_HTTP_JSON = "application/json";
+
+/* ---- buffers and replies ------------------------------------------------- */
+
+bool hark_http_body_begin(hark_kserve_buf *b) {
+  b->len = 0;
+  if (!hark_kserve_buf_reserve(b, HARK_HTTP_HEADROOM + 256)) return false;
+  b->len = HARK_HTTP_HEADROOM;
+  return true;
+}
+
+/* Frees what one exchange used; the call and close_after outlive it. */
+static void conn_reset(http_conn *c) {
+  free(c->rt.model);
+  free(c->body_mem);
+  hark_kserve_buf_free(&c->out);
+  c->rt = (route){.kind = R_NONE, .version = -1};
+  c->body_mem = c->body = NULL;
+  c->body_len = c->body_cap = c->out_off = 0;
+  c->state = CONN_IDLE;
+}
+
+/* The headers go right before the body, in the headroom `b` begins with,
+ * so the reply leaves in one write. */
+void hark_http_reply(struct lws *wsi, http_conn *c, int status, const char *ctype,
+                     hark_kserve_buf *b, size_t infer_header_len) {
+  hark_http *http = lws_context_user(lws_get_context(wsi));
+  unsigned char hdr[HARK_HTTP_HEADROOM], *start = hdr + LWS_PRE, *p = start,
+                                         *end = hdr + sizeof hdr;
+  char num[32];
+  size_t body_len = b->len - HARK_HTTP_HEADROOM;
+  /* Replying before the body is read: its bytes would be taken for the
+   * next request, so this connection ends with this reply. */
+  if (c->body_expected && !c->body_done) c->close_after = true;
+  int n = snprintf(num, sizeof num, "%zu", body_len);
+  bool bad =
+      lws_add_http_header_status(wsi, (unsigned)status | LWSAHH_FLAG_NO_SERVER_NAME, &p, end) ||
+      (ctype &&
+       lws_add_http_header_by_token(wsi, WSI_TOKEN_HTTP_CONTENT_TYPE, (const unsigned char *)ctype,
+                                    (int)strlen(ctype), &p, end)) ||
+      lws_add_http_header_by_token(wsi, WSI_TOKEN_HTTP_CONTENT_LENGTH, (const unsigned char *)num,
+                                   n, &p, end);
+  if (!bad && infer_header_len) {
+    n = snprintf(num, sizeof num, "%zu", infer_header_len);
+    bad = lws_add_http_header_by_name(
+        wsi, (const unsigned char *)"Inference-Header-Content-Length:", (const unsigned char *)num,
+        n, &p, end);
+  }
+  if (!bad && (c->close_after || c->keep_alive_10))
+    bad = lws_add_http_header_by_token(
+        wsi, WSI_TOKEN_CONNECTION, (const unsigned char *)(c->close_after ? "close" : "keep-alive"),
+        c->close_after ? 5 : 10, &p, end);
+  if (bad || lws_finalize_http_header(wsi, &p, end)) {
+    HARK_ERROR("http: cannot build reply headers; closing the connection");
+    hark_kserve_buf_free(b);
+    lws_set_timeout(wsi, PENDING_TIMEOUT_CLOSE_SEND, LWS_TO_KILL_ASYNC);
+    return;
+  }
+  size_t hlen = (size_t)(p - start);
+  hark_kserve_buf_free(&c->out);
+  c->out = *b;
+  *b = (hark_kserve_buf){0};
+  c->out_off = HARK_HTTP_HEADROOM - hlen;
+  memcpy(c->out.data + c->out_off, start, hlen);
+  c->state = CONN_REPLYING;
+  http->replying++;
+  lws_callback_on_writable(wsi);
+}
+
+void hark_http_reply_error_status(struct lws *wsi, http_conn *c, int status, hark_error *err) {
+  hark_kserve_buf b = {0};
+  if (!status) status = hark_code_http_status(hark_error_code(err));
+  if (!hark_http_body_begin(&b) || !hark_kserve_buf_put_error(&b, hark_error_message(err))) {
+    hark_kserve_buf_free(&b);
+    hark_error_free(err);
+    lws_set_timeout(wsi, PENDING_TIMEOUT_CLOSE_SEND, LWS_TO_KILL_ASYNC);
+    return;
+  }
+  hark_error_free(err);
+  hark_http_reply(wsi, c, status, HARK_HTTP_JSON, &b, 0);
+}
+
+void hark_http_reply_error(struct lws *wsi, http_conn *c, hark_error *err) {
+  hark_http_reply_error_status(wsi, c, 0, err);
+}
+
+void hark_http_reply_text(struct lws *wsi, http_conn *c, int status, const char *ctype,
+                          const char *text, size_t len) {
+  hark_kserve_buf b = {0};
+  if (!hark_http_body_begin(&b) || (text && !hark_kserve_buf_put(&b, text, len))) {
+    hark_kserve_buf_free(&b);
+    hark_http_reply_error(wsi, c, hark_error_new(HARK_ERR_INTERNAL, "out of memory"));
+    return;
+  }
+  hark_http_reply(wsi, c, status, text ? ctype : NULL, &b, 0);
+}
+
+void hark_http_reply_doc(struct lws *wsi, http_conn *c, hark_kserve_buf *b, hark_error *err) {
+  if (err) {
+    hark_kserve_buf_free(b);
+    hark_http_reply_error(wsi, c, err);
+    return;
+  }
+  hark_http_reply(wsi, c, 200, HARK_HTTP_JSON, b, 0);
+}
+
+/* Writes the next piece of the reply; on the last, finishes the exchange.
+ * Returns -1 to close the connection. */
+static int on_writable(struct lws *wsi, http_conn *c) {
+  hark_http *http = lws_context_user(lws_get_context(wsi));
+  if (c->state != CONN_REPLYING) return 0;
+  size_t left = c->out.len - c->out_off;
+  if (left) {
+    size_t n = left < WRITE_CHUNK ? left : WRITE_CHUNK;
+    if (lws_write(wsi, (unsigned char *)c->out.data + c->out_off, n, LWS_WRITE_HTTP) < (int)n)
+      return -1;
+    c->out_off += n;
+  }
+  /* lws keeps what the socket would not take and sends it before the next
+   * writable callback: finish only once everything is out. */
+  if (c->out_off < c->out.len || lws_partial_buffered(wsi)) {
+    lws_callback_on_writable(wsi);
+    return 0;
+  }
+  http->replying--;
+  conn_reset(c);
+  if (!c->close_after) return lws_http_transaction_completed(wsi) ? -1 : 0;
+  if (!c->body_expected || c->body_done) return -1;
+  /* Closing with unread input makes the kernel send a reset, which can
+   * destroy the reply before the client reads it. Instead end our side and
+   * read (and drop) the rest of the body for a while, then close. */
+  shutdown(lws_get_socket_fd(wsi), SHUT_WR);
+  c->state = CONN_LINGER;
+  lws_set_timeout(wsi, PENDING_TIMEOUT_HTTP_CONTENT, http->opts.body_timeout_secs);
+  return 0;
+}
+
+/* ---- calls and the completion list ---------------------------------------- */
+
+http_call *hark_http_call_new(hark_http *http, struct lws *wsi) {
+  http_call *call = calloc(1, sizeof *call);
+  if (!call) return NULL;
+  call->http = http;
+  call->wsi = wsi;
+  call->model_version = -1;
+  return call;
+}
+
+void hark_http_call_free(http_call *call) {
+  hark_kserve_buf_free(&call->out);
+  free(call->model_name);
+  free(call);
+}
+
+void hark_http_call_started(hark_http *http, http_conn *c, http_call *call) {
+  pthread_mutex_lock(&http->lock);
+  http->outstanding++;
+  pthread_mutex_unlock(&http->lock);
+  c->call = call;
+  c->state = CONN_BUSY;
+}
+
+void hark_http_call_refused(hark_http *http, http_conn *c, http_call *call) {
+  pthread_mutex_lock(&http->lock);
+  http->outstanding--;
+  pthread_mutex_unlock(&http->lock);
+  c->call = NULL;
+  hark_http_call_free(call);
+}
+
+void hark_http_call_push(http_call *call) {
+  hark_http *http = call->http;
+  pthread_mutex_lock(&http->lock);
+  bool wake = !http->done_head; /* else a wake-up is already on its way */
+  if (http->done_tail)
+    http->done_tail->next = call;
+  else
+    http->done_head = call;
+  http->done_tail = call;
+  http->outstanding--;
+  /* Under the lock, so hark_http_free cannot destroy the context between
+   * the check and the call. */
+  if (wake && http->ctx_alive) lws_cancel_service(http->ctx);
+  if (!http->outstanding) pthread_cond_broadcast(&http->idle);
+  pthread_mutex_unlock(&http->lock);
+}
+
+void hark_http_call_set_error(http_call *call, hark_error *err) {
+  call->status = hark_code_http_status(hark_error_code(err));
+  call->ctype = HARK_HTTP_JSON;
+  call->infer_header_len = 0;
+  if (!hark_http_body_begin(&call->out) ||
+      !hark_kserve_buf_put_error(&call->out, hark_error_message(err))) {
+    call->status = 500;
+    call->out.len = HARK_HTTP_HEADROOM;
+  }
+}
+
+/* Loop thread: sends every finished call's reply. */
+static void drain_completions(hark_http *http) {
+  pthread_mutex_lock(&http->lock);
+  http_call *call = http->done_head;
+  http->done_head = http->done_tail = NULL;
+  pthread_mutex_unlock(&http->lock);
+  while (call) {
+    http_call *next = call->next;
+    if (call->wsi) {
+      http_conn *c = lws_wsi_user(call->wsi);
+      c->call = NULL;
+      hark_http_reply(call->wsi, c, call->status, call->ctype, &call->out, call->infer_header_len);
+    }
+    hark_http_call_free(call);
+    call = next;
+  }
+}
+
+/* ---- request bodies --------------------------------------------------------------- */
+
+static hark_error *too_large(hark_http *http, unsigned long long size) {
+  return hark_error_new(HARK_ERR_INVALID_ARG,
+                        "request body of %llu bytes exceeds the maximum allowed of %zu bytes; "
+                        "use --http-max-input-size to raise the limit",
+                        size, http->opts.max_input_size);
+}
+
+/* Sizes the body buffer so the binary part (after the JSON header) starts
+ * 64-byte aligned and typed tensors can be used in place. */
+static bool body_alloc(http_conn *c, size_t cap) {
+  size_t pad = c->header_len == HARK_KSERVE_NO_HEADER_LEN ? 0 : (64 - c->header_len % 64) % 64;
+  c->body_mem = malloc(cap + pad + 1);
+  if (!c->body_mem) return false;
+  c->body = c->body_mem + pad;
+  c->body_cap = cap;
+  return true;
+}
+
+/* Content-Length is known and within bounds, so the buffer is big enough;
+ * the check still guards against a peer sending more than it declared. */
+static bool body_append(struct lws *wsi, http_conn *c, const char *in, size_t len) {
+  hark_http *http = lws_context_user(lws_get_context(wsi));
+  if (len > c->body_cap - c->body_len) {
+    hark_http_reply_error_status(wsi, c, 413,
+                                 too_large(http, (unsigned long long)c->body_len + len));
+    return false;
+  }
+  memcpy(c->body + c->body_len, in, len);
+  c->body_len += len;
+  return true;
+}
+
+/* Reads a numeric header; false when absent or not a number. */
+static bool header_number(struct lws *wsi, enum lws_token_indexes tok, const char *custom,
+                          unsigned long long *out) {
+  char v[32], *end;
+  int n = custom ? lws_hdr_custom_copy(wsi, v, sizeof v, custom, (int)strlen(custom))
+                 : lws_hdr_copy(wsi, v, sizeof v, tok);
+  if (n <= 0) return false;
+  errno = 0;
+  *out = strtoull(v, &end, 10);
+  return v[0] >= '0' && v[0] <= '9' && !*end && !errno;
+}
+
+/* A POST arrived: size up its body, or handle it now if it has none. */
+static void begin_post(struct lws *wsi, http_conn *c) {
+  hark_http *http = lws_context_user(lws_get_context(wsi));
+  unsigned long long clen = 0, hlen;
+  bool has_len = lws_hdr_total_length(wsi, WSI_TOKEN_HTTP_CONTENT_LENGTH) > 0;
+  if (has_len && !header_number(wsi, WSI_TOKEN_HTTP_CONTENT_LENGTH, NULL, &clen)) {
+    hark_http_reply_error(wsi, c, hark_error_new(HARK_ERR_INVALID_ARG, "invalid Content-Length"));
+    return;
+  }
+  /* libwebsockets 4.1 cannot decode chunked request bodies: say so, as
+   * servers without chunked uploads do, rather than misread them. */
+  if (!has_len && lws_hdr_total_length(wsi, WSI_TOKEN_HTTP_TRANSFER_ENCODING) > 0) {
+    hark_http_reply_error_status(
+        wsi, c, 411,
+        hark_error_new(HARK_ERR_INVALID_ARG,
+                       "chunked request bodies are not supported; send Content-Length"));
+    return;
+  }
+  c->header_len = HARK_KSERVE_NO_HEADER_LEN;
+  if (lws_hdr_custom_length(wsi, "inference-header-content-length:", 32) >= 0) {
+    if (!header_number(wsi, 0, "inference-header-content-length:", &hlen)) {
+      hark_http_reply_error(
+          wsi, c,
+          hark_error_new(HARK_ERR_INVALID_ARG, "Inference-Header-Content-Length is not a number"));
+      return;
+    }
+    c->header_len = (size_t)hlen;
+  }
+  if (clen > http->opts.max_input_size) {
+    hark_http_reply_error_status(wsi, c, 413, too_large(http, clen));
+    return;
+  }
+  if (clen == 0) {
+    hark_http_handle_post(wsi, c);
+    return;
+  }
+  if (!body_alloc(c, (size_t)clen)) {
+    hark_http_reply_error(wsi, c, hark_error_new(HARK_ERR_INTERNAL, "out of memory"));
+    return;
+  }
+  c->state = CONN_BODY;
+  lws_set_timeout(wsi, PENDING_TIMEOUT_HTTP_CONTENT, http->opts.body_timeout_secs);
+}
+
+/* ---- the lws callback ---------------------------------------------------------------- */
+
+static int on_http_request(struct lws *wsi, http_conn *c, const char *path) {
+  hark_http *http = lws_context_user(lws_get_context(wsi));
+  conn_reset(c);
+  c->close_after = false;
+  c->body_expected = lws_hdr_total_length(wsi, WSI_TOKEN_HTTP_TRANSFER_ENCODING) > 0;
+  if (lws_hdr_total_length(wsi, WSI_TOKEN_HTTP_CONTENT_LENGTH) > 0) {
+    char v[32];
+    c->body_expected |=
+        lws_hdr_copy(wsi, v, sizeof v, WSI_TOKEN_HTTP_CONTENT_LENGTH) > 0 && strcmp(v, "0") != 0;
+  }
+  c->body_done = false;
+  /* HTTP/1.1 keeps connections by default; an HTTP/1.0 client that asks
+   * to must be told it was granted (lws keeps it either way). */
+  char conn_hdr[32];
+  c->keep_alive_10 = lws_hdr_copy(wsi, conn_hdr, sizeof conn_hdr, WSI_TOKEN_CONNECTION) > 0 &&
+                     strcasecmp(conn_hdr, "keep-alive") == 0;
+  if (atomic_load(&http->stop)) {
+    c->close_after = true;
+    hark_http_reply_error(wsi, c, hark_error_new(HARK_ERR_UNAVAILABLE, "Server is shutting down"));
+    return 0;
+  }
+  char *uri;
+  int ulen, method = lws_http_get_uri_and_method(wsi, &uri, &ulen);
+  hark_error *err = hark_http_route_parse(path, lws_get_vhost(wsi) == http->vh_metrics, &c->rt);
+  if (err) {
+    hark_http_reply_error(wsi, c, err);
+    return 0;
+  }
+  if (c->rt.kind == R_NONE) {
+    hark_http_reply_error(wsi, c, hark_error_new(HARK_ERR_NOT_FOUND, "Not Found"));
+    return 0;
+  }
+  bool post = hark_http_route_is_post(c->rt.kind);
+  if (method == LWSHUMETH_HEAD) { /* a HEAD reply must not carry a body */
+    hark_http_reply_text(wsi, c, 405, NULL, NULL, 0);
+    return 0;
+  }
+  if (method != (post ? LWSHUMETH_POST : LWSHUMETH_GET)) {
+    hark_http_reply_error_status(wsi, c, 405,
+                                 hark_error_new(HARK_ERR_INVALID_ARG, "Method Not Allowed"));
+    return 0;
+  }
+  if (post)
+    begin_post(wsi, c);
+  else
+    hark_http_handle_get(wsi, c);
+  return 0;
+}
+
+static void on_closed(hark_http *http, http_conn *c) {
+  if (c->call) c->call->wsi = NULL; /* orphaned: freed when it completes */
+  c->call = NULL;
+  if (c->state == CONN_REPLYING) http->replying--;
+  conn_reset(c);
+  c->close_after = false;
+}
+
+static int on_lws_event(struct lws *wsi, enum lws_callback_reasons reason, void *user, void *in,
+                        size_t len) {
+  http_conn *c = user;
+  hark_http *http = wsi ? lws_context_user(lws_get_context(wsi)) : NULL;
+  switch (reason) {
+    case LWS_CALLBACK_HTTP: return on_http_request(wsi, c, in ? (const char *)in : "");
+    case LWS_CALLBACK_HTTP_BODY:
+      if (c->state != CONN_BODY) return 0; /* replied early: drop the rest */
+      if (body_append(wsi, c, in, len))
+        lws_set_timeout(wsi, PENDING_TIMEOUT_HTTP_CONTENT, http->opts.body_timeout_secs);
+      return 0;
+    case LWS_CALLBACK_HTTP_BODY_COMPLETION:
+      c->body_done = true;
+      if (c->state == CONN_LINGER) return -1;
+      if (c->state != CONN_BODY) return 0;
+      lws_set_timeout(wsi, NO_PENDING_TIMEOUT, 0);
+      c->state = CONN_IDLE;
+      hark_http_handle_post(wsi, c);
+      return 0;
+    case LWS_CALLBACK_HTTP_WRITEABLE: return on_writable(wsi, c);
+    case LWS_CALLBACK_CLOSED_HTTP:
+      if (c) on_closed(http, c);
+      return 0;
+    case LWS_CALLBACK_EVENT_WAIT_CANCELLED:
+      if (http) drain_completions(http);
+      return 0;
+    default: return lws_callback_http_dummy(wsi, reason, user, in, len);
+  }
+}
+
+static const struct lws_protocols protocols[] = {
+    {"hark-http", on_lws_event, sizeof(http_conn), 0, 0, NULL, 0},
+    {NULL, NULL, 0, 0, 0, NULL, 0},
+};
+
+/* ---- lifecycle ------------------------------------------------------------------------ */
+
+static void lws_log_to_hark(int level, const char *line) {
+  size_t n = strlen(line);
+  while (n && (line[n - 1] == '\n' || line[n - 1] == '\r')) n--;
+  hark_log(level == LLL_ERR ? HARK_LOG_ERROR : HARK_LOG_WARN, "http: %.*s", (int)n, line);
+}
+
+static struct lws_vhost *make_vhost(hark_http *http, const char *name, int port) {
+  struct lws_context_creation_info info;
+  memset(&info, 0, sizeof info);
+  info.vhost_name = name;
+  info.port = port;
+  info.iface = http->opts.address;
+  info.protocols = protocols;
+  info.keepalive_timeout = 75; /* nginx's default idle keep-alive */
+  info.timeout_secs = (unsigned)http->opts.body_timeout_secs;
+  info.options = LWS_SERVER_OPTION_FAIL_UPON_UNABLE_TO_BIND;
+  return lws_create_vhost(http->ctx, &info);
+}
+
+hark_error *hark_http_new(hark_server *server, const hark_http_options *opts, hark_http **out) {
+  hark_http *http = calloc(1, sizeof *http);
+  if (!http) return hark_error_new(HARK_ERR_INTERNAL, "out of memory");
+  http->server = server;
+  http->opts = *opts;
+  if (!http->opts.max_input_size) http->opts.max_input_size = 64u << 20;
+  if (http->opts.body_timeout_secs <= 0) http->opts.body_timeout_secs = 30;
+  atomic_init(&http->stop, false);
+  pthread_mutex_init(&http->lock, NULL);
+  pthread_cond_init(&http->idle, NULL);
+  lws_set_log_level(LLL_ERR | LLL_WARN, lws_log_to_hark);
+
+  struct lws_context_creation_info info;
+  memset(&info, 0, sizeof info);
+  info.options = LWS_SERVER_OPTION_EXPLICIT_VHOSTS;
+  info.user = http;
+  info.pt_serv_buf_size = 64 * 1024; /* fewer, larger reads of bodies */
+  info.max_http_header_pool2 = 1024; /* header tables for concurrent requests */
+  info.count_threads = 1;
+  /* lws re-arms its request body timeout from this (the context's, not the
+   * vhost's) after each piece of body: make it the operator's. */
+  info.timeout_secs = (unsigned)http->opts.body_timeout_secs;
+  http->ctx = lws_create_context(&info);
+  if (!http->ctx) {
+    hark_http_free(http);
+    return hark_error_new(HARK_ERR_INTERNAL, "cannot create the HTTP event loop");
+  }
+  http->ctx_alive = true;
+  const char *where = opts->address ? opts->address : "0.0.0.0";
+  if (opts->http_port >= 0 && !(http->vh_http = make_vhost(http, "http", opts->http_port))) {
+    hark_http_free(http);
+    return hark_error_new(HARK_ERR_UNAVAILABLE, "cannot listen for HTTP on %s:%d (in use?)", where,
+                          opts->http_port);
+  }
+  if (opts->metrics_port >= 0 &&
+      !(http->vh_metrics = make_vhost(http, "metrics", opts->metrics_port))) {
+    hark_http_free(http);
+    return hark_error_new(HARK_ERR_UNAVAILABLE, "cannot listen for metrics on %s:%d (in use?)",
+                          where, opts->metrics_port);
+  }
+  *out = http;
+  return NULL;
+}
+
+/* While shutting down: wake the loop now and then so the grace period ends
+ * even when nothing happens. */
+static void on_tick(lws_sorted_usec_list_t *sul) {
+  hark_http *http = lws_container_of(sul, hark_http, tick);
+  lws_sul_schedule(http->ctx, 0, &http->tick, on_tick, 100 * LWS_US_PER_MS);
+}
+
+static bool busy(hark_http *http) {
+  pthread_mutex_lock(&http->lock);
+  bool b = http->outstanding > 0 || http->done_head;
+  pthread_mutex_unlock(&http->lock);
+  return b || http->replying > 0;
+}
+
+void hark_http_run(hark_http *http) {
+  while (!atomic_load(&http->stop))
+    if (lws_service(http->ctx, 0) < 0) break;
+  /* Let requests in flight finish and their replies go out (new requests
+   * get 503), for a while. */
+  uint64_t deadline = hark_now_ns() + SHUTDOWN_GRACE_NS;
+  lws_sul_schedule(http->ctx, 0, &http->tick, on_tick, 100 * LWS_US_PER_MS);
+  while (busy(http) && hark_now_ns() < deadline)
+    if (lws_service(http->ctx, 0) < 0) break;
+  lws_sul_cancel(&http->tick);
+}
+
+void hark_http_stop(hark_http *http) {
+  atomic_store(&http->stop, true);
+  /* lws_cancel_service only writes to the loop's wake-up pipe. */
+  if (http->ctx) lws_cancel_service(http->ctx);
+}
+
+void hark_http_free(hark_http *http) {
+  if (!http) return;
+  if (http->ctx) {
+    pthread_mutex_lock(&http->lock);
+    http->ctx_alive = false;
+    pthread_mutex_unlock(&http->lock);
+    lws_context_destroy(http->ctx); /* closes connections: their calls are orphaned */
+    http->ctx = NULL;
+  }
+  /* Calls still in the engine will complete (every request gets a final);
+   * their callbacks need this struct, so wait for them. */
+  pthread_mutex_lock(&http->lock);
+  while (http->outstanding) pthread_cond_wait(&http->idle, &http->lock);
+  http_call *call = http->done_head;
+  http->done_head = http->done_tail = NULL;
+  pthread_mutex_unlock(&http->lock);
+  while (call) {
+    http_call *next = call->next;
+    hark_http_call_free(call);
+    call = next;
+  }
+  pthread_cond_destroy(&http->idle);
+  pthread_mutex_destroy(&http->lock);
+  free(http);
+}

@@ -1,0 +1,150 @@
+/*
+ * http_impl.h — what the two halves of the HTTP front end share: http.c
+ * (the libwebsockets event loop, connections, request bodies, replies and
+ * the completion list) and http_routes.c (the KServe v2 routes and their
+ * handlers). Private to src/frontend; everything here runs on the loop
+ * thread unless it says otherwise.
+ */
+#ifndef HARK_HTTP_IMPL_H
+#define HARK_HTTP_IMPL_H
+
+#include <libwebsockets.h>
+#include <pthread.h>
+#include <stdatomic.h>
+
+#include "frontend/http.h"
+#include "frontend/kserve.h"
+
+/* Reply buffers keep this much room in front of the body so the headers
+ * can be put right before it and go out in the same write. */
+#define HARK_HTTP_HEADROOM (LWS_PRE + 512)
+
+extern const char *const HARK_HTTP_JSON; /* "application/json" */
+
+typedef enum route_kind {
+  R_NONE = 0,
+  R_SERVER_META,
+  R_LIVE,
+  R_READY,
+  R_MODEL_META,
+  R_MODEL_READY,
+  R_MODEL_CONFIG,
+  R_MODEL_STATS,
+  R_ALL_STATS,
+  R_INFER,
+  R_REPO_INDEX,
+  R_REPO_LOAD,
+  R_REPO_UNLOAD,
+  R_METRICS,
+} route_kind;
+
+typedef struct route {
+  route_kind kind;
+  char *model;     /* owned; NULL when the route names none */
+  int64_t version; /* -1 when the URL gives none */
+} route;
+
+typedef enum conn_state {
+  CONN_IDLE = 0, /* between requests */
+  CONN_BODY,     /* receiving a request body */
+  CONN_BUSY,     /* the engine has the request */
+  CONN_REPLYING, /* writing the reply */
+  CONN_LINGER,   /* replied early: discarding the unread body, then close */
+} conn_state;
+
+typedef struct http_call http_call;
+
+/* Per-connection state: lws allocates it zeroed; only the loop touches it. */
+typedef struct http_conn {
+  conn_state state;
+  route rt;
+  char *body_mem; /* allocation; body is inside it, aligned */
+  char *body;
+  size_t body_len, body_cap;
+  size_t header_len;   /* Inference-Header-Content-Length, or none */
+  bool close_after;    /* close instead of waiting for the next request */
+  bool body_expected;  /* the request declared a body ... */
+  bool body_done;      /* ... and lws has delivered all of it */
+  bool keep_alive_10;  /* an HTTP/1.0 client asked to keep the connection */
+  hark_kserve_buf out; /* the reply: headers + body from out_off */
+  size_t out_off;
+  http_call *call; /* in the engine, or NULL */
+} http_conn;
+
+/* One engine operation (infer, load, unload) and its reply. */
+struct http_call {
+  hark_http *http;
+  struct lws *wsi; /* loop thread only; NULL once the client is gone */
+  http_call *next; /* completion list */
+  /* Read by the worker while the request lives. */
+  hark_kserve_request parsed;
+  char *model_name;
+  int64_t model_version;
+  /* The reply, written by the worker before the call is pushed. */
+  int status; /* 0 until a reply is ready */
+  const char *ctype;
+  hark_kserve_buf out;
+  size_t infer_header_len; /* 0: no binary data */
+};
+
+struct hark_http {
+  hark_server *server;
+  hark_http_options opts;
+  struct lws_context *ctx;
+  struct lws_vhost *vh_http, *vh_metrics;
+  atomic_bool stop;
+  lws_sorted_usec_list_t tick; /* wakes the loop while shutting down */
+  uint32_t replying;           /* loop thread: connections writing a reply */
+  pthread_mutex_t lock;        /* guards the fields below */
+  pthread_cond_t idle;
+  http_call *done_head, *done_tail;
+  uint32_t outstanding; /* calls the engine has not finished */
+  bool ctx_alive;       /* lws_cancel_service may be called */
+};
+
+/* ---- replies (http.c) ----------------------------------------------------- */
+
+/* Empties `b` and reserves the headroom: the body is appended after it. */
+bool hark_http_body_begin(hark_kserve_buf *b);
+/* Queues the reply: status, Content-Type (none when NULL), the body in `b`
+ * (taken over; `b` is left empty) and, for binary tensor data, the length
+ * of its JSON part. Replying before the request body has been read closes
+ * the connection afterwards. */
+void hark_http_reply(struct lws *wsi, http_conn *c, int status, const char *ctype,
+                     hark_kserve_buf *b, size_t infer_header_len);
+/* {"error": message}, with the status for its code (or `status` if not
+ * 0). Takes `err`. */
+void hark_http_reply_error_status(struct lws *wsi, http_conn *c, int status, hark_error *err);
+void hark_http_reply_error(struct lws *wsi, http_conn *c, hark_error *err);
+/* A fixed body of `len` bytes, or none when text is NULL. */
+void hark_http_reply_text(struct lws *wsi, http_conn *c, int status, const char *ctype,
+                          const char *text, size_t len);
+/* 200 with the JSON document in `b`, or the error (taken) instead. */
+void hark_http_reply_doc(struct lws *wsi, http_conn *c, hark_kserve_buf *b, hark_error *err);
+
+/* ---- calls (http.c) ------------------------------------------------------- */
+
+http_call *hark_http_call_new(hark_http *http, struct lws *wsi);
+void hark_http_call_free(http_call *call);
+/* The engine has the call: exactly one hark_http_call_push will follow. */
+void hark_http_call_started(hark_http *http, http_conn *c, http_call *call);
+/* The engine refused it synchronously: no push will come; frees it. */
+void hark_http_call_refused(hark_http *http, http_conn *c, http_call *call);
+/* Any thread: the call's reply (status, ctype, out) is ready; hands it to
+ * the loop. The caller must not touch the call afterwards. */
+void hark_http_call_push(http_call *call);
+/* Any thread: makes the call's reply {"error": ...} for `err` (not taken). */
+void hark_http_call_set_error(http_call *call, hark_error *err);
+
+/* ---- routes (http_routes.c) ------------------------------------------------ */
+
+/* Finds the route for `path` (on the metrics port or the HTTP port);
+ * rt->kind stays R_NONE when there is none. INVALID_ARG for a malformed
+ * model version. */
+hark_error *hark_http_route_parse(const char *path, bool metrics, route *rt);
+bool hark_http_route_is_post(route_kind kind);
+/* Serve c->rt: a GET at once; a POST once its body (c->body) is in. */
+void hark_http_handle_get(struct lws *wsi, http_conn *c);
+void hark_http_handle_post(struct lws *wsi, http_conn *c);
+
+#endif
