@@ -256,6 +256,12 @@ static void store(conv *cv, const void *v, size_t n) {
   if (cv->buf && cv->seen < cv->want) cv->used += n;
 }
 
+static bool bad_integer(conv *cv) {
+  char what[48];
+  snprintf(what, sizeof what, "an integer in range for %s", hark_datatype_name(cv->in->datatype));
+  return bad_element(cv, what);
+}
+
 static bool convert_int(conv *cv, const hark_jr_num *num) {
   hark_datatype dt = cv->in->datatype;
   static const int64_t lo[] = {[HARK_TYPE_INT8] = INT8_MIN,
@@ -270,11 +276,9 @@ static bool convert_int(conv *cv, const hark_jr_num *num) {
                                  [HARK_TYPE_UINT16] = UINT16_MAX,
                                  [HARK_TYPE_UINT32] = UINT32_MAX,
                                  [HARK_TYPE_UINT64] = UINT64_MAX};
-  char what[48];
-  snprintf(what, sizeof what, "an integer in range for %s", hark_datatype_name(dt));
   if (dt >= HARK_TYPE_INT8 && dt <= HARK_TYPE_INT64) {
     int64_t v;
-    if (!hark_jr_to_i64(num, lo[dt], hi[dt], &v)) return bad_element(cv, what);
+    if (!hark_jr_to_i64(num, lo[dt], hi[dt], &v)) return bad_integer(cv);
     int8_t i8 = (int8_t)v;
     int16_t i16 = (int16_t)v;
     int32_t i32 = (int32_t)v;
@@ -289,7 +293,7 @@ static bool convert_int(conv *cv, const hark_jr_num *num) {
     return true;
   }
   uint64_t v;
-  if (!hark_jr_to_u64(num, uhi[dt], &v)) return bad_element(cv, what);
+  if (!hark_jr_to_u64(num, uhi[dt], &v)) return bad_integer(cv);
   uint8_t u8 = (uint8_t)v;
   uint16_t u16 = (uint16_t)v;
   uint32_t u32 = (uint32_t)v;

@@ -17,6 +17,7 @@
 #include <string.h>
 
 #include "core/core.h"
+#include "frontend/http_impl.h"
 #include "frontend/kserve.h"
 
 /* ---- helpers --------------------------------------------------------------- */
@@ -736,6 +737,69 @@ static void test_buf_writers(void **state) {
   hark_kserve_buf_free(&b);
 }
 
+/* ---- URL routes (http_routes.c) ------------------------------------------------ */
+
+static void expect_route(const char *path, bool metrics, route_kind kind, const char *model,
+                         int64_t version) {
+  route rt;
+  hark_error *err = hark_http_route_parse(path, metrics, &rt);
+  if (err) fail_msg("%s: %s", path, hark_error_message(err));
+  if (rt.kind != kind) fail_msg("%s: route %d, want %d", path, (int)rt.kind, (int)kind);
+  if (model) assert_string_equal(rt.model, model);
+  else assert_null(rt.model);
+  assert_int_equal(rt.version, version);
+  free(rt.model);
+}
+
+static void test_routes(void **state) {
+  (void)state;
+  expect_route("/v2", false, R_SERVER_META, NULL, -1);
+  expect_route("/v2/health/live", false, R_LIVE, NULL, -1);
+  expect_route("/v2/health/ready", false, R_READY, NULL, -1);
+  expect_route("/v2/models/stats", false, R_ALL_STATS, NULL, -1);
+  expect_route("/v2/models/simple", false, R_MODEL_META, "simple", -1);
+  expect_route("/v2/models/simple/versions/12", false, R_MODEL_META, "simple", 12);
+  expect_route("/v2/models/simple/ready", false, R_MODEL_READY, "simple", -1);
+  expect_route("/v2/models/simple/versions/1/config", false, R_MODEL_CONFIG, "simple", 1);
+  expect_route("/v2/models/simple/stats", false, R_MODEL_STATS, "simple", -1);
+  expect_route("/v2/models/simple/versions/0/infer", false, R_INFER, "simple", 0);
+  expect_route("/v2/repository/index", false, R_REPO_INDEX, NULL, -1);
+  expect_route("/v2/repository/models/simple/load", false, R_REPO_LOAD, "simple", -1);
+  expect_route("/v2/repository/models/simple/unload", false, R_REPO_UNLOAD, "simple", -1);
+  expect_route("/metrics", true, R_METRICS, NULL, -1);
+  /* not routes */
+  expect_route("/metrics", false, R_NONE, NULL, -1);
+  expect_route("/v2", true, R_NONE, NULL, -1);
+  expect_route("/", false, R_NONE, NULL, -1);
+  expect_route("/v3", false, R_NONE, NULL, -1);
+  expect_route("/v2/", false, R_NONE, NULL, -1);
+  expect_route("/v2//health/live", false, R_NONE, NULL, -1);
+  expect_route("/v2/models/simple/infer/more", false, R_NONE, NULL, -1);
+  expect_route("/v2/models/simple/versions", false, R_NONE, NULL, -1);
+  expect_route("/v2/models/simple/explode", false, R_NONE, NULL, -1);
+  expect_route("/v2/repository/models/simple/reload", false, R_NONE, NULL, -1);
+  expect_route("/v2/a/b/c/d/e/f/g/h/i/j", false, R_NONE, NULL, -1);
+  char longpath[4096];
+  memset(longpath, 'a', sizeof longpath - 1);
+  longpath[0] = '/';
+  longpath[sizeof longpath - 1] = '\0';
+  expect_route(longpath, false, R_NONE, NULL, -1);
+  /* a version that is not a number */
+  static const char *bad[] = {"/v2/models/m/versions/abc", "/v2/models/m/versions/-1/infer",
+                              "/v2/models/m/versions/99999999999999999999/ready"};
+  for (size_t i = 0; i < sizeof bad / sizeof *bad; i++) {
+    route rt;
+    hark_error *err = hark_http_route_parse(bad[i], false, &rt);
+    if (!err) fail_msg("no error for %s", bad[i]);
+    assert_int_equal(hark_error_code(err), HARK_ERR_INVALID_ARG);
+    assert_non_null(strstr(hark_error_message(err), "invalid model version"));
+    hark_error_free(err);
+    assert_null(rt.model);
+  }
+  assert_true(hark_http_route_is_post(R_INFER));
+  assert_false(hark_http_route_is_post(R_MODEL_META));
+}
+
 /* ---- with a real server ---------------------------------------------------------------- */
 
 static hark_server *real_server(void) {
@@ -883,7 +947,8 @@ int main(void) {
       cmocka_unit_test(test_binary_inputs),       cmocka_unit_test(test_binary_errors),
       cmocka_unit_test(test_response_every_type), cmocka_unit_test(test_response_binary_outputs),
       cmocka_unit_test(test_response_bad_bytes),  cmocka_unit_test(test_round_trip_json),
-      cmocka_unit_test(test_buf_writers),         cmocka_unit_test(test_real_server),
+      cmocka_unit_test(test_buf_writers),
+      cmocka_unit_test(test_routes),         cmocka_unit_test(test_real_server),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }
