@@ -36,7 +36,7 @@ extern "C" {
 #endif
 
 #define HARK_BACKEND_API_MAJOR 1u
-#define HARK_BACKEND_API_MINOR 0u
+#define HARK_BACKEND_API_MINOR 1u
 #define HARK_BACKEND_API_VERSION \
   ((HARK_BACKEND_API_MAJOR << 16) | HARK_BACKEND_API_MINOR)
 
@@ -55,6 +55,11 @@ typedef struct hark_backend_api {
   void (*instance_fini)(hark_instance *instance);
   hark_error *(*instance_execute)(hark_instance *instance,
                                   hark_request **requests, uint32_t n);
+  /* Optional (NULL), since 1.1: frees per-sequence state (see
+   * hark_request_set_sequence_state) the engine drops — the sequence ended,
+   * sat idle past max_sequence_idle_microseconds, or the model unloads.
+   * Never runs at the same time as an execute of that sequence. */
+  void (*sequence_fini)(hark_model *model, void *state);
 } hark_backend_api;
 
 typedef const hark_backend_api *(*hark_backend_get_api_fn)(void);

@@ -110,6 +110,19 @@ const char *hark_request_requested_output(const hark_request *req, uint32_t i);
 void hark_request_mark_compute(hark_request *req, uint64_t input_end_ns,
                                uint64_t infer_end_ns);
 
+/*
+ * Sequence models (sequence_batching): the backend's own state for the
+ * request's sequence, NULL until the backend sets it. The sequence batcher
+ * runs a sequence's requests one at a time, in order, so the backend may use
+ * the state without locking. A backend that frees the state itself (on the
+ * END request, say) sets it back to NULL; state still set when the engine
+ * drops the sequence (after END, on idle timeout, at unload) goes to the
+ * backend's sequence_fini. Outside a sequence the getter returns NULL and
+ * the setter is ignored.
+ */
+void *hark_request_sequence_state(const hark_request *req);
+void hark_request_set_sequence_state(hark_request *req, void *state);
+
 /* ---- responding (backends, schedulers) ----------------------------------- */
 
 /* A response for `req`; owned by the caller until sent. Never NULL. */

@@ -40,6 +40,7 @@ struct hark_request {
   hark_response_fn callback;
   void *userp;
   uint32_t batch_size; /* set by validation */
+  void **seq_state;    /* the sequence's backend state slot, or NULL */
   uint64_t received_ns, queued_ns, exec_start_ns, input_end_ns, infer_end_ns;
   atomic_bool finished;
 };

@@ -297,3 +297,11 @@ void hark_response_send(hark_response *resp, uint32_t flags, hark_error *err) {
 void hark_request_complete(hark_request *req, hark_error *err) {
   request_deliver(req, NULL, HARK_RESPONSE_FINAL, err);
 }
+
+void *hark_request_sequence_state(const hark_request *req) {
+  return req->seq_state ? *req->seq_state : NULL;
+}
+
+void hark_request_set_sequence_state(hark_request *req, void *state) {
+  if (req->seq_state) *req->seq_state = state;
+}
