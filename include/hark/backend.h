@@ -90,6 +90,23 @@ const char *hark_instance_name(const hark_instance *instance);
 void hark_instance_set_state(hark_instance *instance, void *state);
 void *hark_instance_state(const hark_instance *instance);
 
+/*
+ * Backend metrics, served on /metrics beside the engine's with the model's
+ * `model` and `version` labels (e.g. a decoder pool's size and use). Create
+ * them in model_init, free them in model_fini; set and add are lock-free and
+ * safe from any thread. Several models may share a name (one series each);
+ * a name must keep one kind. *out is owned by the caller.
+ */
+typedef struct hark_metric hark_metric;
+typedef enum hark_metric_kind { HARK_METRIC_GAUGE = 0, HARK_METRIC_COUNTER } hark_metric_kind;
+hark_error *hark_metric_new(hark_model *model, hark_metric_kind kind,
+                            const char *name, const char *help,
+                            hark_metric **out);
+void hark_metric_free(hark_metric *metric); /* NULL is fine */
+void hark_metric_set(hark_metric *metric, double value);
+void hark_metric_add(hark_metric *metric, double delta);
+double hark_metric_value(const hark_metric *metric);
+
 #ifdef __cplusplus
 }
 #endif

@@ -14,6 +14,7 @@
 #include <time.h>
 
 #include "core/core.h"
+#include "core/metrics_custom.h"
 
 const double hark_hist_bounds_us[HARK_HIST_BUCKETS - 1] = {
     100, 250, 500, 1000, 2500, 5000, 10000, 25000, 50000, 100000, 250000, 500000, 1e6, 2.5e6, 5e6};
@@ -281,5 +282,8 @@ char *hark_server_metrics_render(hark_server *server) {
             offsetof(hark_model_stats, queue_duration));
   for (size_t i = 0; i < s.n; i++) free(s.v[i].name);
   free(s.v);
+  char *custom = hark_metrics_custom_render();
+  if (custom) emit(&o, "%s", custom);
+  free(custom);
   return o.buf;
 }
