@@ -36,6 +36,10 @@ static void usage(FILE *f) {
           "  --http-body-timeout-secs N  drop a client that stalls mid-request (default 30)\n"
           "  --worker-threads N          CPU worker pool size (default: one per core)\n"
           "  --max-queue-size N          per-model queue cap when config sets none (4096)\n"
+          "  --speech-model NAME         the model a WebSocket on / streams to (default asr)\n"
+          "  --max-streams N             concurrent WebSocket streams; more get 503 (1024)\n"
+          "  --ws-max-message-bytes N    largest WebSocket message (default 1048576)\n"
+          "  --ws-idle-timeout-secs N    close a stream that sends nothing this long (60)\n"
           "  --log-verbose N             1 = verbose logging\n");
 }
 
@@ -55,7 +59,8 @@ static long parse_num(const char *flag, const char *s, long lo, long hi) {
 
 int main(int argc, char **argv) {
   enum { O_REPO = 1, O_HTTP, O_GRPC, O_METRICS, O_ADDR, O_MODE, O_LOAD, O_STRICT, O_BACKENDS,
-         O_MAXIN, O_BODYTO, O_WORKERS, O_QUEUE, O_VERBOSE, O_HELP };
+         O_MAXIN, O_BODYTO, O_WORKERS, O_QUEUE, O_VERBOSE, O_SPEECH, O_STREAMS, O_WSMAX,
+         O_WSIDLE, O_HELP };
   static const struct option opts[] = {
       {"model-repository", required_argument, 0, O_REPO},
       {"model-store", required_argument, 0, O_REPO},
@@ -72,11 +77,17 @@ int main(int argc, char **argv) {
       {"worker-threads", required_argument, 0, O_WORKERS},
       {"max-queue-size", required_argument, 0, O_QUEUE},
       {"log-verbose", required_argument, 0, O_VERBOSE},
+      {"speech-model", required_argument, 0, O_SPEECH},
+      {"max-streams", required_argument, 0, O_STREAMS},
+      {"ws-max-message-bytes", required_argument, 0, O_WSMAX},
+      {"ws-idle-timeout-secs", required_argument, 0, O_WSIDLE},
       {"help", no_argument, 0, O_HELP},
       {0, 0, 0, 0}};
   hark_server_options so = {.strict_readiness = true};
   hark_http_options ho = {.http_port = 8000, .metrics_port = 8002,
-                          .max_input_size = 64u << 20, .body_timeout_secs = 30};
+                          .max_input_size = 64u << 20, .body_timeout_secs = 30,
+                          .speech_model = "asr", .max_streams = 1024,
+                          .ws_max_message_bytes = 1u << 20, .ws_idle_timeout_secs = 60};
   const char *loads[64];
   int c;
   while ((c = getopt_long(argc, argv, "", opts, NULL)) != -1) {
@@ -114,6 +125,15 @@ int main(int argc, char **argv) {
     case O_VERBOSE:
       hark_log_set_level(parse_num("--log-verbose", optarg, 0, 9) ? HARK_LOG_VERBOSE : HARK_LOG_INFO);
       break;
+    case O_SPEECH: ho.speech_model = optarg; break;
+    case O_STREAMS: ho.max_streams = (uint32_t)parse_num("--max-streams", optarg, 1, 1 << 20); break;
+    case O_WSMAX:
+      ho.ws_max_message_bytes =
+          (size_t)parse_num("--ws-max-message-bytes", optarg, 1024, 1L << 30);
+      break;
+    case O_WSIDLE:
+      ho.ws_idle_timeout_secs = (int)parse_num("--ws-idle-timeout-secs", optarg, 1, 86400);
+      break;
     case O_HELP: usage(stdout); return 0;
     default: usage(stderr); return 2;
     }
@@ -143,8 +163,9 @@ int main(int argc, char **argv) {
   sigemptyset(&sa.sa_mask);
   sigaction(SIGINT, &sa, NULL);
   sigaction(SIGTERM, &sa, NULL);
-  if (ho.http_port >= 0) HARK_INFO("Started HTTPService at 0.0.0.0:%d", ho.http_port);
-  if (ho.metrics_port >= 0) HARK_INFO("Started Metrics Service at 0.0.0.0:%d", ho.metrics_port);
+  const char *addr = ho.address ? ho.address : "0.0.0.0";
+  if (ho.http_port >= 0) HARK_INFO("Started HTTPService at %s:%d", addr, ho.http_port);
+  if (ho.metrics_port >= 0) HARK_INFO("Started Metrics Service at %s:%d", addr, ho.metrics_port);
   hark_http_run(g_http);
   HARK_INFO("shutting down");
   hark_http_free(g_http);

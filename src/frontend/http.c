@@ -16,7 +16,9 @@
  * connection and the engine: a connection that closes first only marks it
  * orphaned (a loop-thread field), and the loop frees it when it is drained.
  * Every request gets exactly one reply; keep-alive connections then wait
- * for the next one. The routes and their handlers live in http_routes.c.
+ * for the next one. The routes and their handlers live in http_routes.c;
+ * WebSocket upgrades (Vosk's streaming protocol) are handed to ws.c, whose
+ * engine requests complete through the same list.
  */
 #include <errno.h>
 #include <stdio.h>
@@ -218,6 +220,13 @@ void hark_http_call_push(http_call *call) {
   pthread_mutex_unlock(&http->lock);
 }
 
+void hark_http_outstanding_add(hark_http *http, int delta) {
+  pthread_mutex_lock(&http->lock);
+  http->outstanding = (uint32_t)((int64_t)http->outstanding + delta);
+  if (!http->outstanding) pthread_cond_broadcast(&http->idle);
+  pthread_mutex_unlock(&http->lock);
+}
+
 void hark_http_call_set_error(http_call *call, hark_error *err) {
   call->status = hark_code_http_status(hark_error_code(err));
   call->ctype = HARK_HTTP_JSON;
@@ -237,6 +246,11 @@ static void drain_completions(hark_http *http) {
   pthread_mutex_unlock(&http->lock);
   while (call) {
     http_call *next = call->next;
+    if (call->ws) {
+      hark_ws_complete(http, call);
+      call = next;
+      continue;
+    }
     if (call->wsi) {
       http_conn *c = lws_wsi_user(call->wsi);
       c->call = NULL;
@@ -371,6 +385,14 @@ static int on_http_request(struct lws *wsi, http_conn *c, const char *path) {
     hark_http_reply_error(wsi, c, hark_error_new(HARK_ERR_NOT_FOUND, "Not Found"));
     return 0;
   }
+  if (c->rt.kind == R_STREAM) {
+    hark_http_reply_error_status(
+        wsi, c, 426,
+        hark_error_new(HARK_ERR_INVALID_ARG,
+                       "this is a WebSocket endpoint (Vosk's streaming protocol): connect "
+                       "with a WebSocket client"));
+    return 0;
+  }
   bool post = hark_http_route_is_post(c->rt.kind);
   if (method == LWSHUMETH_HEAD) { /* a HEAD reply must not carry a body */
     hark_http_reply_text(wsi, c, 405, NULL, NULL, 0);
@@ -422,6 +444,14 @@ static int on_lws_event(struct lws *wsi, enum lws_callback_reasons reason, void 
     case LWS_CALLBACK_EVENT_WAIT_CANCELLED:
       if (http) drain_completions(http);
       return 0;
+    case LWS_CALLBACK_HTTP_CONFIRM_UPGRADE:
+      return hark_ws_confirm_upgrade(wsi, in ? (const char *)in : "");
+    case LWS_CALLBACK_ESTABLISHED: return hark_ws_established(wsi, c);
+    case LWS_CALLBACK_RECEIVE: return hark_ws_receive(wsi, c, in, len);
+    case LWS_CALLBACK_SERVER_WRITEABLE: return hark_ws_writable(wsi, c);
+    case LWS_CALLBACK_CLOSED:
+      if (c) hark_ws_closed(http, c);
+      return 0;
     default: return lws_callback_http_dummy(wsi, reason, user, in, len);
   }
 }
@@ -449,6 +479,8 @@ static struct lws_vhost *make_vhost(hark_http *http, const char *name, int port)
   info.keepalive_timeout = 75; /* nginx's default idle keep-alive */
   info.timeout_secs = (unsigned)http->opts.body_timeout_secs;
   info.options = LWS_SERVER_OPTION_FAIL_UPON_UNABLE_TO_BIND;
+  /* lws binds an IPv4 address only on an IPv4 socket. */
+  if (info.iface && strchr(info.iface, '.')) info.options |= LWS_SERVER_OPTION_DISABLE_IPV6;
   return lws_create_vhost(http->ctx, &info);
 }
 
@@ -480,6 +512,7 @@ hark_error *hark_http_new(hark_server *server, const hark_http_options *opts, ha
     return hark_error_new(HARK_ERR_INTERNAL, "cannot create the HTTP event loop");
   }
   http->ctx_alive = true;
+  hark_ws_start(http);
   const char *where = opts->address ? opts->address : "0.0.0.0";
   if (opts->http_port >= 0 && !(http->vh_http = make_vhost(http, "http", opts->http_port))) {
     hark_http_free(http);
@@ -504,10 +537,11 @@ static void on_tick(lws_sorted_usec_list_t *sul) {
 }
 
 static bool busy(hark_http *http) {
+  bool streams = hark_ws_close_all(http); /* tells them to go, once */
   pthread_mutex_lock(&http->lock);
   bool b = http->outstanding > 0 || http->done_head;
   pthread_mutex_unlock(&http->lock);
-  return b || http->replying > 0;
+  return b || http->replying > 0 || streams;
 }
 
 void hark_http_run(hark_http *http) {
@@ -531,6 +565,7 @@ void hark_http_stop(hark_http *http) {
 void hark_http_free(hark_http *http) {
   if (!http) return;
   if (http->ctx) {
+    hark_ws_stop(http);
     pthread_mutex_lock(&http->lock);
     http->ctx_alive = false;
     pthread_mutex_unlock(&http->lock);
@@ -546,9 +581,13 @@ void hark_http_free(hark_http *http) {
   pthread_mutex_unlock(&http->lock);
   while (call) {
     http_call *next = call->next;
-    hark_http_call_free(call);
+    if (call->ws)
+      hark_ws_discard(call);
+    else
+      hark_http_call_free(call);
     call = next;
   }
+  hark_ws_free_all(http);
   pthread_cond_destroy(&http->idle);
   pthread_mutex_destroy(&http->lock);
   free(http);

@@ -1,7 +1,8 @@
 /*
- * http.h — the HTTP/1.1 front end (libwebsockets): KServe v2 REST on the
- * HTTP port and the Prometheus exposition on the metrics port, both served
- * by one event loop on the thread that calls hark_http_run().
+ * http.h — the HTTP/1.1 front end (libwebsockets): KServe v2 REST and
+ * Vosk-compatible WebSocket speech streams on the HTTP port, and the
+ * Prometheus exposition on the metrics port, all served by one event loop
+ * on the thread that calls hark_http_run().
  */
 #ifndef HARK_HTTP_H
 #define HARK_HTTP_H
@@ -18,6 +19,12 @@ typedef struct hark_http_options {
                                --http-max-input-size, default 64 MiB) */
   int body_timeout_secs;    /* a client that stalls mid-request longer than
                                this is dropped; default 30 */
+  /* WebSocket streams (ws.c); 0/NULL means the default. */
+  const char *speech_model;    /* the model a WebSocket on "/" streams to;
+                                  "asr" */
+  size_t ws_max_message_bytes; /* largest WebSocket message; 1 MiB */
+  int ws_idle_timeout_secs;    /* close a stream silent this long; 60 */
+  uint32_t max_streams;        /* concurrent streams; more get 503; 1024 */
 } hark_http_options;
 
 /* Binds the ports (failing with a clear error if one is taken). Does not

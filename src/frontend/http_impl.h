@@ -1,9 +1,9 @@
 /*
- * http_impl.h — what the two halves of the HTTP front end share: http.c
- * (the libwebsockets event loop, connections, request bodies, replies and
- * the completion list) and http_routes.c (the KServe v2 routes and their
- * handlers). Private to src/frontend; everything here runs on the loop
- * thread unless it says otherwise.
+ * http_impl.h — what the parts of the HTTP front end share: http.c (the
+ * libwebsockets event loop, connections, request bodies, replies and the
+ * completion list), http_routes.c (the KServe v2 routes and their
+ * handlers) and ws.c (WebSocket speech streams). Private to src/frontend;
+ * everything here runs on the loop thread unless it says otherwise.
  */
 #ifndef HARK_HTTP_IMPL_H
 #define HARK_HTTP_IMPL_H
@@ -36,6 +36,7 @@ typedef enum route_kind {
   R_REPO_LOAD,
   R_REPO_UNLOAD,
   R_METRICS,
+  R_STREAM, /* /v2/models/{m}[/versions/{v}]/stream: a WebSocket (ws.c) */
 } route_kind;
 
 typedef struct route {
@@ -53,6 +54,7 @@ typedef enum conn_state {
 } conn_state;
 
 typedef struct http_call http_call;
+typedef struct ws_stream ws_stream;
 
 /* Per-connection state: lws allocates it zeroed; only the loop touches it. */
 typedef struct http_conn {
@@ -69,6 +71,7 @@ typedef struct http_conn {
   hark_kserve_buf out; /* the reply: headers + body from out_off */
   size_t out_off;
   http_call *call; /* in the engine, or NULL */
+  ws_stream *ws;   /* a WebSocket connection's stream (ws.c), or NULL */
 } http_conn;
 
 /* One engine operation (infer, load, unload) and its reply. */
@@ -85,6 +88,12 @@ struct http_call {
   const char *ctype;
   hark_kserve_buf out;
   size_t infer_header_len; /* 0: no binary data */
+  /* A WebSocket stream's request (ws.c) instead: its stream and outcome,
+   * written by the worker before the push, read by the loop after. */
+  ws_stream *ws;
+  uint32_t ws_kind;
+  hark_response *ws_resp;
+  hark_error *ws_err;
 };
 
 struct hark_http {
@@ -100,6 +109,11 @@ struct hark_http {
   http_call *done_head, *done_tail;
   uint32_t outstanding; /* calls the engine has not finished */
   bool ctx_alive;       /* lws_cancel_service may be called */
+  /* WebSocket streams (ws.c), loop thread only. */
+  ws_stream *streams;             /* open connections' streams */
+  uint32_t n_streams;
+  lws_sorted_usec_list_t ws_sweep; /* idle check, once a second */
+  bool ws_closing_all;            /* shutting down: streams told to go */
 };
 
 /* ---- replies (http.c) ----------------------------------------------------- */
@@ -135,6 +149,9 @@ void hark_http_call_refused(hark_http *http, http_conn *c, http_call *call);
 void hark_http_call_push(http_call *call);
 /* Any thread: makes the call's reply {"error": ...} for `err` (not taken). */
 void hark_http_call_set_error(http_call *call, hark_error *err);
+/* Counts a request the engine has (+1) or gave back synchronously (-1);
+ * hark_http_call_push() counts its completion. */
+void hark_http_outstanding_add(hark_http *http, int delta);
 
 /* ---- routes (http_routes.c) ------------------------------------------------ */
 
@@ -146,5 +163,27 @@ bool hark_http_route_is_post(route_kind kind);
 /* Serve c->rt: a GET at once; a POST once its body (c->body) is in. */
 void hark_http_handle_get(struct lws *wsi, http_conn *c);
 void hark_http_handle_post(struct lws *wsi, http_conn *c);
+
+/* ---- WebSocket streams (ws.c) --------------------------------------------- */
+
+/* LWS_CALLBACK_HTTP_CONFIRM_UPGRADE: refuses an upgrade it cannot serve
+ * with an HTTP error (returns 1), allows it (0), or hangs up (-1). */
+int hark_ws_confirm_upgrade(struct lws *wsi, const char *upgrade);
+/* The connection's WebSocket callbacks; -1 closes it. */
+int hark_ws_established(struct lws *wsi, http_conn *c);
+int hark_ws_receive(struct lws *wsi, http_conn *c, const void *in, size_t len);
+int hark_ws_writable(struct lws *wsi, http_conn *c);
+void hark_ws_closed(hark_http *http, http_conn *c);
+/* A stream's request completed (drained from the completion list); takes
+ * the call. hark_ws_discard is the same once the loop is gone. */
+void hark_ws_complete(hark_http *http, http_call *call);
+void hark_ws_discard(http_call *call);
+/* Starts the idle sweep; stops it. */
+void hark_ws_start(hark_http *http);
+void hark_ws_stop(hark_http *http);
+/* Shutting down: closes every stream (1001); true while any is open. */
+bool hark_ws_close_all(hark_http *http);
+/* After the context is gone: frees what streams are left. */
+void hark_ws_free_all(hark_http *http);
 
 #endif

@@ -230,7 +230,8 @@ static hark_error *route_model(char **seg, int n, route *rt) {
   } actions[] = {{"ready", R_MODEL_READY},
                  {"config", R_MODEL_CONFIG},
                  {"stats", R_MODEL_STATS},
-                 {"infer", R_INFER}};
+                 {"infer", R_INFER},
+                 {"stream", R_STREAM}};
   if (i == n) rt->kind = R_MODEL_META;
   for (size_t a = 0; i + 1 == n && a < sizeof actions / sizeof *actions; a++)
     if (strcmp(seg[i], actions[a].name) == 0) rt->kind = actions[a].kind;

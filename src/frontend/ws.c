@@ -1,0 +1,811 @@
+/*
+ * ws.c — Vosk's WebSocket speech protocol on the HTTP port, so Vosk
+ * clients work unchanged: upgrade on "/" (the --speech-model) or on
+ * /v2/models/{m}[/versions/{v}]/stream; binary messages carry 16-bit
+ * little-endian mono PCM, text messages carry {"config": ...} (before the
+ * audio), {"eof": 1} and {"reset": 1} (ws_text.c parses them). Every audio
+ * message, reset and eof gets exactly one JSON reply, in order:
+ * {"partial": ...}, or at the end of an utterance {"text": ...,
+ * "result": [words]} (or {"alternatives": [...]}); eof's final is followed
+ * by close 1000. Every problem closes the stream with a code and a reason.
+ *
+ * A stream is a sequence (a correlation id of its own, high bit set so it
+ * cannot clash with ids HTTP clients choose). Each message becomes one
+ * request on the model, AUDIO (BYTES, one element: the PCM), START on the
+ * first, END on eof, parameter flush=true on reset; the first also carries
+ * sample_rate, words, max_alternatives and phrase_list. One request is in
+ * the engine at a time; later messages wait in a queue bounded in bytes,
+ * and the socket's receive is paused (lws_rx_flow_control) while the queue
+ * or the unsent replies are past their marks. The response (outputs
+ * TRANSCRIPT, IS_FINAL, WORDS, WORD_START/END/CONF, CONFIDENCE, optional
+ * ALTERNATIVES and ALTERNATIVE_CONFIDENCE) arrives on a worker, travels to
+ * the loop on http.c's completion list, and is formatted there.
+ *
+ * A stream outlives its connection while a request is in the engine; a
+ * client that vanishes mid-utterance gets an END sent on its behalf so the
+ * backend frees its decoder at once. Only the loop thread touches streams.
+ */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+
+#include "frontend/http_impl.h"
+#include "frontend/ws_text.h"
+#include "util/log.h"
+
+#define DEFAULT_SPEECH_MODEL "asr"
+#define DEFAULT_MAX_MESSAGE (1u << 20)
+#define DEFAULT_IDLE_SECS 60
+#define DEFAULT_MAX_STREAMS 1024u
+#define DEFAULT_SAMPLE_RATE 16000
+#define OUT_HIGH_WATER (256u * 1024u) /* unsent replies: pause receiving */
+#define SWEEP_US (1000 * LWS_US_PER_MS)
+#define CORR_ID_BIT (1ull << 63)
+
+typedef enum item_kind { ITEM_AUDIO = 0, ITEM_RESET, ITEM_EOF, ITEM_END } item_kind;
+
+/* A message waiting for its turn in the engine. `mem` is the AUDIO
+ * element, a 4-byte length and the PCM, handed to the request as is. */
+typedef struct ws_item {
+  struct ws_item *next;
+  item_kind kind;
+  char *mem;
+  size_t len; /* PCM bytes after the 4-byte length */
+} ws_item;
+
+/* A reply waiting for the socket; the text starts LWS_PRE bytes in. */
+typedef struct ws_out {
+  struct ws_out *next;
+  size_t len;
+  unsigned char buf[];
+} ws_out;
+
+struct ws_stream {
+  hark_http *http;
+  struct lws *wsi;            /* NULL once the connection is gone */
+  ws_stream *prev, *next;     /* http->streams, while connected */
+  char *model;
+  int64_t version;            /* -1 until the first request pins one */
+  uint64_t corr_id;
+  /* settings */
+  int sample_rate, max_alternatives;
+  bool words;
+  char *phrase_list;
+  /* progress */
+  bool audio_seen, eof_seen, seq_started, seq_ended;
+  bool closing, rx_paused;
+  int close_code;
+  char close_reason[HARK_WS_REASON_MAX + 1];
+  uint64_t last_rx_ns;
+  /* the message being received (after 4 bytes of room for its length) */
+  char *msg;
+  size_t msg_len, msg_cap;
+  bool in_msg, msg_binary;
+  /* waiting for the engine, and in it */
+  ws_item *q_head, *q_tail;
+  size_t q_bytes;
+  http_call *inflight;
+  /* replies waiting for the socket */
+  ws_out *out_head, *out_tail;
+  size_t out_bytes;
+};
+
+static _Atomic uint64_t next_corr_id = 1;
+
+static size_t max_message(const hark_http *http) {
+  return http->opts.ws_max_message_bytes ? http->opts.ws_max_message_bytes : DEFAULT_MAX_MESSAGE;
+}
+/* Receiving pauses when this much audio waits; past the hard limit (which
+ * only a client ignoring flow control reaches) the stream is closed. */
+static size_t queue_high(const hark_http *http) { return max_message(http); }
+static size_t queue_hard(const hark_http *http) { return 4 * max_message(http) + 65536; }
+
+/* ---- refusing upgrades --------------------------------------------------- */
+
+static const char *status_text(int status) {
+  switch (status) {
+    case 400: return "Bad Request";
+    case 404: return "Not Found";
+    case 409: return "Conflict";
+    case 429: return "Too Many Requests";
+    case 499: return "Client Closed Request";
+    case 503: return "Service Unavailable";
+    case 504: return "Gateway Timeout";
+    default: return "Internal Server Error";
+  }
+}
+
+/* Writes `status` with {"error": msg} and returns 1, which tells lws the
+ * upgrade was answered. The status line is written here: lws would say
+ * HTTP/1.0 before the request's version is recorded, which WebSocket
+ * clients reject. */
+static int refuse(struct lws *wsi, int status, const char *msg) {
+  hark_kserve_buf b = {0};
+  char head[256];
+  if (!hark_kserve_buf_reserve(&b, LWS_PRE + sizeof head)) return -1;
+  b.len = LWS_PRE + sizeof head;
+  size_t body = b.len;
+  if (!hark_kserve_buf_put_error(&b, msg)) {
+    hark_kserve_buf_free(&b);
+    return -1;
+  }
+  int h = snprintf(head, sizeof head,
+                   "HTTP/1.1 %d %s\r\nContent-Type: %s\r\nContent-Length: %zu\r\n\r\n", status,
+                   status_text(status), HARK_HTTP_JSON, b.len - body);
+  char *start = b.data + body - (size_t)h;
+  memcpy(start, head, (size_t)h);
+  size_t total = b.len - (body - (size_t)h);
+  int n = lws_write(wsi, (unsigned char *)start, total, LWS_WRITE_HTTP_FINAL);
+  hark_kserve_buf_free(&b);
+  return n < 0 ? -1 : 1;
+}
+
+/* The stream route of this connection's URI: model (NULL = the speech
+ * model) and version. False when it is not a stream route. */
+static bool stream_route(struct lws *wsi, route *rt, hark_error **err) {
+  char path[2048];
+  *err = NULL;
+  if (!wsi) return false;
+  if (lws_hdr_copy(wsi, path, sizeof path, WSI_TOKEN_GET_URI) <= 0) return false;
+  if (strcmp(path, "/") == 0) { /* where Vosk's clients connect */
+    *rt = (route){.kind = R_STREAM, .version = -1};
+    return true;
+  }
+  *err = hark_http_route_parse(path, false, rt);
+  return !*err && rt->kind == R_STREAM;
+}
+
+static const char *speech_model(const hark_http *http) {
+  return http->opts.speech_model ? http->opts.speech_model : DEFAULT_SPEECH_MODEL;
+}
+
+static uint32_t max_streams(const hark_http *http) {
+  return http->opts.max_streams ? http->opts.max_streams : DEFAULT_MAX_STREAMS;
+}
+
+int hark_ws_confirm_upgrade(struct lws *wsi, const char *upgrade) {
+  hark_http *http = lws_context_user(lws_get_context(wsi));
+  if (strcasecmp(upgrade, "websocket") != 0) return 0;
+  if (lws_get_vhost(wsi) == http->vh_metrics) return refuse(wsi, 404, "Not Found");
+  route rt = {.kind = R_NONE, .version = -1};
+  hark_error *err;
+  bool ok = stream_route(wsi, &rt, &err);
+  int ret;
+  char msg[256];
+  if (err) {
+    ret = refuse(wsi, hark_code_http_status(hark_error_code(err)), hark_error_message(err));
+    hark_error_free(err);
+  } else if (!ok) {
+    ret = refuse(wsi, 404,
+                 "Not Found: stream on / or /v2/models/{model}[/versions/{version}]/stream");
+  } else if (atomic_load(&http->stop)) {
+    ret = refuse(wsi, 503, "Server is shutting down");
+  } else if (http->n_streams >= max_streams(http)) {
+    snprintf(msg, sizeof msg,
+             "too many streams: the server serves at most %u at once (--max-streams)",
+             max_streams(http));
+    ret = refuse(wsi, 503, msg);
+  } else {
+    hark_model *model;
+    err = hark_server_model_acquire(http->server, rt.model ? rt.model : speech_model(http),
+                                    rt.version, &model);
+    if (err) {
+      ret = refuse(wsi, hark_code_http_status(hark_error_code(err)), hark_error_message(err));
+      hark_error_free(err);
+    } else {
+      hark_model_release(model);
+      ret = 0;
+    }
+  }
+  free(rt.model);
+  return ret;
+}
+
+/* ---- stream lifetime ------------------------------------------------------ */
+
+static void items_free(ws_stream *s) {
+  for (ws_item *it = s->q_head, *next; it; it = next) {
+    next = it->next;
+    free(it->mem);
+    free(it);
+  }
+  s->q_head = s->q_tail = NULL;
+  s->q_bytes = 0;
+}
+
+static void outs_free(ws_stream *s) {
+  for (ws_out *o = s->out_head, *next; o; o = next) {
+    next = o->next;
+    free(o);
+  }
+  s->out_head = s->out_tail = NULL;
+  s->out_bytes = 0;
+}
+
+static void stream_free(ws_stream *s) {
+  items_free(s);
+  outs_free(s);
+  free(s->msg);
+  free(s->model);
+  free(s->phrase_list);
+  free(s);
+}
+
+static void unlink_stream(ws_stream *s) {
+  hark_http *http = s->http;
+  if (s->prev)
+    s->prev->next = s->next;
+  else if (http->streams == s)
+    http->streams = s->next;
+  if (s->next) s->next->prev = s->prev;
+  s->prev = s->next = NULL;
+  http->n_streams--;
+}
+
+int hark_ws_established(struct lws *wsi, http_conn *c) {
+  hark_http *http = lws_context_user(lws_get_context(wsi));
+  route rt = {.kind = R_NONE, .version = -1};
+  hark_error *err = NULL;
+  if (!c || !stream_route(wsi, &rt, &err)) { /* confirmed a moment ago */
+    hark_error_free(err);
+    free(rt.model);
+    return -1;
+  }
+  ws_stream *s = calloc(1, sizeof *s);
+  if (!s || !(s->model = rt.model ? rt.model : strdup(speech_model(http)))) {
+    free(rt.model);
+    free(s);
+    return -1;
+  }
+  s->http = http;
+  s->wsi = wsi;
+  s->version = rt.version;
+  s->corr_id = CORR_ID_BIT | atomic_fetch_add(&next_corr_id, 1);
+  s->sample_rate = DEFAULT_SAMPLE_RATE;
+  s->words = true; /* Vosk's server shows words unless told otherwise */
+  s->last_rx_ns = hark_now_ns();
+  s->next = http->streams;
+  if (s->next) s->next->prev = s;
+  http->streams = s;
+  http->n_streams++;
+  c->ws = s;
+  return 0;
+}
+
+/* Stops taking input and closes once the replies already made are out. */
+static void stream_close(ws_stream *s, int code, const char *reason) {
+  if (s->closing || !s->wsi) return;
+  s->closing = true;
+  s->close_code = code;
+  snprintf(s->close_reason, sizeof s->close_reason, "%s", reason ? reason : "");
+  hark_ws_reason_fit(s->close_reason, HARK_WS_REASON_MAX);
+  items_free(s);
+  if (s->rx_paused) { /* let the close handshake be read */
+    lws_rx_flow_control(s->wsi, 1);
+    s->rx_paused = false;
+  }
+  lws_callback_on_writable(s->wsi);
+}
+
+static int error_close_code(const hark_error *err) {
+  hark_code code = hark_error_code(err);
+  return code == HARK_ERR_UNAVAILABLE || code == HARK_ERR_RESOURCE_EXHAUSTED
+             ? HARK_WS_CLOSE_TRY_LATER
+             : HARK_WS_CLOSE_INTERNAL;
+}
+
+/* ---- requests --------------------------------------------------------------- */
+
+/* Worker thread: keeps the last response and the first error; the final
+ * hands the call to the loop. */
+static void on_response(hark_response *resp, uint32_t flags, hark_error *err, void *userp) {
+  http_call *call = userp;
+  if (resp) {
+    hark_response_free(call->ws_resp);
+    call->ws_resp = resp;
+  }
+  if (err && !call->ws_err)
+    call->ws_err = err;
+  else
+    hark_error_free(err);
+  if (flags & HARK_RESPONSE_FINAL) hark_http_call_push(call);
+}
+
+static void set_int_param(hark_request *req, const char *key, long v) {
+  char num[32];
+  snprintf(num, sizeof num, "%ld", v);
+  hark_request_set_parameter(req, key, num);
+}
+
+/* Builds the request for `it` (taking its memory) and hands it to the
+ * engine. On error nothing reached the engine and `it` is freed. */
+static hark_error *submit(ws_stream *s, ws_item *it) {
+  hark_http *http = s->http;
+  hark_model *model;
+  hark_error *err = hark_server_model_acquire(http->server, s->model, s->version, &model);
+  if (err) {
+    free(it->mem);
+    free(it);
+    return err;
+  }
+  hark_request *req = hark_request_new(model);
+  bool batched = hark_model_get_config(model)->max_batch_size > 0;
+  int64_t version = hark_model_version(model);
+  hark_model_release(model); /* the request holds its own reference */
+  uint32_t flags = 0;
+  if (!s->seq_started) {
+    flags |= HARK_REQUEST_SEQUENCE_START;
+    set_int_param(req, "sample_rate", s->sample_rate);
+    hark_request_set_parameter(req, "words", s->words ? "true" : "false");
+    set_int_param(req, "max_alternatives", s->max_alternatives);
+    if (s->phrase_list) hark_request_set_parameter(req, "phrase_list", s->phrase_list);
+  }
+  if (it->kind == ITEM_EOF || it->kind == ITEM_END) flags |= HARK_REQUEST_SEQUENCE_END;
+  if (it->kind == ITEM_RESET) hark_request_set_parameter(req, "flush", "true");
+  hark_request_set_flags(req, flags);
+  hark_request_set_correlation_id(req, s->corr_id);
+  uint32_t n = (uint32_t)it->len;
+  memcpy(it->mem, &(uint32_t){n}, 4); /* the BYTES element's length, little-endian */
+  static const int64_t shape1[1] = {1}, shape2[2] = {1, 1};
+  err = hark_request_add_input(req, "AUDIO", HARK_TYPE_BYTES, batched ? shape2 : shape1,
+                               batched ? 2 : 1, it->mem, it->len + 4);
+  hark_request_attach(req, it->mem, free);
+  item_kind kind = it->kind;
+  free(it);
+  http_call *call = err ? NULL : hark_http_call_new(http, NULL);
+  if (!err && !call) err = hark_error_new(HARK_ERR_INTERNAL, "out of memory");
+  if (err) {
+    hark_request_free(req);
+    return err;
+  }
+  call->ws = s;
+  call->ws_kind = kind;
+  hark_request_set_callback(req, on_response, call);
+  hark_http_outstanding_add(http, 1);
+  err = hark_server_infer(http->server, req);
+  if (err) {
+    hark_http_outstanding_add(http, -1);
+    hark_request_free(req);
+    hark_http_call_free(call);
+    return err;
+  }
+  s->version = version; /* the whole stream stays on one version */
+  s->seq_started = true;
+  if (flags & HARK_REQUEST_SEQUENCE_END) s->seq_ended = true;
+  s->inflight = call;
+  return NULL;
+}
+
+/* Ends the sequence of a stream whose client is gone, so the backend
+ * frees its decoder now rather than at its idle timeout. */
+static void send_end(ws_stream *s) {
+  ws_item *it = calloc(1, sizeof *it);
+  if (it && !(it->mem = malloc(4))) {
+    free(it);
+    it = NULL;
+  }
+  if (!it) return;
+  it->kind = ITEM_END;
+  hark_error *err = submit(s, it);
+  if (err) {
+    HARK_VERBOSE("ws: cannot end the sequence of a closed stream: %s", hark_error_message(err));
+    hark_error_free(err);
+  }
+}
+
+static void update_flow(ws_stream *s) {
+  if (!s->wsi || s->closing) return;
+  hark_http *http = s->http;
+  bool over = s->q_bytes >= queue_high(http) || s->out_bytes >= OUT_HIGH_WATER;
+  bool under = s->q_bytes < queue_high(http) / 2 && s->out_bytes < OUT_HIGH_WATER / 2;
+  if (!s->rx_paused && over) {
+    lws_rx_flow_control(s->wsi, 0);
+    s->rx_paused = true;
+  } else if (s->rx_paused && under) {
+    lws_rx_flow_control(s->wsi, 1);
+    s->rx_paused = false;
+  }
+}
+
+/* Sends the next queued message to the engine if none is there. */
+static void pump(ws_stream *s) {
+  while (!s->inflight && s->q_head && s->wsi && !s->closing) {
+    ws_item *it = s->q_head;
+    if (!(s->q_head = it->next)) s->q_tail = NULL;
+    s->q_bytes -= it->len;
+    hark_error *err = submit(s, it);
+    if (err) {
+      stream_close(s, error_close_code(err), hark_error_message(err));
+      hark_error_free(err);
+    }
+  }
+  update_flow(s);
+}
+
+static void enqueue(ws_stream *s, item_kind kind, char *mem, size_t len) {
+  ws_item *it = calloc(1, sizeof *it);
+  if (!it || (!mem && !(mem = malloc(4)))) {
+    free(it);
+    free(mem);
+    stream_close(s, HARK_WS_CLOSE_INTERNAL, "out of memory");
+    return;
+  }
+  it->kind = kind;
+  it->mem = mem;
+  it->len = len;
+  if (s->q_tail)
+    s->q_tail->next = it;
+  else
+    s->q_head = it;
+  s->q_tail = it;
+  s->q_bytes += len;
+  if (s->q_bytes > queue_hard(s->http)) {
+    stream_close(s, HARK_WS_CLOSE_TRY_LATER, "stream is too far behind");
+    return;
+  }
+  pump(s);
+}
+
+/* ---- replies ----------------------------------------------------------------- */
+
+/* BYTES element `i` of `t`, bounds-checked. */
+static bool bytes_at(const hark_tensor *t, uint32_t i, const char **p, uint32_t *len) {
+  if (!t || t->datatype != HARK_TYPE_BYTES) return false;
+  const char *d = t->data, *end = d + t->byte_size;
+  for (uint32_t k = 0;; k++) {
+    uint32_t n;
+    if ((size_t)(end - d) < 4) return false;
+    memcpy(&n, d, 4);
+    d += 4;
+    if ((size_t)(end - d) < n) return false;
+    if (k == i) {
+      *p = d;
+      *len = n;
+      return true;
+    }
+    d += n;
+  }
+}
+
+static uint32_t count_of(const hark_tensor *t, size_t elem) {
+  if (!t) return 0;
+  int64_t n = hark_shape_count(t->shape, t->ndims);
+  if (n < 0) return 0;
+  if (elem && (size_t)n * elem > t->byte_size) n = (int64_t)(t->byte_size / elem);
+  return (uint32_t)n;
+}
+
+static float fp32_at(const hark_tensor *t, uint32_t i, float dflt) {
+  if (!t || t->datatype != HARK_TYPE_FP32 || i >= count_of(t, 4)) return dflt;
+  float v;
+  memcpy(&v, (const char *)t->data + 4 * (size_t)i, 4);
+  return isfinite(v) ? v : dflt;
+}
+
+static bool put_num(hark_kserve_buf *b, double v) {
+  char num[48];
+  int n = snprintf(num, sizeof num, "%.6f", isfinite(v) ? v : 0.0);
+  return hark_kserve_buf_put(b, num, (size_t)n);
+}
+
+static bool put_words(hark_kserve_buf *b, const hark_response *resp) {
+  const hark_tensor *w = hark_response_output_by_name(resp, "WORDS"),
+                    *st = hark_response_output_by_name(resp, "WORD_START"),
+                    *en = hark_response_output_by_name(resp, "WORD_END"),
+                    *cf = hark_response_output_by_name(resp, "WORD_CONF");
+  bool ok = hark_kserve_buf_puts(b, "[");
+  uint32_t n = count_of(w, 0);
+  for (uint32_t i = 0; ok && i < n; i++) {
+    const char *p;
+    uint32_t len;
+    if (!bytes_at(w, i, &p, &len)) break;
+    ok = (i == 0 || hark_kserve_buf_puts(b, ",")) && hark_kserve_buf_puts(b, "{\"conf\": ") &&
+         put_num(b, fp32_at(cf, i, 1.0f)) && hark_kserve_buf_puts(b, ", \"end\": ") &&
+         put_num(b, fp32_at(en, i, 0.0f)) && hark_kserve_buf_puts(b, ", \"start\": ") &&
+         put_num(b, fp32_at(st, i, 0.0f)) && hark_kserve_buf_puts(b, ", \"word\": ") &&
+         hark_kserve_buf_put_jstr(b, p, len) && hark_kserve_buf_puts(b, "}");
+  }
+  return ok && hark_kserve_buf_puts(b, "]");
+}
+
+static uint32_t word_count(const hark_response *resp) {
+  return count_of(hark_response_output_by_name(resp, "WORDS"), 0);
+}
+
+/* Vosk's alternatives: the n-best texts (ALTERNATIVES, best first; the
+ * transcript alone when absent), each with its confidence, the best with
+ * its words. */
+static bool put_alternatives(hark_kserve_buf *b, const ws_stream *s, const hark_response *resp,
+                             const char *text, uint32_t text_len) {
+  const hark_tensor *alts = hark_response_output_by_name(resp, "ALTERNATIVES"),
+                    *acf = hark_response_output_by_name(resp, "ALTERNATIVE_CONFIDENCE");
+  float conf = fp32_at(hark_response_output_by_name(resp, "CONFIDENCE"), 0, 1.0f);
+  uint32_t n = alts ? count_of(alts, 0) : 1;
+  if (n > (uint32_t)s->max_alternatives) n = (uint32_t)s->max_alternatives;
+  bool ok = hark_kserve_buf_puts(b, "{\"alternatives\": [");
+  for (uint32_t i = 0; ok && i < n; i++) {
+    const char *p = text;
+    uint32_t len = text_len;
+    if (alts && !bytes_at(alts, i, &p, &len)) break;
+    ok = (i == 0 || hark_kserve_buf_puts(b, ", ")) && hark_kserve_buf_puts(b, "{\"confidence\": ") &&
+         put_num(b, fp32_at(acf, i, i == 0 ? conf : 0.0f));
+    if (ok && i == 0 && s->words && word_count(resp))
+      ok = hark_kserve_buf_puts(b, ", \"result\": ") && put_words(b, resp);
+    ok = ok && hark_kserve_buf_puts(b, ", \"text\": ") && hark_kserve_buf_put_jstr(b, p, len) &&
+         hark_kserve_buf_puts(b, "}");
+  }
+  return ok && hark_kserve_buf_puts(b, "]}");
+}
+
+/* The Vosk JSON for a response, after LWS_PRE bytes of headroom. A reset
+ * or eof always answers with a final, as Vosk's FinalResult does. */
+static bool format_reply(hark_kserve_buf *b, const ws_stream *s, const hark_response *resp,
+                         bool force_final) {
+  const char *text = "";
+  uint32_t text_len = 0;
+  if (resp) bytes_at(hark_response_output_by_name(resp, "TRANSCRIPT"), 0, &text, &text_len);
+  const hark_tensor *fin = resp ? hark_response_output_by_name(resp, "IS_FINAL") : NULL;
+  bool final = force_final ||
+               (fin && fin->datatype == HARK_TYPE_BOOL && fin->byte_size >= 1 &&
+                ((const unsigned char *)fin->data)[0]);
+  if (!hark_kserve_buf_reserve(b, LWS_PRE + 64)) return false;
+  b->len = LWS_PRE;
+  if (!final)
+    return hark_kserve_buf_puts(b, "{\"partial\": ") &&
+           hark_kserve_buf_put_jstr(b, text, text_len) && hark_kserve_buf_puts(b, "}");
+  if (s->max_alternatives > 0 && resp) return put_alternatives(b, s, resp, text, text_len);
+  bool ok = hark_kserve_buf_puts(b, "{");
+  if (ok && resp && s->words && word_count(resp))
+    ok = hark_kserve_buf_puts(b, "\"result\": ") && put_words(b, resp) &&
+         hark_kserve_buf_puts(b, ", ");
+  return ok && hark_kserve_buf_puts(b, "\"text\": ") &&
+         hark_kserve_buf_put_jstr(b, text, text_len) && hark_kserve_buf_puts(b, "}");
+}
+
+static void queue_reply(ws_stream *s, const hark_response *resp, bool force_final) {
+  hark_kserve_buf b = {0};
+  if (!format_reply(&b, s, resp, force_final)) {
+    hark_kserve_buf_free(&b);
+    stream_close(s, HARK_WS_CLOSE_INTERNAL, "out of memory");
+    return;
+  }
+  size_t len = b.len - LWS_PRE;
+  ws_out *o = malloc(sizeof *o + b.len);
+  if (!o) {
+    hark_kserve_buf_free(&b);
+    stream_close(s, HARK_WS_CLOSE_INTERNAL, "out of memory");
+    return;
+  }
+  o->next = NULL;
+  o->len = len;
+  memcpy(o->buf + LWS_PRE, b.data + LWS_PRE, len);
+  hark_kserve_buf_free(&b);
+  if (s->out_tail)
+    s->out_tail->next = o;
+  else
+    s->out_head = o;
+  s->out_tail = o;
+  s->out_bytes += len;
+  lws_callback_on_writable(s->wsi);
+}
+
+int hark_ws_writable(struct lws *wsi, http_conn *c) {
+  ws_stream *s = c ? c->ws : NULL;
+  if (!s) return 0;
+  if (lws_partial_buffered(wsi)) { /* lws sends its leftovers first */
+    lws_callback_on_writable(wsi);
+    return 0;
+  }
+  ws_out *o = s->out_head;
+  if (o) {
+    if (lws_write(wsi, o->buf + LWS_PRE, o->len, LWS_WRITE_TEXT) < (int)o->len) return -1;
+    if (!(s->out_head = o->next)) s->out_tail = NULL;
+    s->out_bytes -= o->len;
+    free(o);
+    if (s->out_head || s->closing) lws_callback_on_writable(wsi);
+    update_flow(s);
+    return 0;
+  }
+  if (!s->closing) return 0;
+  lws_close_reason(wsi, (enum lws_close_status)s->close_code, (unsigned char *)s->close_reason,
+                   strlen(s->close_reason));
+  return -1;
+}
+
+/* ---- completions ---------------------------------------------------------------- */
+
+static void call_free(http_call *call) {
+  hark_response_free(call->ws_resp);
+  hark_error_free(call->ws_err);
+  hark_http_call_free(call);
+}
+
+void hark_ws_complete(hark_http *http, http_call *call) {
+  (void)http;
+  ws_stream *s = call->ws;
+  if (s->inflight == call) s->inflight = NULL;
+  if (s->wsi && !s->closing) {
+    if (call->ws_err) {
+      stream_close(s, error_close_code(call->ws_err), hark_error_message(call->ws_err));
+    } else {
+      bool flush = call->ws_kind == ITEM_EOF || call->ws_kind == ITEM_RESET;
+      queue_reply(s, call->ws_resp, flush);
+      if (call->ws_kind == ITEM_EOF) stream_close(s, HARK_WS_CLOSE_NORMAL, "");
+    }
+  }
+  call_free(call);
+  if (s->wsi) {
+    pump(s);
+    return;
+  }
+  /* The client is gone: end its sequence, then free the stream. */
+  if (s->seq_started && !s->seq_ended) send_end(s);
+  if (!s->inflight) stream_free(s);
+}
+
+void hark_ws_discard(http_call *call) {
+  ws_stream *s = call->ws;
+  if (s->inflight == call) s->inflight = NULL;
+  call_free(call);
+  if (!s->wsi && !s->inflight) stream_free(s);
+}
+
+/* ---- receiving -------------------------------------------------------------------- */
+
+static void on_text(ws_stream *s, const char *data, size_t len) {
+  hark_ws_text t;
+  hark_ws_text_parse(data, len, &t);
+  switch (t.kind) {
+    case HARK_WS_TEXT_CONFIG:
+      /* Vosk reads the config when it makes the recogniser, at the first
+       * audio; a later one would be silently ignored there. Say so here. */
+      if (s->audio_seen || s->seq_started) {
+        stream_close(s, HARK_WS_CLOSE_POLICY,
+                     "config must come before the first audio message");
+        break;
+      }
+      if (t.config.has_sample_rate) s->sample_rate = t.config.sample_rate;
+      if (t.config.has_words) s->words = t.config.words;
+      if (t.config.has_max_alternatives) s->max_alternatives = t.config.max_alternatives;
+      if (t.config.phrase_list) {
+        free(s->phrase_list);
+        s->phrase_list = t.config.phrase_list;
+        t.config.phrase_list = NULL;
+      }
+      break;
+    case HARK_WS_TEXT_EOF:
+      s->eof_seen = true;
+      enqueue(s, ITEM_EOF, NULL, 0);
+      break;
+    case HARK_WS_TEXT_RESET: enqueue(s, ITEM_RESET, NULL, 0); break;
+    default: stream_close(s, t.close_code, t.reason); break;
+  }
+  hark_ws_text_clear(&t);
+}
+
+static void on_message(ws_stream *s) {
+  char *mem = s->msg;
+  size_t len = s->msg_len;
+  s->msg = NULL;
+  s->msg_len = s->msg_cap = 0;
+  if (!s->msg_binary) {
+    on_text(s, mem ? mem + 4 : "", len);
+    free(mem);
+    return;
+  }
+  if (len % 2) {
+    char reason[HARK_WS_REASON_MAX + 1];
+    snprintf(reason, sizeof reason,
+             "audio must be 16-bit little-endian PCM: got a binary message of %zu bytes (odd)",
+             len);
+    free(mem);
+    stream_close(s, HARK_WS_CLOSE_UNSUPPORTED, reason);
+    return;
+  }
+  s->audio_seen = true;
+  enqueue(s, ITEM_AUDIO, mem, len);
+}
+
+/* Appends a piece of the current message, within the size limit. */
+static bool msg_append(ws_stream *s, const void *in, size_t len) {
+  size_t limit = max_message(s->http);
+  if (len > limit - s->msg_len) {
+    char reason[HARK_WS_REASON_MAX + 1];
+    snprintf(reason, sizeof reason,
+             "message too big: the limit is %zu bytes (--ws-max-message-bytes)", limit);
+    stream_close(s, HARK_WS_CLOSE_TOO_BIG, reason);
+    return false;
+  }
+  size_t need = 4 + s->msg_len + len;
+  if (need > s->msg_cap) {
+    size_t cap = s->msg_cap ? s->msg_cap : 8192;
+    while (cap < need) cap *= 2;
+    if (cap > 4 + limit) cap = 4 + limit;
+    char *m = realloc(s->msg, cap);
+    if (!m) {
+      stream_close(s, HARK_WS_CLOSE_INTERNAL, "out of memory");
+      return false;
+    }
+    s->msg = m;
+    s->msg_cap = cap;
+  }
+  if (len) memcpy(s->msg + 4 + s->msg_len, in, len);
+  s->msg_len += len;
+  return true;
+}
+
+int hark_ws_receive(struct lws *wsi, http_conn *c, const void *in, size_t len) {
+  ws_stream *s = c ? c->ws : NULL;
+  if (!s) return -1;
+  s->last_rx_ns = hark_now_ns();
+  if (s->closing || s->eof_seen) return 0; /* Vosk reads nothing after eof */
+  if (!s->in_msg) {
+    s->in_msg = true;
+    s->msg_binary = lws_frame_is_binary(wsi) != 0;
+    s->msg_len = 0;
+  }
+  if (!msg_append(s, in, len)) return 0;
+  if (lws_is_final_fragment(wsi) && lws_remaining_packet_payload(wsi) == 0) {
+    s->in_msg = false;
+    on_message(s);
+  }
+  return 0;
+}
+
+void hark_ws_closed(hark_http *http, http_conn *c) {
+  ws_stream *s = c->ws;
+  (void)http;
+  if (!s) return;
+  c->ws = NULL;
+  unlink_stream(s);
+  s->wsi = NULL;
+  items_free(s);
+  outs_free(s);
+  free(s->msg);
+  s->msg = NULL;
+  if (s->inflight) return; /* hark_ws_complete finishes the job */
+  if (s->seq_started && !s->seq_ended) send_end(s);
+  if (!s->inflight) stream_free(s);
+}
+
+/* ---- idle sweep and shutdown ---------------------------------------------------------- */
+
+static void on_sweep(lws_sorted_usec_list_t *sul) {
+  hark_http *http = lws_container_of(sul, hark_http, ws_sweep);
+  int secs = http->opts.ws_idle_timeout_secs > 0 ? http->opts.ws_idle_timeout_secs
+                                                  : DEFAULT_IDLE_SECS;
+  uint64_t now = hark_now_ns(), limit = (uint64_t)secs * 1000000000ull;
+  for (ws_stream *s = http->streams; s; s = s->next) {
+    /* Waiting on the engine or on our replies is not the client's idling. */
+    if (s->closing || s->inflight || s->q_head || s->out_head || s->rx_paused) continue;
+    if (now - s->last_rx_ns >= limit) stream_close(s, HARK_WS_CLOSE_GOING_AWAY, "idle timeout");
+  }
+  lws_sul_schedule(http->ctx, 0, &http->ws_sweep, on_sweep, SWEEP_US);
+}
+
+void hark_ws_start(hark_http *http) {
+  lws_sul_schedule(http->ctx, 0, &http->ws_sweep, on_sweep, SWEEP_US);
+}
+
+void hark_ws_stop(hark_http *http) { lws_sul_cancel(&http->ws_sweep); }
+
+bool hark_ws_close_all(hark_http *http) {
+  if (!http->ws_closing_all) {
+    http->ws_closing_all = true;
+    for (ws_stream *s = http->streams; s; s = s->next)
+      stream_close(s, HARK_WS_CLOSE_GOING_AWAY, "server is shutting down");
+  }
+  return http->streams != NULL;
+}
+
+void hark_ws_free_all(hark_http *http) {
+  /* lws_context_destroy closed every connection, so only streams whose
+   * CLOSED never came could be left: free them. */
+  while (http->streams) {
+    ws_stream *s = http->streams;
+    unlink_stream(s);
+    stream_free(s);
+  }
+}

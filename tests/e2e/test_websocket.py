@@ -1,0 +1,348 @@
+"""Vosk's WebSocket streaming protocol against the real harkd, with the
+python3-websockets client: config, one reply per message, reset and eof,
+every bad input's close code and reason (while another stream keeps
+working), idle timeout, admission, clients that vanish, shutdown, and many
+connect/disconnect cycles.
+
+The model is echo_asr (a sample counter with the asr model's inputs and
+outputs); HARK_WS_MODEL names another for the protocol-level tests."""
+import asyncio
+import json
+import os
+import socket
+import time
+import unittest
+
+import websockets
+
+from harness import Harkd, ServerTest, main, make_repo
+
+MODEL = os.environ.get("HARK_WS_MODEL", "echo_asr")
+ECHO_CONFIG = open(os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..",
+                                "models", "echo_asr", "config.pbtxt")).read()
+
+
+def pcm(samples, fill=b"\x01\x00"):
+    return fill * samples
+
+
+def run(coro, timeout=60):
+    return asyncio.run(asyncio.wait_for(coro, timeout))
+
+
+class WsTest(ServerTest):
+    # Its own repository, so other models' state cannot hold readiness back.
+    REPO = {"echo_asr": ECHO_CONFIG} if MODEL == "echo_asr" else None
+    ARGS = ("--speech-model", MODEL, "--ws-max-message-bytes", "65536")
+
+    def url(self, path="/"):
+        return f"ws://127.0.0.1:{self.server.http_port}{path}"
+
+    async def expect_close(self, ws, code, reason_part=""):
+        """Reads until the server closes; checks the code and reason."""
+        try:
+            while True:
+                await ws.recv()
+        except websockets.ConnectionClosed as e:
+            self.assertEqual(e.code, code, e.reason)
+            self.assertIn(reason_part, e.reason)
+            return e.reason
+
+
+class Protocol(WsTest):
+    def test_partials_reset_eof(self):
+        async def go():
+            async with websockets.connect(self.url()) as ws:
+                await ws.send(json.dumps({"config": {"sample_rate": 8000}}))
+                for i in range(1, 4):
+                    await ws.send(pcm(4000))
+                    self.assertEqual(json.loads(await ws.recv()), {"partial": f"{4000 * i} samples"})
+                await ws.send('{"reset" : 1}')
+                doc = json.loads(await ws.recv())
+                self.assertEqual(doc["text"], "12000")
+                self.assertEqual(doc["result"], [{"conf": 1.0, "start": 0.0, "end": 1.5,
+                                                  "word": "12000"}])
+                await ws.send(pcm(800))
+                self.assertEqual(json.loads(await ws.recv()), {"partial": "800 samples"})
+                await ws.send('{"eof":1}')
+                doc = json.loads(await ws.recv())
+                self.assertEqual(doc["text"], "800")
+                self.assertAlmostEqual(doc["result"][0]["start"], 1.5)
+                self.assertAlmostEqual(doc["result"][0]["end"], 1.6)
+                await self.expect_close(ws, 1000)
+        run(go())
+
+    def test_model_routes(self):
+        async def go():
+            for path in (f"/v2/models/{MODEL}/stream", f"/v2/models/{MODEL}/versions/1/stream"):
+                async with websockets.connect(self.url(path)) as ws:
+                    await ws.send(pcm(10))
+                    self.assertIn("partial", json.loads(await ws.recv()))
+                    await ws.send('{"eof" : 1}')
+                    self.assertIn("text", json.loads(await ws.recv()))
+                    await self.expect_close(ws, 1000)
+        run(go())
+
+    def test_words_off_and_alternatives(self):
+        async def go():
+            async with websockets.connect(self.url()) as ws:
+                await ws.send(json.dumps({"config": {"words": False, "unknown_key": 3}}))
+                await ws.send(pcm(100))
+                await ws.recv()
+                await ws.send('{"eof" : 1}')
+                self.assertEqual(json.loads(await ws.recv()), {"text": "100"})
+            async with websockets.connect(self.url()) as ws:
+                await ws.send(json.dumps({"config": {"max_alternatives": 2, "words": True}}))
+                await ws.send(pcm(100))
+                await ws.recv()
+                await ws.send('{"eof" : 1}')
+                doc = json.loads(await ws.recv())
+                alts = doc["alternatives"]
+                self.assertEqual([a["text"] for a in alts], ["100", "100 alt"])
+                self.assertEqual([a["confidence"] for a in alts], [1.0, 0.5])
+                self.assertEqual(alts[0]["result"][0]["word"], "100")
+        run(go())
+
+    def test_eof_without_audio_and_empty_message(self):
+        async def go():
+            async with websockets.connect(self.url()) as ws:
+                await ws.send(b"")
+                self.assertEqual(json.loads(await ws.recv()), {"partial": "0 samples"})
+                await ws.send('{"eof" : 1}')
+                self.assertEqual(json.loads(await ws.recv())["text"], "0")
+                await self.expect_close(ws, 1000)
+            async with websockets.connect(self.url()) as ws:
+                await ws.send('{"eof" : 1}')
+                self.assertEqual(json.loads(await ws.recv())["text"], "0")
+                await self.expect_close(ws, 1000)
+        run(go())
+
+    def test_wav_header_skipped(self):
+        header = (b"RIFF" + (36 + 200).to_bytes(4, "little") + b"WAVEfmt " +
+                  (16).to_bytes(4, "little") + bytes(16) + b"data" + (200).to_bytes(4, "little"))
+
+        async def go():
+            async with websockets.connect(self.url()) as ws:
+                await ws.send(header + pcm(100))
+                self.assertEqual(json.loads(await ws.recv()), {"partial": "100 samples"})
+        run(go())
+
+    def test_one_reply_per_message_in_order(self):
+        n = 60
+
+        async def go():
+            async with websockets.connect(self.url()) as ws:
+                for i in range(n):  # no waiting: the server queues them
+                    await ws.send(b"SLOW" + pcm(48) if i == 5 else pcm(50))
+                await ws.send('{"eof" : 1}')
+                replies = [json.loads(await ws.recv()) for _ in range(n + 1)]
+                self.assertEqual([r["partial"] for r in replies[:n]],
+                                 [f"{50 * (i + 1)} samples" for i in range(n)])
+                self.assertEqual(replies[n]["text"], str(50 * n))
+                await self.expect_close(ws, 1000)
+        run(go())
+
+    def test_fragmented_message(self):
+        async def go():
+            async with websockets.connect(self.url()) as ws:
+                await ws.send([pcm(1000), pcm(1000), pcm(500)])  # one message, three frames
+                self.assertEqual(json.loads(await ws.recv()), {"partial": "2500 samples"})
+                await ws.send(['{"eof"', ' : 1}'])
+                self.assertEqual(json.loads(await ws.recv())["text"], "2500")
+        run(go())
+
+    def test_concurrent_streams(self):
+        async def one(k):
+            async with websockets.connect(self.url()) as ws:
+                for i in range(10):
+                    await ws.send(pcm(10 + k))
+                    self.assertEqual(json.loads(await ws.recv())["partial"],
+                                     f"{(10 + k) * (i + 1)} samples")
+                await ws.send('{"eof" : 1}')
+                self.assertEqual(json.loads(await ws.recv())["text"], str((10 + k) * 10))
+
+        async def go():
+            await asyncio.gather(*(one(k) for k in range(24)))
+        run(go())
+
+    def test_bad_inputs_close_with_reason(self):
+        big = 65536 + 2
+        cases = [
+            ([pcm(1) + b"x"], 1003, "odd"),
+            (["hello"], 1003, "JSON"),
+            (['{"foo": 1}'], 1003, "unknown message"),
+            ([json.dumps({"config": {"sample_rate": "x"}})], 1007, "sample_rate"),
+            ([json.dumps({"config": {"sample_rate": 100}})], 1007, "sample_rate"),
+            ([json.dumps({"config": {"sample_rate": 96000}})], 1007, "8000"),
+            ([json.dumps({"config": {"words": "yes"}})], 1007, "words"),
+            ([json.dumps({"config": {"max_alternatives": -1}})], 1007, "max_alternatives"),
+            ([json.dumps({"config": {"phrase_list": [1]}})], 1007, "phrase_list"),
+            ([json.dumps({"config": 5})], 1007, "config"),
+            (['{"eof": 2}'], 1007, "eof"),
+            ([pcm(10), json.dumps({"config": {"sample_rate": 8000}})], 1008, "before the first audio"),
+            ([b"\0" * big], 1009, "--ws-max-message-bytes"),
+            ([b"FAIL" + pcm(10)], 1011, "failing as asked"),
+        ]
+
+        async def go():
+            # A healthy stream runs alongside every failing one.
+            async with websockets.connect(self.url()) as good:
+                total = 0
+                for msgs, code, reason in cases:
+                    with self.subTest(msgs=str(msgs)[:60]):
+                        async with websockets.connect(self.url(), max_size=None) as ws:
+                            for m in msgs:
+                                await ws.send(m)
+                            await self.expect_close(ws, code, reason)
+                    await good.send(pcm(7))
+                    total += 7
+                    self.assertEqual(json.loads(await good.recv()), {"partial": f"{total} samples"})
+        run(go())
+
+    def test_unknown_model_refused_with_404(self):
+        async def go():
+            with self.assertRaises(websockets.InvalidStatusCode) as cm:
+                async with websockets.connect(self.url("/v2/models/nope/stream")):
+                    pass
+            self.assertEqual(cm.exception.status_code, 404)
+            with self.assertRaises(websockets.InvalidStatusCode) as cm:
+                async with websockets.connect(self.url("/v2/nothing/here")):
+                    pass
+            self.assertEqual(cm.exception.status_code, 404)
+        run(go())
+        # The body is KServe's JSON error.
+        s = socket.create_connection(("127.0.0.1", self.server.http_port), timeout=10)
+        s.sendall(b"GET /v2/models/nope/stream HTTP/1.1\r\nHost: x\r\nUpgrade: websocket\r\n"
+                  b"Connection: Upgrade\r\nSec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\n"
+                  b"Sec-WebSocket-Version: 13\r\n\r\n")
+        data = b""
+        while b"\r\n\r\n" not in data or not data.endswith(b"}"):
+            chunk = s.recv(4096)
+            if not chunk:
+                break
+            data += chunk
+        s.close()
+        head, _, body = data.partition(b"\r\n\r\n")
+        self.assertTrue(head.startswith(b"HTTP/1.1 404"), head)
+        self.assertIn("nope", json.loads(body)["error"])
+
+    def test_plain_get_on_stream_route(self):
+        status, _, body = self.server.request("GET", f"/v2/models/{MODEL}/stream")
+        self.assertEqual(status, 426)
+        self.assertIn("WebSocket", json.loads(body)["error"])
+
+    def test_connect_disconnect_cycles(self):
+        def rss_kb():
+            with open(f"/proc/{self.server.proc.pid}/status") as f:
+                for line in f:
+                    if line.startswith("VmRSS:"):
+                        return int(line.split()[1])
+            return 0
+
+        async def cycle(i):
+            async with websockets.connect(self.url()) as ws:
+                await ws.send(pcm(100))
+                await ws.recv()
+                if i % 2:
+                    await ws.send('{"eof" : 1}')
+                    await ws.recv()
+                elif i % 4 == 0:
+                    ws.transport.abort()  # vanish mid-utterance
+
+        async def go(n, base):
+            for i in range(n):
+                await cycle(base + i)
+
+        run(go(100, 0), timeout=120)
+        before = rss_kb()
+        run(go(900, 100), timeout=240)
+        after = rss_kb()
+        with open(f"/proc/{self.server.proc.pid}/maps") as f:
+            sanitized = "libasan" in f.read()  # its quarantine holds freed memory
+        if not sanitized:
+            self.assertLess(after - before, 32 * 1024, (before, after))
+        run(go(1, 1))  # still serving
+
+
+class IdleAndAdmission(WsTest):
+    REPO = {"echo_asr": ECHO_CONFIG.replace('key: "max_sequences" value: { string_value: "0" }',
+                                            'key: "max_sequences" value: { string_value: "2" }')}
+    ARGS = ("--speech-model", "echo_asr", "--ws-idle-timeout-secs", "1", "--max-streams", "4")
+
+    def test_idle_timeout(self):
+        async def go():
+            async with websockets.connect(self.url()) as ws:
+                await ws.send(pcm(10))
+                await ws.recv()
+                t0 = time.monotonic()
+                await self.expect_close(ws, 1001, "idle timeout")
+                self.assertLess(time.monotonic() - t0, 10)
+            # Its sequence was ended: both decoders are free again.
+            await self.two_streams()
+        run(go())
+
+    async def two_streams(self):
+        a = await websockets.connect(self.url())
+        b = await websockets.connect(self.url())
+        for ws in (a, b):
+            await ws.send(pcm(10))
+            self.assertIn("partial", json.loads(await ws.recv()))
+        return a, b
+
+    def test_no_decoder_free_and_vanished_client(self):
+        async def go():
+            a, b = await self.two_streams()
+            async with websockets.connect(self.url()) as c:
+                await c.send(pcm(10))
+                await self.expect_close(c, 1013, "no decoder free")
+            a.transport.abort()  # vanishes mid-utterance: its decoder goes back
+            for _ in range(50):
+                async with websockets.connect(self.url()) as c:
+                    await c.send(pcm(10))
+                    try:
+                        self.assertIn("partial", json.loads(await c.recv()))
+                        break
+                    except websockets.ConnectionClosed:
+                        await asyncio.sleep(0.05)
+            else:
+                self.fail("the vanished client's decoder was never freed")
+            await b.close()
+        run(go())
+
+    def test_max_streams(self):
+        async def go():
+            conns = [await websockets.connect(self.url()) for _ in range(4)]
+            with self.assertRaises(websockets.InvalidStatusCode) as cm:
+                await websockets.connect(self.url())
+            self.assertEqual(cm.exception.status_code, 503)
+            await conns[0].close()
+            await asyncio.sleep(0.2)
+            extra = await websockets.connect(self.url())
+            for ws in conns[1:] + [extra]:
+                await ws.close()
+        run(go())
+
+
+class Shutdown(unittest.TestCase):
+    def test_open_streams_closed_on_shutdown(self):
+        repo = make_repo({"echo_asr": ECHO_CONFIG})
+        server = Harkd(repo, ("--speech-model", "echo_asr"))
+        try:
+            async def go():
+                ws = await websockets.connect(f"ws://127.0.0.1:{server.http_port}/")
+                await ws.send(pcm(10))
+                await ws.recv()
+                server.proc.terminate()
+                try:
+                    await ws.recv()
+                    self.fail("still open")
+                except websockets.ConnectionClosed as e:
+                    self.assertEqual(e.code, 1001)
+                    self.assertIn("shutting down", e.reason)
+            run(go())
+        finally:
+            server.stop()
+
+
+if __name__ == "__main__":
+    main()
