@@ -11,4 +11,8 @@
 /* `hark perf`: a closed-loop load generator like Triton's perf_analyzer. */
 int hark_perf_main(int argc, char **argv);
 
+/* `hark transcribe`: a streaming speech client (Vosk WebSocket protocol)
+ * that reports RTFX and chunk/final latency like Riva's streaming client. */
+int hark_transcribe_main(int argc, char **argv);
+
 #endif

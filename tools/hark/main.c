@@ -23,6 +23,7 @@ typedef struct command {
 
 static const command commands[] = {
     {"perf", hark_perf_main, "measure a model's throughput and latency under load (like perf_analyzer)"},
+    {"transcribe", hark_transcribe_main, "stream WAV files to the speech model; transcripts, RTFX, latency"},
 };
 
 #define N_COMMANDS (sizeof commands / sizeof commands[0])

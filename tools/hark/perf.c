@@ -30,6 +30,7 @@
 #include "cli.h"
 #include "httpc.h"
 #include "perf.h"
+#include "stats.h"
 
 #define PERF_MAX_SHAPES 64
 #define PERF_MAX_CONCURRENCY 1024
@@ -71,8 +72,7 @@ typedef struct worker {
   pthread_t tid;
   level_shared *sh;
   httpc conn;
-  uint64_t *lat; /* ns of each measured success */
-  size_t n, cap;
+  stats_series lat; /* ns of each measured success */
   uint64_t errors; /* measured failures */
 } worker;
 
@@ -309,16 +309,6 @@ static void note_error(level_shared *sh, const httpc *c, int rc, const httpc_res
   atomic_store(&e->ready, true);
 }
 
-static void record(worker *w, uint64_t ns) {
-  if (w->n == w->cap) { /* amortised: doubling, a handful of times per run */
-    uint64_t *p = realloc(w->lat, 2 * w->cap * sizeof *p);
-    if (!p) return;
-    w->lat = p;
-    w->cap *= 2;
-  }
-  w->lat[w->n++] = ns;
-}
-
 static void *worker_main(void *arg) {
   worker *w = arg;
   level_shared *sh = w->sh;
@@ -332,7 +322,7 @@ static void *worker_main(void *arg) {
     bool ok = rc == 0 && r.status == 200;
     if (!ok) note_error(sh, &w->conn, rc, &r);
     if (phase == PH_MEASURE) {
-      if (ok) record(w, t1 - t0);
+      if (ok) stats_series_push(&w->lat, t1 - t0);
       else w->errors++;
     }
     if (rc < 0) sleep_ms(PERF_ERROR_BACKOFF_MS); /* don't spin on a dead server */
@@ -341,38 +331,26 @@ static void *worker_main(void *arg) {
   return NULL;
 }
 
-static int cmp_u64(const void *a, const void *b) {
-  uint64_t x = *(const uint64_t *)a, y = *(const uint64_t *)b;
-  return x < y ? -1 : x > y;
-}
-
-/* Nearest-rank percentile of sorted ns values, in microseconds. */
-static double pct_us(const uint64_t *v, size_t n, double p) {
-  if (n == 0) return 0;
-  size_t rank = (size_t)ceil(p / 100.0 * (double)n);
-  return (double)v[rank ? rank - 1 : 0] / 1000.0;
-}
-
 static void summarize(worker *ws, int n, uint64_t window_ns, int batch, level_result *res) {
   size_t total = 0;
   uint64_t errors = 0;
-  for (int i = 0; i < n; i++) total += ws[i].n, errors += ws[i].errors;
+  for (int i = 0; i < n; i++) total += ws[i].lat.n, errors += ws[i].errors;
   uint64_t *all = malloc((total ? total : 1) * sizeof *all);
   size_t k = 0;
-  double sum = 0;
   for (int i = 0; i < n && all; i++)
-    for (size_t j = 0; j < ws[i].n; j++) sum += (double)(all[k++] = ws[i].lat[j]);
-  if (all) qsort(all, k, sizeof *all, cmp_u64);
+    for (size_t j = 0; j < ws[i].lat.n; j++) all[k++] = ws[i].lat.v[j];
+  stats_summary s;
+  stats_summarize(all, k, 1000.0, &s); /* ns -> µs */
   res->requests = total + errors;
   res->errors = errors;
   res->seconds = (double)window_ns / 1e9;
   res->throughput = (double)total * batch / res->seconds;
-  res->avg = k ? sum / (double)k / 1000.0 : 0;
-  res->p50 = pct_us(all, k, 50);
-  res->p90 = pct_us(all, k, 90);
-  res->p95 = pct_us(all, k, 95);
-  res->p99 = pct_us(all, k, 99);
-  res->max = k ? (double)all[k - 1] / 1000.0 : 0;
+  res->avg = s.avg;
+  res->p50 = s.p50;
+  res->p90 = s.p90;
+  res->p95 = s.p95;
+  res->p99 = s.p99;
+  res->max = s.max;
   free(all);
 }
 
@@ -389,10 +367,9 @@ static int start_workers(worker *ws, int n, level_shared *sh, int *started) {
   for (*started = 0; *started < n; (*started)++) {
     worker *w = &ws[*started];
     w->sh = sh;
-    w->cap = PERF_LAT_INITIAL;
-    w->lat = malloc(w->cap * sizeof *w->lat);
-    if (!w->lat || httpc_init(&w->conn, sh->o->host, sh->o->port, sh->o->timeout_ms) < 0) {
-      fprintf(stderr, "hark perf: %s\n", w->lat ? w->conn.err : "out of memory");
+    bool mem = stats_series_reserve(&w->lat, PERF_LAT_INITIAL) == 0;
+    if (!mem || httpc_init(&w->conn, sh->o->host, sh->o->port, sh->o->timeout_ms) < 0) {
+      fprintf(stderr, "hark perf: %s\n", mem ? w->conn.err : "out of memory");
       return -1;
     }
     if (pthread_create(&w->tid, NULL, worker_main, w) != 0) {
@@ -429,7 +406,7 @@ static int run_level(const perf_opts *o, const perf_request *req, first_error *e
   if (rc == 0) summarize(ws, concurrency, t1 - t0, o->batch, res);
   for (int i = 0; i < concurrency; i++) {
     if (i < started) httpc_free(&ws[i].conn);
-    free(ws[i].lat);
+    stats_series_free(&ws[i].lat);
   }
   free(ws);
   return rc;

@@ -1,0 +1,267 @@
+/*
+ * ps_bare.c — the bare-library reference for the speech benchmarks: what
+ * pocketsphinx alone costs per second of audio, with nothing of hark's
+ * around it.
+ *
+ * It loads one decoder with the defaults pocketsphinx_continuous uses
+ * (Debian's en-us acoustic model, en-us.lm.bin, cmudict-en-us.dict), reads
+ * every WAV file into memory, then decodes each one the way the continuous
+ * tool decodes a file: 2048-sample blocks through ps_process_raw, an
+ * utterance ended whenever ps_get_in_speech turns false, the last one ended
+ * with the file. CPU time (getrusage: user + system) counts only the
+ * decoding, not the model load or the file reading. Prints each file's
+ * transcript and the CPU seconds per second of audio (--json: one object).
+ * One decoder serves every file, as a server's pooled decoder does, so its
+ * adaptive state (cepstral mean) carries over: a file's words can differ
+ * slightly from a fresh `pocketsphinx_continuous -infile` run.
+ */
+#include <errno.h>
+#include <stdbool.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/resource.h>
+#include <time.h>
+
+#include <err.h> /* sphinxbase: err_set_logfp */
+#include <pocketsphinx.h>
+
+#include "audio/wav.h"
+
+#define MODEL_DIR "/usr/share/pocketsphinx/model/en-us"
+#define BLOCK_SAMPLES 2048 /* pocketsphinx_continuous reads this much at a time */
+#define DECODER_RATE 16000 /* the en-us model's; ps_bare does not resample */
+#define MAX_FILE_BYTES (1u << 30)
+
+typedef struct bare_file {
+  const char *path;
+  int16_t *pcm; /* owned, mono */
+  size_t n;
+  char *transcript; /* owned: the utterances' hypotheses joined by spaces */
+} bare_file;
+
+typedef struct bare_opts {
+  const char *hmm, *lm, *dict;
+  bool json, verbose;
+  int repeat;
+} bare_opts;
+
+static void usage(FILE *f) {
+  fprintf(f,
+          "usage: ps_bare [options] FILE.wav...\n"
+          "Decodes 16 kHz mono 16-bit WAV files with bare pocketsphinx, as pocketsphinx_continuous\n"
+          "does, and reports the decoding's CPU seconds per second of audio (model load excluded).\n\n"
+          "  --hmm DIR      acoustic model (default " MODEL_DIR "/en-us)\n"
+          "  --lm FILE      language model (default " MODEL_DIR "/en-us.lm.bin)\n"
+          "  --dict FILE    dictionary (default " MODEL_DIR "/cmudict-en-us.dict)\n"
+          "  --repeat K     decode the file list K times (default 1)\n"
+          "  --json         one JSON object on stdout\n"
+          "  --verbose      keep pocketsphinx's log on stderr\n"
+          "  -h, --help     this help\n");
+}
+
+static double now_s(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
+}
+
+static void cpu_s(double *user, double *sys) {
+  struct rusage ru;
+  getrusage(RUSAGE_SELF, &ru);
+  *user = (double)ru.ru_utime.tv_sec + (double)ru.ru_utime.tv_usec / 1e6;
+  *sys = (double)ru.ru_stime.tv_sec + (double)ru.ru_stime.tv_usec / 1e6;
+}
+
+/* ---- input ------------------------------------------------------------------ */
+
+static uint8_t *slurp(const char *path, size_t *len) {
+  FILE *f = fopen(path, "rb");
+  if (!f) return NULL;
+  uint8_t *buf = NULL;
+  size_t cap = 0, n = 0;
+  for (;;) {
+    if (n == cap) {
+      uint8_t *p = cap < MAX_FILE_BYTES ? realloc(buf, cap ? 2 * cap : 65536) : NULL;
+      if (!p) break;
+      buf = p;
+      cap = cap ? 2 * cap : 65536;
+    }
+    size_t got = fread(buf + n, 1, cap - n, f);
+    n += got;
+    if (got == 0) {
+      bool ok = !ferror(f);
+      fclose(f);
+      *len = n;
+      if (ok) return buf;
+      free(buf);
+      return NULL;
+    }
+  }
+  fclose(f);
+  free(buf);
+  errno = ENOMEM;
+  return NULL;
+}
+
+static int read_wav(bare_file *bf) {
+  size_t len;
+  uint8_t *buf = slurp(bf->path, &len);
+  if (!buf) {
+    fprintf(stderr, "ps_bare: %s: %s\n", bf->path, strerror(errno));
+    return -1;
+  }
+  hark_wav_info info;
+  char err[256];
+  int rc = -1;
+  if (hark_wav_parse(buf, len, &info, err, sizeof err) != HARK_WAV_OK)
+    fprintf(stderr, "ps_bare: %s: %s\n", bf->path, err);
+  else if (info.channels != 1 || info.sample_rate != DECODER_RATE)
+    fprintf(stderr, "ps_bare: %s: %u channels at %u Hz; the bare reference takes mono %d Hz only\n", bf->path,
+            info.channels, info.sample_rate, DECODER_RATE);
+  else if (!(bf->pcm = malloc(info.data_size + 2)))
+    fprintf(stderr, "ps_bare: out of memory\n");
+  else {
+    bf->n = info.data_size / 2;
+    for (size_t i = 0; i < bf->n; i++) { /* little-endian in the file */
+      const uint8_t *p = buf + info.data_offset + 2 * i;
+      bf->pcm[i] = (int16_t)(uint16_t)(p[0] | p[1] << 8);
+    }
+    rc = 0;
+  }
+  free(buf);
+  return rc;
+}
+
+/* ---- decoding ---------------------------------------------------------------- */
+
+static void append(char **dst, const char *hyp) {
+  if (!hyp || !*hyp) return;
+  size_t old = *dst ? strlen(*dst) : 0, add = strlen(hyp);
+  char *p = realloc(*dst, old + add + 2);
+  if (!p) return;
+  if (old) p[old++] = ' ';
+  memcpy(p + old, hyp, add + 1);
+  *dst = p;
+}
+
+/* One file, utterance by utterance as the decoder's voice activity
+ * detection splits it. */
+static int decode(ps_decoder_t *ps, bare_file *bf) {
+  free(bf->transcript);
+  bf->transcript = NULL;
+  if (ps_start_utt(ps) < 0) return -1;
+  bool in_utt = false;
+  for (size_t off = 0; off < bf->n; off += BLOCK_SAMPLES) {
+    size_t k = bf->n - off < BLOCK_SAMPLES ? bf->n - off : BLOCK_SAMPLES;
+    if (ps_process_raw(ps, bf->pcm + off, k, FALSE, FALSE) < 0) return -1;
+    bool speech = ps_get_in_speech(ps);
+    if (speech && !in_utt) in_utt = true;
+    if (!speech && in_utt) { /* silence after speech: that utterance is over */
+      ps_end_utt(ps);
+      append(&bf->transcript, ps_get_hyp(ps, NULL));
+      if (ps_start_utt(ps) < 0) return -1;
+      in_utt = false;
+    }
+  }
+  ps_end_utt(ps);
+  if (in_utt) append(&bf->transcript, ps_get_hyp(ps, NULL));
+  return 0;
+}
+
+/* ---- main -------------------------------------------------------------------- */
+
+static int parse_opts(int argc, char **argv, bare_opts *o, int *first_file) {
+  *o = (bare_opts){.hmm = MODEL_DIR "/en-us", .lm = MODEL_DIR "/en-us.lm.bin",
+                   .dict = MODEL_DIR "/cmudict-en-us.dict", .repeat = 1};
+  int i = 1;
+  for (; i < argc && argv[i][0] == '-'; i++) {
+    const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
+    if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
+      usage(stdout);
+      return 1;
+    } else if (!strcmp(a, "--json")) o->json = true;
+    else if (!strcmp(a, "--verbose")) o->verbose = true;
+    else if (v && !strcmp(a, "--hmm")) o->hmm = v, i++;
+    else if (v && !strcmp(a, "--lm")) o->lm = v, i++;
+    else if (v && !strcmp(a, "--dict")) o->dict = v, i++;
+    else if (v && !strcmp(a, "--repeat") && (o->repeat = atoi(v)) >= 1) i++;
+    else {
+      fprintf(stderr, "ps_bare: bad option '%s'\n", a);
+      usage(stderr);
+      return -1;
+    }
+  }
+  if (i == argc) {
+    fprintf(stderr, "ps_bare: no WAV file given\n");
+    usage(stderr);
+    return -1;
+  }
+  *first_file = i;
+  return 0;
+}
+
+static void report(const bare_opts *o, bare_file *files, int n, double audio, double user, double sys,
+                   double wall, double load) {
+  double cpu = user + sys, per = audio > 0 ? cpu / audio : 0;
+  if (!o->json) {
+    for (int i = 0; i < n; i++) printf("%s: %s\n", files[i].path, files[i].transcript ? files[i].transcript : "");
+    printf("audio %.2f s (%d file%s x %d), decoding CPU %.3f s (user %.3f, sys %.3f), wall %.3f s, "
+           "model load %.2f s\n",
+           audio, n, n == 1 ? "" : "s", o->repeat, cpu, user, sys, wall, load);
+    printf("CPU seconds per audio second: %.4f (RTFX per core %.1f)\n", per, per > 0 ? 1 / per : 0);
+    return;
+  }
+  printf("{\"files\": [");
+  for (int i = 0; i < n; i++) {
+    printf("%s{\"file\": \"", i ? ", " : "");
+    for (const char *p = files[i].path; *p; p++) printf(*p == '"' || *p == '\\' ? "\\%c" : "%c", *p);
+    printf("\", \"audio_seconds\": %.3f, \"transcript\": \"%s\"}", (double)files[i].n / DECODER_RATE,
+           files[i].transcript ? files[i].transcript : ""); /* hypotheses are lower-case words */
+  }
+  printf("], \"repeat\": %d, \"audio_seconds\": %.3f, \"cpu_seconds\": %.4f, \"user_seconds\": %.4f, "
+         "\"sys_seconds\": %.4f, \"wall_seconds\": %.4f, \"load_seconds\": %.3f, "
+         "\"cpu_per_audio_second\": %.6f}\n",
+         o->repeat, audio, cpu, user, sys, wall, load, per);
+}
+
+int main(int argc, char **argv) {
+  bare_opts o;
+  int first, rc = parse_opts(argc, argv, &o, &first);
+  if (rc) return rc > 0 ? 0 : 2;
+  int n = argc - first;
+  bare_file *files = calloc((size_t)n, sizeof *files);
+  if (!files) return 1;
+  for (int i = 0; i < n; i++) {
+    files[i].path = argv[first + i];
+    if (read_wav(&files[i]) < 0) return 2;
+  }
+  if (!o.verbose) err_set_logfp(NULL);
+  double t0 = now_s();
+  cmd_ln_t *config = cmd_ln_init(NULL, ps_args(), TRUE, "-hmm", o.hmm, "-lm", o.lm, "-dict", o.dict, NULL);
+  ps_decoder_t *ps = config ? ps_init(config) : NULL;
+  if (!ps) {
+    fprintf(stderr, "ps_bare: cannot load the model (hmm %s, lm %s, dict %s)%s\n", o.hmm, o.lm, o.dict,
+            o.verbose ? "" : "; --verbose shows why");
+    return 1;
+  }
+  double load = now_s() - t0, u0, s0, u1, s1, audio = 0;
+  cpu_s(&u0, &s0);
+  t0 = now_s();
+  for (int r = 0; r < o.repeat; r++)
+    for (int i = 0; i < n; i++) {
+      if (decode(ps, &files[i]) < 0) {
+        fprintf(stderr, "ps_bare: %s: decoding failed\n", files[i].path);
+        return 1;
+      }
+      audio += (double)files[i].n / DECODER_RATE;
+    }
+  double wall = now_s() - t0;
+  cpu_s(&u1, &s1);
+  report(&o, files, n, audio, u1 - u0, s1 - s0, wall, load);
+  for (int i = 0; i < n; i++) free(files[i].pcm), free(files[i].transcript);
+  free(files);
+  ps_free(ps);
+  cmd_ln_free_r(config);
+  return 0;
+}
