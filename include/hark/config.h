@@ -87,6 +87,63 @@ typedef struct hark_dynamic_batching {
   uint32_t n_priority_queue_policy;
 } hark_dynamic_batching;
 
+/* sequence_batching: stateful models fed one stream (sequence) at a time. */
+typedef enum hark_seq_strategy {
+  HARK_SEQ_DIRECT = 0, /* default: each live sequence owns a batch slot */
+  HARK_SEQ_OLDEST,     /* batches of the oldest ready requests of candidates */
+} hark_seq_strategy;
+
+typedef enum hark_seq_control_kind {
+  HARK_SEQ_CONTROL_START = 0, /* Triton's ControlKind order */
+  HARK_SEQ_CONTROL_READY,
+  HARK_SEQ_CONTROL_END,
+  HARK_SEQ_CONTROL_CORRID,
+} hark_seq_control_kind;
+
+/* control_input: a tensor the engine adds to each request of a sequence. */
+typedef struct hark_seq_control {
+  char *name;              /* the input tensor's name */
+  hark_seq_control_kind kind;
+  hark_datatype datatype;  /* START/END/READY: INT32, FP32 or BOOL (from
+                              which *_false_true was given); CORRID: data_type */
+  int32_t int32_false_true[2];
+  float fp32_false_true[2];
+  bool bool_false_true[2];
+} hark_seq_control;
+
+/* Implicit state: fed as input `input_name`, taken back from output
+ * `output_name` after each request; never shown to clients. */
+typedef struct hark_seq_state {
+  char *input_name;
+  char *output_name;
+  hark_datatype datatype;
+  uint32_t ndims;
+  int64_t dims[HARK_MAX_DIMS]; /* without the batch dimension */
+  /* initial_state { zero_data: true ... }: zeros of these dims on START
+   * (absent: zeros of `dims`, which must then be fixed). */
+  bool has_initial;
+  uint32_t initial_ndims;
+  int64_t initial_dims[HARK_MAX_DIMS];
+} hark_seq_state;
+
+typedef struct hark_sequence_batching {
+  bool enabled; /* the sequence_batching block is present */
+  hark_seq_strategy strategy;
+  uint64_t max_sequence_idle_us; /* default 1000000 (Triton's 1 s) */
+  /* direct { } */
+  uint64_t direct_max_queue_delay_us;
+  float minimum_slot_utilization; /* 0..1 */
+  /* oldest { } */
+  uint32_t max_candidate_sequences; /* >= 1 */
+  uint32_t preferred_batch_size[HARK_MAX_PREFERRED_BATCH_SIZES];
+  uint32_t n_preferred_batch_size;
+  uint64_t oldest_max_queue_delay_us;
+  hark_seq_control *controls;
+  uint32_t n_controls;
+  hark_seq_state *states;
+  uint32_t n_states;
+} hark_sequence_batching;
+
 typedef struct hark_ensemble_step {
   char *model_name;
   int64_t model_version; /* -1 = latest */
@@ -109,6 +166,7 @@ typedef struct hark_model_config {
   hark_instance_group *instance_groups; /* at least one after parsing */
   uint32_t n_instance_groups;
   hark_dynamic_batching dynamic_batching;
+  hark_sequence_batching sequence_batching;
   bool decoupled; /* model_transaction_policy { decoupled: true } */
   hark_ensemble_step *ensemble_steps; /* ensemble_scheduling { step [...] } */
   uint32_t n_ensemble_steps;

@@ -8,7 +8,8 @@
  * table to any tree node: unknown and unsupported names, wrong value kinds,
  * lists on singular fields and repeated singular fields are refused there,
  * once, with the file and line. Adding a message (sequence_batching, say)
- * means a struct to fill, a table, and a row pointing at it. Checks that
+ * means a struct to fill, a table, and a row pointing at it (config_seq.c
+ * holds sequence_batching's; config_impl.h shares the machinery). Checks that
  * span several fields (preferred sizes vs max_batch_size, ensemble vs
  * backend) run after the walk, and find their line in the tree again.
  */
@@ -19,29 +20,12 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "core/pbtxt.h"
-#include "hark/config.h"
-
-/* Bounds that keep a hostile config from sizing threads or queues. */
-#define MAX_INSTANCE_COUNT 1024
-#define MAX_PRIORITY_LEVELS 1024
-
-#define ARRAY_LEN(a) (sizeof(a) / sizeof((a)[0]))
+#include "core/config_impl.h"
 
 /* ---- errors ------------------------------------------------------------------ */
 
-typedef struct cfg_ctx {
-  const char *file;
-  const hark_pb_field *root;
-  hark_model_config *cfg;
-  bool version_chosen; /* version_policy's oneof already has a member */
-} cfg_ctx;
-
-static hark_error *fail(const cfg_ctx *c, hark_code code, uint32_t line, const char *fmt, ...)
-    __attribute__((format(printf, 4, 5)));
-
 /* "FILE:LINE: message", or "FILE: message" when no line applies (line 0). */
-static hark_error *fail(const cfg_ctx *c, hark_code code, uint32_t line, const char *fmt, ...) {
+hark_error *hark_cfg_fail(const cfg_ctx *c, hark_code code, uint32_t line, const char *fmt, ...) {
   char msg[1024];
   va_list ap;
   va_start(ap, fmt);
@@ -51,13 +35,14 @@ static hark_error *fail(const cfg_ctx *c, hark_code code, uint32_t line, const c
   return hark_error_new(code, "%s:%u: %s", c->file, line, msg);
 }
 
-static hark_error *out_of_memory(void) {
+hark_error *hark_cfg_out_of_memory(void) {
   return hark_error_new(HARK_ERR_INTERNAL, "out of memory parsing a model config");
 }
 
 /* The index-th value of field `name` in message `msg` (list elements count
  * one by one), or NULL. Checks made after the walk use it to find lines. */
-static const hark_pb_field *find_value(const hark_pb_field *msg, const char *name, uint32_t index) {
+const hark_pb_field *hark_cfg_find_value(const hark_pb_field *msg, const char *name,
+                                         uint32_t index) {
   for (const hark_pb_field *f = msg ? msg->child : NULL; f; f = f->next) {
     if (strcmp(f->name, name) != 0) continue;
     if (f->kind != HARK_PB_LIST) {
@@ -71,66 +56,11 @@ static const hark_pb_field *find_value(const hark_pb_field *msg, const char *nam
 }
 
 /* The line of a value, or `fallback` (0: none) when the field is absent. */
-static uint32_t line_of(const hark_pb_field *msg, const char *name, uint32_t index,
-                        uint32_t fallback) {
-  const hark_pb_field *v = find_value(msg, name, index);
+uint32_t hark_cfg_line_of(const hark_pb_field *msg, const char *name, uint32_t index,
+                          uint32_t fallback) {
+  const hark_pb_field *v = hark_cfg_find_value(msg, name, index);
   return v ? v->line : fallback;
 }
-
-/* ---- the schema --------------------------------------------------------------- */
-
-typedef enum vtype { V_MESSAGE, V_STRING, V_BOOL, V_U32, V_U64, V_I64, V_ENUM } vtype;
-
-enum { F_REPEATED = 1, F_UNSUPPORTED = 2 };
-
-typedef struct field_spec field_spec;
-typedef struct msg_spec {
-  const field_spec *fields;
-  size_t n;
-} msg_spec;
-
-/* Stores one scalar value into obj, for fields that need more than a copy. */
-typedef hark_error *(*set_fn)(cfg_ctx *c, const field_spec *fs, void *obj, const hark_pb_field *v);
-/* The object a message value fills (often a fresh array element); NULL: out of memory. */
-typedef void *(*open_fn)(void *obj);
-/* Checks a message value once it is filled; obj is the parent, as for open. */
-typedef hark_error *(*done_fn)(cfg_ctx *c, void *obj, const hark_pb_field *v);
-
-struct field_spec {
-  const char *name;
-  vtype type;
-  unsigned flags;
-  size_t offset;            /* scalar: where in obj; message without open: its object */
-  int64_t min, max;         /* V_U32, V_I64: accepted range when max != 0 */
-  set_fn set;               /* scalar: custom store instead of the generic one */
-  const msg_spec *sub;      /* V_MESSAGE: the value's schema */
-  open_fn open;             /* V_MESSAGE: the object to fill, instead of obj + offset */
-  done_fn done;             /* V_MESSAGE: checks after filling */
-  const char *const *enums; /* V_ENUM: names, value = index */
-  uint32_t n_enums;
-};
-
-#define SCALAR(n, t, st, m) \
-  { .name = n, .type = t, .offset = offsetof(st, m) }
-#define RANGED(n, t, st, m, lo, hi) \
-  { .name = n, .type = t, .offset = offsetof(st, m), .min = lo, .max = hi }
-#define ENUM(n, st, m, names)                                             \
-  {                                                                       \
-    .name = n, .type = V_ENUM, .offset = offsetof(st, m), .enums = names, \
-    .n_enums = ARRAY_LEN(names)                                           \
-  }
-#define CUSTOM(n, t, fn, fl, lo, hi) \
-  { .name = n, .type = t, .set = fn, .flags = fl, .min = lo, .max = hi }
-/* A message whose fields live in the parent's struct, at member m. */
-#define EMBEDDED(n, spec, st, m) \
-  { .name = n, .type = V_MESSAGE, .sub = &spec, .offset = offsetof(st, m) }
-/* A message that fills the object open() returns, checked by done(). */
-#define MESSAGE(n, spec, op, dn, fl) \
-  { .name = n, .type = V_MESSAGE, .sub = &spec, .open = op, .done = dn, .flags = fl }
-#define UNSUPPORTED(n) \
-  { .name = n, .flags = F_UNSUPPORTED }
-#define SPEC(fields) \
-  { fields, ARRAY_LEN(fields) }
 
 /* ---- scalar conversion ----------------------------------------------------------- */
 
@@ -147,24 +77,24 @@ static const char *expected_kind(const field_spec *fs) {
   return "a value";
 }
 
-static hark_error *kind_error(const cfg_ctx *c, const field_spec *fs, const hark_pb_field *v) {
+hark_error *hark_cfg_kind_error(const cfg_ctx *c, const field_spec *fs, const hark_pb_field *v) {
   bool show = v->kind != HARK_PB_MESSAGE && v->kind != HARK_PB_STRING && v->kind != HARK_PB_LIST;
-  return fail(c, HARK_ERR_INVALID_ARG, v->line, "field '%s' expects %s, not %s%s%.64s%s", fs->name,
-              expected_kind(fs), hark_pb_kind_name(v->kind), show ? " '" : "", show ? v->text : "",
-              show ? "'" : "");
+  return hark_cfg_fail(c, HARK_ERR_INVALID_ARG, v->line, "field '%s' expects %s, not %s%s%.64s%s",
+                       fs->name, expected_kind(fs), hark_pb_kind_name(v->kind), show ? " '" : "",
+                       show ? v->text : "", show ? "'" : "");
 }
 
 static hark_error *range_error(const cfg_ctx *c, const field_spec *fs, const hark_pb_field *v,
                                int64_t lo, uint64_t hi) {
-  return fail(c, HARK_ERR_INVALID_ARG, v->line,
-              "value %.64s for field '%s' is out of range [%" PRId64 ", %" PRIu64 "]", v->text,
-              fs->name, lo, hi);
+  return hark_cfg_fail(c, HARK_ERR_INVALID_ARG, v->line,
+                       "value %.64s for field '%s' is out of range [%" PRId64 ", %" PRIu64 "]",
+                       v->text, fs->name, lo, hi);
 }
 
 /* An integer in [0, type_max], narrowed further by the spec's range. */
-static hark_error *get_uint(const cfg_ctx *c, const field_spec *fs, const hark_pb_field *v,
-                            uint64_t type_max, uint64_t *out) {
-  if (v->kind != HARK_PB_INT) return kind_error(c, fs, v);
+hark_error *hark_cfg_get_uint(const cfg_ctx *c, const field_spec *fs, const hark_pb_field *v,
+                              uint64_t type_max, uint64_t *out) {
+  if (v->kind != HARK_PB_INT) return hark_cfg_kind_error(c, fs, v);
   uint64_t lo = fs->max ? (uint64_t)fs->min : 0, hi = fs->max ? (uint64_t)fs->max : type_max;
   if ((v->negative && v->u != 0) || v->u < lo || v->u > hi)
     return range_error(c, fs, v, (int64_t)lo, hi);
@@ -174,7 +104,7 @@ static hark_error *get_uint(const cfg_ctx *c, const field_spec *fs, const hark_p
 
 static hark_error *get_int(const cfg_ctx *c, const field_spec *fs, const hark_pb_field *v,
                            int64_t *out) {
-  if (v->kind != HARK_PB_INT) return kind_error(c, fs, v);
+  if (v->kind != HARK_PB_INT) return hark_cfg_kind_error(c, fs, v);
   int64_t lo = fs->max ? fs->min : INT64_MIN, hi = fs->max ? fs->max : INT64_MAX;
   bool fits = v->negative ? v->u <= (uint64_t)INT64_MAX + 1 : v->u <= (uint64_t)INT64_MAX;
   /* -(2^63) has no positive twin: negate in unsigned arithmetic. */
@@ -196,17 +126,17 @@ static hark_error *get_bool(const cfg_ctx *c, const field_spec *fs, const hark_p
     if (strcmp(v->text, yes[i]) == 0) return *out = true, NULL;
     if (strcmp(v->text, no[i]) == 0) return *out = false, NULL;
   }
-  return kind_error(c, fs, v);
+  return hark_cfg_kind_error(c, fs, v);
 }
 
 /* A string without NULs (they would cut a C string short), malloc'ed. */
-static hark_error *get_string(const cfg_ctx *c, const field_spec *fs, const hark_pb_field *v,
-                              char **out) {
-  if (v->kind != HARK_PB_STRING) return kind_error(c, fs, v);
+hark_error *hark_cfg_get_string(const cfg_ctx *c, const field_spec *fs, const hark_pb_field *v,
+                                char **out) {
+  if (v->kind != HARK_PB_STRING) return hark_cfg_kind_error(c, fs, v);
   if (strlen(v->text) != v->len)
-    return fail(c, HARK_ERR_INVALID_ARG, v->line, "field '%s' holds a NUL byte", fs->name);
+    return hark_cfg_fail(c, HARK_ERR_INVALID_ARG, v->line, "field '%s' holds a NUL byte", fs->name);
   char *s = malloc(v->len + 1);
-  if (!s) return out_of_memory();
+  if (!s) return hark_cfg_out_of_memory();
   memcpy(s, v->text, v->len + 1);
   *out = s;
   return NULL;
@@ -214,15 +144,16 @@ static hark_error *get_string(const cfg_ctx *c, const field_spec *fs, const hark
 
 static hark_error *get_enum(const cfg_ctx *c, const field_spec *fs, const hark_pb_field *v,
                             unsigned *out) {
-  if (v->kind != HARK_PB_IDENT) return kind_error(c, fs, v);
+  if (v->kind != HARK_PB_IDENT) return hark_cfg_kind_error(c, fs, v);
   char names[256] = "";
   for (uint32_t i = 0; i < fs->n_enums; i++) {
     if (strcmp(v->text, fs->enums[i]) == 0) return *out = i, NULL;
     size_t used = strlen(names);
     snprintf(names + used, sizeof names - used, "%s%s", i ? ", " : "", fs->enums[i]);
   }
-  return fail(c, HARK_ERR_INVALID_ARG, v->line,
-              "field '%s' has no value '%.64s' (expected one of %s)", fs->name, v->text, names);
+  return hark_cfg_fail(c, HARK_ERR_INVALID_ARG, v->line,
+                       "field '%s' has no value '%.64s' (expected one of %s)", fs->name, v->text,
+                       names);
 }
 
 /* The enums this file stores through `unsigned *` must be unsigned-sized. */
@@ -237,21 +168,21 @@ static hark_error *store_scalar(cfg_ctx *c, const field_spec *fs, void *obj,
   char *s = NULL;
   switch (fs->type) {
   case V_STRING:
-    if (!(err = get_string(c, fs, v, &s))) {
+    if (!(err = hark_cfg_get_string(c, fs, v, &s))) {
       free(*(char **)dst);
       *(char **)dst = s;
     }
     return err;
   case V_BOOL: return get_bool(c, fs, v, dst);
   case V_U32:
-    if (!(err = get_uint(c, fs, v, UINT32_MAX, &u))) *(uint32_t *)dst = (uint32_t)u;
+    if (!(err = hark_cfg_get_uint(c, fs, v, UINT32_MAX, &u))) *(uint32_t *)dst = (uint32_t)u;
     return err;
-  case V_U64: return get_uint(c, fs, v, UINT64_MAX, dst);
+  case V_U64: return hark_cfg_get_uint(c, fs, v, UINT64_MAX, dst);
   case V_I64: return get_int(c, fs, v, dst);
   case V_ENUM: return get_enum(c, fs, v, dst);
   case V_MESSAGE: break;
   }
-  return kind_error(c, fs, v);
+  return hark_cfg_kind_error(c, fs, v);
 }
 
 /* ---- the walker -------------------------------------------------------------------- */
@@ -268,12 +199,12 @@ static const field_spec *find_spec(const msg_spec *ms, const char *name) {
 static hark_error *apply(cfg_ctx *c, const field_spec *fs, void *obj, const hark_pb_field *v,
                          const char *where) {
   if (fs->type != V_MESSAGE) {
-    if (v->kind == HARK_PB_MESSAGE) return kind_error(c, fs, v);
+    if (v->kind == HARK_PB_MESSAGE) return hark_cfg_kind_error(c, fs, v);
     return fs->set ? fs->set(c, fs, obj, v) : store_scalar(c, fs, obj, v);
   }
-  if (v->kind != HARK_PB_MESSAGE) return kind_error(c, fs, v);
+  if (v->kind != HARK_PB_MESSAGE) return hark_cfg_kind_error(c, fs, v);
   void *sub = fs->open ? fs->open(obj) : (char *)obj + fs->offset;
-  if (!sub) return out_of_memory();
+  if (!sub) return hark_cfg_out_of_memory();
   char path[256];
   snprintf(path, sizeof path, "%s%s%s", where ? where : "", where ? "." : "", fs->name);
   hark_error *err = walk(c, fs->sub, sub, v, path);
@@ -287,17 +218,18 @@ static hark_error *admit(const cfg_ctx *c, const field_spec *fs, size_t row, con
                          const char *where, uint64_t *seen) {
   char in[300] = "";
   if (where) snprintf(in, sizeof in, " in '%s'", where);
-  if (!fs) return fail(c, HARK_ERR_INVALID_ARG, f->line, "unknown field '%.64s'%s", f->name, in);
+  if (!fs)
+    return hark_cfg_fail(c, HARK_ERR_INVALID_ARG, f->line, "unknown field '%.64s'%s", f->name, in);
   if (fs->flags & F_UNSUPPORTED)
-    return fail(c, HARK_ERR_UNSUPPORTED, f->line, "unsupported field '%s'%s", f->name, in);
+    return hark_cfg_fail(c, HARK_ERR_UNSUPPORTED, f->line, "unsupported field '%s'%s", f->name, in);
   if (fs->flags & F_REPEATED) return NULL;
   if (f->kind == HARK_PB_LIST)
-    return fail(c, HARK_ERR_INVALID_ARG, f->line, "field '%s'%s is not repeated: it takes no list",
-                f->name, in);
+    return hark_cfg_fail(c, HARK_ERR_INVALID_ARG, f->line,
+                         "field '%s'%s is not repeated: it takes no list", f->name, in);
   uint64_t bit = row < 64 ? (uint64_t)1 << row : 0;
   if (*seen & bit)
-    return fail(c, HARK_ERR_INVALID_ARG, f->line, "field '%s'%s is set more than once", f->name,
-                in);
+    return hark_cfg_fail(c, HARK_ERR_INVALID_ARG, f->line, "field '%s'%s is set more than once",
+                         f->name, in);
   *seen |= bit;
   return NULL;
 }
@@ -322,7 +254,7 @@ static hark_error *walk(cfg_ctx *c, const msg_spec *ms, void *obj, const hark_pb
 
 /* Room for element n of an array holding n, which doubles whenever n is a
  * power of two (so no capacity is stored); the new element is zeroed. */
-static void *grow(void *arr, uint32_t n, size_t size) {
+void *hark_cfg_grow(void *arr, uint32_t n, size_t size) {
   if (n >= UINT32_MAX / 2) return NULL;
   if ((n & (n - 1)) == 0) {
     arr = realloc(arr, (n ? (size_t)n * 2 : 1) * size);
@@ -332,19 +264,8 @@ static void *grow(void *arr, uint32_t n, size_t size) {
   return arr;
 }
 
-/* Defines `static void *fname(void *obj)`: appends a zeroed element to
- * ((st *)obj)->arr, counted by ->n, and returns it (NULL: out of memory). */
-#define DEFINE_APPEND(fname, st, arr, n)          \
-  static void *fname(void *obj) {                 \
-    st *o = obj;                                  \
-    void *a = grow(o->arr, o->n, sizeof *o->arr); \
-    if (!a) return NULL;                          \
-    o->arr = a;                                   \
-    return &o->arr[o->n++];                       \
-  }
-
 /* For messages whose fields live in the parent's struct. */
-static void *open_self(void *obj) { return obj; }
+void *hark_cfg_open_self(void *obj) { return obj; }
 
 /* ---- dynamic_batching ------------------------------------------------------------- */
 
@@ -373,11 +294,12 @@ static hark_error *done_priority_policy(cfg_ctx *c, void *obj, const hark_pb_fie
   uint32_t last = db->n_priority_queue_policy - 1;
   uint32_t level = db->priority_queue_policy[last].level;
   if (level == 0)
-    return fail(c, HARK_ERR_INVALID_ARG, v->line, "priority_queue_policy entry without a key");
+    return hark_cfg_fail(c, HARK_ERR_INVALID_ARG, v->line,
+                         "priority_queue_policy entry without a key");
   for (uint32_t i = 0; i < last; i++)
     if (db->priority_queue_policy[i].level == level)
-      return fail(c, HARK_ERR_INVALID_ARG, v->line, "duplicate priority_queue_policy key %u",
-                  level);
+      return hark_cfg_fail(c, HARK_ERR_INVALID_ARG, v->line,
+                           "duplicate priority_queue_policy key %u", level);
   return NULL;
 }
 
@@ -385,11 +307,12 @@ static hark_error *add_preferred(cfg_ctx *c, const field_spec *fs, void *obj,
                                  const hark_pb_field *v) {
   hark_dynamic_batching *db = obj;
   uint64_t u = 0;
-  hark_error *err = get_uint(c, fs, v, UINT32_MAX, &u);
+  hark_error *err = hark_cfg_get_uint(c, fs, v, UINT32_MAX, &u);
   if (err) return err;
   if (db->n_preferred_batch_size == HARK_MAX_PREFERRED_BATCH_SIZES)
-    return fail(c, HARK_ERR_INVALID_ARG, v->line, "more than %d preferred_batch_size values",
-                HARK_MAX_PREFERRED_BATCH_SIZES);
+    return hark_cfg_fail(c, HARK_ERR_INVALID_ARG, v->line,
+                         "more than %d preferred_batch_size values",
+                         HARK_MAX_PREFERRED_BATCH_SIZES);
   db->preferred_batch_size[db->n_preferred_batch_size++] = (uint32_t)u;
   return NULL;
 }
@@ -419,19 +342,20 @@ static void *open_dynamic_batching(void *obj) {
 static hark_error *done_dynamic_batching(cfg_ctx *c, void *obj, const hark_pb_field *v) {
   const hark_dynamic_batching *db = &((hark_model_config *)obj)->dynamic_batching;
   uint32_t levels = db->priority_levels, def = db->default_priority_level;
-  uint32_t line = line_of(v, "default_priority_level", 0, v->line);
+  uint32_t line = hark_cfg_line_of(v, "default_priority_level", 0, v->line);
   if (levels > 0 && (def < 1 || def > levels))
-    return fail(c, HARK_ERR_INVALID_ARG, line,
-                "default_priority_level %u must be in [1, %u] when priority_levels is %u", def,
-                levels, levels);
+    return hark_cfg_fail(c, HARK_ERR_INVALID_ARG, line,
+                         "default_priority_level %u must be in [1, %u] when priority_levels is %u",
+                         def, levels, levels);
   if (levels == 0 && def != 0)
-    return fail(c, HARK_ERR_INVALID_ARG, line, "default_priority_level %u needs priority_levels",
-                def);
+    return hark_cfg_fail(c, HARK_ERR_INVALID_ARG, line,
+                         "default_priority_level %u needs priority_levels", def);
   for (uint32_t i = 0; i < db->n_priority_queue_policy; i++) {
     uint32_t level = db->priority_queue_policy[i].level;
     if (level > levels)
-      return fail(c, HARK_ERR_INVALID_ARG, line_of(v, "priority_queue_policy", i, v->line),
-                  "priority_queue_policy key %u is above priority_levels %u", level, levels);
+      return hark_cfg_fail(
+          c, HARK_ERR_INVALID_ARG, hark_cfg_line_of(v, "priority_queue_policy", i, v->line),
+          "priority_queue_policy key %u is above priority_levels %u", level, levels);
   }
   return NULL;
 }
@@ -444,8 +368,8 @@ static hark_error *add_version(cfg_ctx *c, const field_spec *fs, void *obj,
   int64_t x = 0;
   hark_error *err = get_int(c, fs, v, &x);
   if (err) return err;
-  int64_t *a = grow(vp->versions, vp->n_versions, sizeof *a);
-  if (!a) return out_of_memory();
+  int64_t *a = hark_cfg_grow(vp->versions, vp->n_versions, sizeof *a);
+  if (!a) return hark_cfg_out_of_memory();
   vp->versions = a;
   a[vp->n_versions++] = x;
   return NULL;
@@ -472,8 +396,8 @@ static void *open_latest(void *obj) {
 static hark_error *choose(cfg_ctx *c, hark_version_policy *vp, hark_version_policy_kind kind,
                           const hark_pb_field *v) {
   if (c->version_chosen)
-    return fail(c, HARK_ERR_INVALID_ARG, v->line,
-                "version_policy takes only one of 'latest', 'all' and 'specific'");
+    return hark_cfg_fail(c, HARK_ERR_INVALID_ARG, v->line,
+                         "version_policy takes only one of 'latest', 'all' and 'specific'");
   c->version_chosen = true;
   vp->kind = kind;
   return NULL;
@@ -482,7 +406,8 @@ static hark_error *choose(cfg_ctx *c, hark_version_policy *vp, hark_version_poli
 static hark_error *done_latest(cfg_ctx *c, void *obj, const hark_pb_field *v) {
   hark_version_policy *vp = obj;
   if (vp->latest_num_versions == 0)
-    return fail(c, HARK_ERR_INVALID_ARG, v->line, "version_policy.latest needs num_versions >= 1");
+    return hark_cfg_fail(c, HARK_ERR_INVALID_ARG, v->line,
+                         "version_policy.latest needs num_versions >= 1");
   return choose(c, vp, HARK_VERSION_LATEST, v);
 }
 
@@ -493,51 +418,51 @@ static hark_error *done_all(cfg_ctx *c, void *obj, const hark_pb_field *v) {
 static hark_error *done_specific(cfg_ctx *c, void *obj, const hark_pb_field *v) {
   hark_version_policy *vp = obj;
   if (vp->n_versions == 0)
-    return fail(c, HARK_ERR_INVALID_ARG, v->line,
-                "version_policy.specific needs at least one version");
+    return hark_cfg_fail(c, HARK_ERR_INVALID_ARG, v->line,
+                         "version_policy.specific needs at least one version");
   return choose(c, vp, HARK_VERSION_SPECIFIC, v);
 }
 
 static const field_spec version_policy_fields[] = {
     MESSAGE("latest", latest_spec, open_latest, done_latest, 0),
-    MESSAGE("all", all_spec, open_self, done_all, 0),
-    MESSAGE("specific", specific_spec, open_self, done_specific, 0),
+    MESSAGE("all", all_spec, hark_cfg_open_self, done_all, 0),
+    MESSAGE("specific", specific_spec, hark_cfg_open_self, done_specific, 0),
 };
 static const msg_spec version_policy_spec = SPEC(version_policy_fields);
 
 /* ---- input and output ---------------------------------------------------------------- */
 
-static hark_error *set_data_type(cfg_ctx *c, const field_spec *fs, void *obj,
-                                 const hark_pb_field *v) {
+hark_error *hark_cfg_set_data_type(cfg_ctx *c, const field_spec *fs, void *obj,
+                                   const hark_pb_field *v) {
   hark_model_io *io = obj;
-  if (v->kind != HARK_PB_IDENT) return kind_error(c, fs, v);
+  if (v->kind != HARK_PB_IDENT) return hark_cfg_kind_error(c, fs, v);
   io->datatype = hark_datatype_from_config_name(v->text);
   if (io->datatype == HARK_TYPE_INVALID)
-    return fail(c, HARK_ERR_INVALID_ARG, v->line,
-                "unknown data_type '%.64s' (expected TYPE_BOOL, TYPE_INT32, TYPE_FP32, "
-                "TYPE_STRING, ...)",
-                v->text);
+    return hark_cfg_fail(c, HARK_ERR_INVALID_ARG, v->line,
+                         "unknown data_type '%.64s' (expected TYPE_BOOL, TYPE_INT32, TYPE_FP32, "
+                         "TYPE_STRING, ...)",
+                         v->text);
   return NULL;
 }
 
-static hark_error *add_dim(cfg_ctx *c, const field_spec *fs, void *obj, const hark_pb_field *v) {
+hark_error *hark_cfg_add_dim(cfg_ctx *c, const field_spec *fs, void *obj, const hark_pb_field *v) {
   hark_model_io *io = obj;
   int64_t d = 0;
   hark_error *err = get_int(c, fs, v, &d);
   if (err) return err;
   if (d < 1 && d != -1)
-    return fail(c, HARK_ERR_INVALID_ARG, v->line,
-                "dims entry %" PRId64 " must be >= 1, or -1 for a variable size", d);
+    return hark_cfg_fail(c, HARK_ERR_INVALID_ARG, v->line,
+                         "dims entry %" PRId64 " must be >= 1, or -1 for a variable size", d);
   if (io->ndims == HARK_MAX_DIMS)
-    return fail(c, HARK_ERR_INVALID_ARG, v->line, "more than %d dims", HARK_MAX_DIMS);
+    return hark_cfg_fail(c, HARK_ERR_INVALID_ARG, v->line, "more than %d dims", HARK_MAX_DIMS);
   io->dims[io->ndims++] = d;
   return NULL;
 }
 
 static const field_spec input_fields[] = {
     SCALAR("name", V_STRING, hark_model_io, name),
-    CUSTOM("data_type", V_ENUM, set_data_type, 0, 0, 0),
-    CUSTOM("dims", V_I64, add_dim, F_REPEATED, 0, 0),
+    CUSTOM("data_type", V_ENUM, hark_cfg_set_data_type, 0, 0, 0),
+    CUSTOM("dims", V_I64, hark_cfg_add_dim, F_REPEATED, 0, 0),
     SCALAR("optional", V_BOOL, hark_model_io, optional),
     UNSUPPORTED("format"),
     UNSUPPORTED("reshape"),
@@ -547,8 +472,8 @@ static const field_spec input_fields[] = {
 };
 static const field_spec output_fields[] = {
     SCALAR("name", V_STRING, hark_model_io, name),
-    CUSTOM("data_type", V_ENUM, set_data_type, 0, 0, 0),
-    CUSTOM("dims", V_I64, add_dim, F_REPEATED, 0, 0),
+    CUSTOM("data_type", V_ENUM, hark_cfg_set_data_type, 0, 0, 0),
+    CUSTOM("dims", V_I64, hark_cfg_add_dim, F_REPEATED, 0, 0),
     UNSUPPORTED("reshape"),
     UNSUPPORTED("label_filename"),
     UNSUPPORTED("is_shape_tensor"),
@@ -565,12 +490,13 @@ static hark_error *check_io(const cfg_ctx *c, const hark_model_io *ios, uint32_t
                             const char *what, const hark_pb_field *v) {
   const hark_model_io *io = &ios[n - 1];
   if (!io->name || !*io->name)
-    return fail(c, HARK_ERR_INVALID_ARG, v->line, "%s without a name", what);
+    return hark_cfg_fail(c, HARK_ERR_INVALID_ARG, v->line, "%s without a name", what);
   if (io->datatype == HARK_TYPE_INVALID)
-    return fail(c, HARK_ERR_INVALID_ARG, v->line, "%s '%s' has no data_type", what, io->name);
+    return hark_cfg_fail(c, HARK_ERR_INVALID_ARG, v->line, "%s '%s' has no data_type", what,
+                         io->name);
   for (uint32_t i = 0; i + 1 < n; i++)
     if (strcmp(ios[i].name, io->name) == 0)
-      return fail(c, HARK_ERR_INVALID_ARG, v->line, "duplicate %s '%s'", what, io->name);
+      return hark_cfg_fail(c, HARK_ERR_INVALID_ARG, v->line, "duplicate %s '%s'", what, io->name);
   return NULL;
 }
 
@@ -593,9 +519,10 @@ static hark_error *reject_gpus(cfg_ctx *c, const field_spec *fs, void *obj,
                                const hark_pb_field *v) {
   (void)fs;
   (void)obj;
-  return fail(c, HARK_ERR_UNSUPPORTED, v->line,
-              "unsupported field 'gpus' in 'instance_group': hark does not place instances on "
-              "GPUs (leave gpus out or empty)");
+  return hark_cfg_fail(
+      c, HARK_ERR_UNSUPPORTED, v->line,
+      "unsupported field 'gpus' in 'instance_group': hark does not place instances on "
+      "GPUs (leave gpus out or empty)");
 }
 
 static const field_spec instance_group_fields[] = {
@@ -626,10 +553,11 @@ static hark_error *check_key(const cfg_ctx *c, const hark_kv *kvs, uint32_t n, c
                              const hark_pb_field *v) {
   const hark_kv *kv = &kvs[n - 1];
   if (!kv->key || !*kv->key)
-    return fail(c, HARK_ERR_INVALID_ARG, v->line, "%s entry without a key", what);
+    return hark_cfg_fail(c, HARK_ERR_INVALID_ARG, v->line, "%s entry without a key", what);
   for (uint32_t i = 0; i + 1 < n; i++)
     if (strcmp(kvs[i].key, kv->key) == 0)
-      return fail(c, HARK_ERR_INVALID_ARG, v->line, "duplicate %s key '%s'", what, kv->key);
+      return hark_cfg_fail(c, HARK_ERR_INVALID_ARG, v->line, "duplicate %s key '%s'", what,
+                           kv->key);
   return NULL;
 }
 
@@ -638,8 +566,8 @@ static hark_error *check_tensor_map(const cfg_ctx *c, const hark_kv *kvs, uint32
                                     const char *what, const hark_pb_field *v) {
   hark_error *err = check_key(c, kvs, n, what, v);
   if (!err && (!kvs[n - 1].value || !*kvs[n - 1].value))
-    err = fail(c, HARK_ERR_INVALID_ARG, v->line, "%s entry '%s' without a value", what,
-               kvs[n - 1].key);
+    err = hark_cfg_fail(c, HARK_ERR_INVALID_ARG, v->line, "%s entry '%s' without a value", what,
+                        kvs[n - 1].key);
   return err;
 }
 
@@ -682,7 +610,7 @@ static hark_error *done_step(cfg_ctx *c, void *obj, const hark_pb_field *v) {
   const hark_model_config *cfg = obj;
   const hark_ensemble_step *s = &cfg->ensemble_steps[cfg->n_ensemble_steps - 1];
   if (!s->model_name || !*s->model_name)
-    return fail(c, HARK_ERR_INVALID_ARG, v->line, "ensemble step without a model_name");
+    return hark_cfg_fail(c, HARK_ERR_INVALID_ARG, v->line, "ensemble step without a model_name");
   return NULL;
 }
 
@@ -703,7 +631,7 @@ static const field_spec parameter_value_fields[] = {
 static const msg_spec parameter_value_spec = SPEC(parameter_value_fields);
 static const field_spec parameter_fields[] = {
     SCALAR("key", V_STRING, hark_kv, key),
-    MESSAGE("value", parameter_value_spec, open_self, NULL, 0),
+    MESSAGE("value", parameter_value_spec, hark_cfg_open_self, NULL, 0),
 };
 static const msg_spec parameter_spec = SPEC(parameter_fields);
 
@@ -712,7 +640,7 @@ DEFINE_APPEND(open_parameter, hark_model_config, parameters, n_parameters)
 static hark_error *done_parameter(cfg_ctx *c, void *obj, const hark_pb_field *v) {
   hark_model_config *cfg = obj;
   hark_kv *kv = &cfg->parameters[cfg->n_parameters - 1];
-  if (!kv->value && !(kv->value = strdup(""))) return out_of_memory();
+  if (!kv->value && !(kv->value = strdup(""))) return hark_cfg_out_of_memory();
   return check_key(c, cfg->parameters, cfg->n_parameters, "parameters", v);
 }
 
@@ -729,13 +657,14 @@ static const field_spec model_fields[] = {
     MESSAGE("instance_group", instance_group_spec, open_instance_group, NULL, F_REPEATED),
     MESSAGE("dynamic_batching", dynamic_batching_spec, open_dynamic_batching, done_dynamic_batching,
             0),
-    MESSAGE("model_transaction_policy", transaction_spec, open_self, NULL, 0),
-    MESSAGE("ensemble_scheduling", ensemble_spec, open_self, NULL, 0),
+    MESSAGE("sequence_batching", hark_cfg_sequence_batching_spec, hark_cfg_open_sequence_batching,
+            hark_cfg_done_sequence_batching, 0),
+    MESSAGE("model_transaction_policy", transaction_spec, hark_cfg_open_self, NULL, 0),
+    MESSAGE("ensemble_scheduling", ensemble_spec, hark_cfg_open_self, NULL, 0),
     MESSAGE("parameters", parameter_spec, open_parameter, done_parameter, F_REPEATED),
     SCALAR("default_model_filename", V_STRING, hark_model_config, default_model_filename),
     /* Triton's fields hark does not implement (yet): named here so the
      * error says "unsupported" rather than "unknown". */
-    UNSUPPORTED("sequence_batching"),
     UNSUPPORTED("optimization"),
     UNSUPPORTED("model_warmup"),
     UNSUPPORTED("model_operations"),
@@ -754,33 +683,36 @@ _Static_assert(ARRAY_LEN(model_fields) <= 64, "walk() tracks repeats in a 64-bit
 
 static hark_error *finish_name(cfg_ctx *c, const char *dir_name) {
   hark_model_config *cfg = c->cfg;
-  uint32_t line = line_of(c->root, "name", 0, 0);
+  uint32_t line = hark_cfg_line_of(c->root, "name", 0, 0);
   if (!cfg->name) {
     if (!dir_name || !*dir_name)
-      return fail(c, HARK_ERR_INVALID_ARG, 0,
-                  "no 'name', and no model folder name to take it from");
+      return hark_cfg_fail(c, HARK_ERR_INVALID_ARG, 0,
+                           "no 'name', and no model folder name to take it from");
     cfg->name = strdup(dir_name);
-    return cfg->name ? NULL : out_of_memory();
+    return cfg->name ? NULL : hark_cfg_out_of_memory();
   }
-  if (!*cfg->name) return fail(c, HARK_ERR_INVALID_ARG, line, "'name' is empty");
+  if (!*cfg->name) return hark_cfg_fail(c, HARK_ERR_INVALID_ARG, line, "'name' is empty");
   if (dir_name && strcmp(cfg->name, dir_name) != 0)
-    return fail(c, HARK_ERR_INVALID_ARG, line,
-                "model name '%s' does not match its folder name '%s'", cfg->name, dir_name);
+    return hark_cfg_fail(c, HARK_ERR_INVALID_ARG, line,
+                         "model name '%s' does not match its folder name '%s'", cfg->name,
+                         dir_name);
   return NULL;
 }
 
 static hark_error *finish_ensemble(cfg_ctx *c) {
   const hark_model_config *cfg = c->cfg;
   if (*cfg->backend)
-    return fail(c, HARK_ERR_INVALID_ARG, line_of(c->root, "backend", 0, 0),
-                "an ensemble has no backend, found backend '%s'", cfg->backend);
+    return hark_cfg_fail(c, HARK_ERR_INVALID_ARG, hark_cfg_line_of(c->root, "backend", 0, 0),
+                         "an ensemble has no backend, found backend '%s'", cfg->backend);
   if (cfg->n_ensemble_steps == 0)
-    return fail(c, HARK_ERR_INVALID_ARG,
-                line_of(c->root, "ensemble_scheduling", 0, line_of(c->root, "platform", 0, 0)),
-                "platform 'ensemble' requires ensemble_scheduling with at least one step");
+    return hark_cfg_fail(c, HARK_ERR_INVALID_ARG,
+                         hark_cfg_line_of(c->root, "ensemble_scheduling", 0,
+                                          hark_cfg_line_of(c->root, "platform", 0, 0)),
+                         "platform 'ensemble' requires ensemble_scheduling with at least one step");
   if (cfg->dynamic_batching.enabled)
-    return fail(c, HARK_ERR_INVALID_ARG, line_of(c->root, "dynamic_batching", 0, 0),
-                "an ensemble cannot use dynamic_batching: its steps' models batch");
+    return hark_cfg_fail(c, HARK_ERR_INVALID_ARG,
+                         hark_cfg_line_of(c->root, "dynamic_batching", 0, 0),
+                         "an ensemble cannot use dynamic_batching: its steps' models batch");
   return NULL;
 }
 
@@ -790,36 +722,40 @@ static hark_error *finish_platform(cfg_ctx *c) {
   if (!cfg->platform) cfg->platform = strdup("");
   if (!cfg->backend) cfg->backend = strdup("");
   if (!cfg->default_model_filename) cfg->default_model_filename = strdup("");
-  if (!cfg->platform || !cfg->backend || !cfg->default_model_filename) return out_of_memory();
+  if (!cfg->platform || !cfg->backend || !cfg->default_model_filename)
+    return hark_cfg_out_of_memory();
   if (strcmp(cfg->platform, "ensemble") == 0) return finish_ensemble(c);
   if (*cfg->platform)
-    return fail(c, HARK_ERR_UNSUPPORTED, line_of(c->root, "platform", 0, 0),
-                "unsupported platform '%s': hark runs a model through its 'backend', or as "
-                "platform \"ensemble\"",
-                cfg->platform);
-  const hark_pb_field *ens = find_value(c->root, "ensemble_scheduling", 0);
+    return hark_cfg_fail(
+        c, HARK_ERR_UNSUPPORTED, hark_cfg_line_of(c->root, "platform", 0, 0),
+        "unsupported platform '%s': hark runs a model through its 'backend', or as "
+        "platform \"ensemble\"",
+        cfg->platform);
+  const hark_pb_field *ens = hark_cfg_find_value(c->root, "ensemble_scheduling", 0);
   if (ens)
-    return fail(c, HARK_ERR_INVALID_ARG, ens->line,
-                "ensemble_scheduling needs platform \"ensemble\"");
+    return hark_cfg_fail(c, HARK_ERR_INVALID_ARG, ens->line,
+                         "ensemble_scheduling needs platform \"ensemble\"");
   if (!*cfg->backend)
-    return fail(c, HARK_ERR_INVALID_ARG, line_of(c->root, "backend", 0, 0),
-                "model '%s' names no backend (set 'backend', or platform \"ensemble\")", cfg->name);
+    return hark_cfg_fail(c, HARK_ERR_INVALID_ARG, hark_cfg_line_of(c->root, "backend", 0, 0),
+                         "model '%s' names no backend (set 'backend', or platform \"ensemble\")",
+                         cfg->name);
   return NULL;
 }
 
 static hark_error *finish_batching(cfg_ctx *c) {
   const hark_model_config *cfg = c->cfg;
   const hark_dynamic_batching *db = &cfg->dynamic_batching;
-  const hark_pb_field *node = find_value(c->root, "dynamic_batching", 0);
+  const hark_pb_field *node = hark_cfg_find_value(c->root, "dynamic_batching", 0);
   if (!db->enabled) return NULL;
   if (cfg->max_batch_size == 0)
-    return fail(c, HARK_ERR_INVALID_ARG, node->line,
-                "dynamic_batching needs max_batch_size > 0 (the model must batch)");
+    return hark_cfg_fail(c, HARK_ERR_INVALID_ARG, node->line,
+                         "dynamic_batching needs max_batch_size > 0 (the model must batch)");
   for (uint32_t i = 0; i < db->n_preferred_batch_size; i++)
     if (db->preferred_batch_size[i] > cfg->max_batch_size)
-      return fail(c, HARK_ERR_INVALID_ARG, line_of(node, "preferred_batch_size", i, node->line),
-                  "preferred_batch_size %u is larger than max_batch_size %u",
-                  db->preferred_batch_size[i], cfg->max_batch_size);
+      return hark_cfg_fail(c, HARK_ERR_INVALID_ARG,
+                           hark_cfg_line_of(node, "preferred_batch_size", i, node->line),
+                           "preferred_batch_size %u is larger than max_batch_size %u",
+                           db->preferred_batch_size[i], cfg->max_batch_size);
   return NULL;
 }
 
@@ -827,7 +763,7 @@ static hark_error *finish_batching(cfg_ctx *c) {
  * KIND_AUTO resolves to KIND_CPU, as Triton's does on a host without GPUs. */
 static hark_error *finish_instance_groups(cfg_ctx *c) {
   hark_model_config *cfg = c->cfg;
-  if (cfg->n_instance_groups == 0 && !open_instance_group(cfg)) return out_of_memory();
+  if (cfg->n_instance_groups == 0 && !open_instance_group(cfg)) return hark_cfg_out_of_memory();
   for (uint32_t i = 0; i < cfg->n_instance_groups; i++) {
     hark_instance_group *g = &cfg->instance_groups[i];
     if (g->kind == HARK_KIND_AUTO) g->kind = HARK_KIND_CPU;
@@ -835,7 +771,7 @@ static hark_error *finish_instance_groups(cfg_ctx *c) {
     free(g->name);
     if (asprintf(&g->name, "%s_%u", cfg->name, i) < 0) {
       g->name = NULL;
-      return out_of_memory();
+      return hark_cfg_out_of_memory();
     }
   }
   return NULL;
@@ -845,6 +781,7 @@ static hark_error *finish(cfg_ctx *c, const char *dir_name) {
   hark_error *err = finish_name(c, dir_name);
   if (!err) err = finish_platform(c);
   if (!err) err = finish_batching(c);
+  if (!err) err = hark_cfg_finish_sequence_batching(c);
   if (!err) err = finish_instance_groups(c);
   return err;
 }
@@ -862,7 +799,7 @@ hark_error *hark_model_config_parse(const char *text, size_t len, const char *fi
   c.cfg = calloc(1, sizeof *c.cfg);
   if (!c.cfg) {
     hark_pbtxt_free(doc);
-    return out_of_memory();
+    return hark_cfg_out_of_memory();
   }
   c.cfg->version_policy.kind = HARK_VERSION_LATEST;
   c.cfg->version_policy.latest_num_versions = 1;
@@ -902,6 +839,7 @@ void hark_model_config_free(hark_model_config *cfg) {
   for (uint32_t i = 0; i < cfg->n_instance_groups; i++) free(cfg->instance_groups[i].name);
   free(cfg->instance_groups);
   free(cfg->dynamic_batching.priority_queue_policy);
+  hark_cfg_free_sequence_batching(&cfg->sequence_batching);
   for (uint32_t i = 0; i < cfg->n_ensemble_steps; i++) {
     hark_ensemble_step *s = &cfg->ensemble_steps[i];
     free(s->model_name);
@@ -923,23 +861,23 @@ const char *hark_model_config_parameter(const hark_model_config *cfg, const char
 
 /* Integers go out as raw text so 64-bit values keep every digit (a cJSON
  * number is a double); Triton, too, prints them as numbers, not strings. */
-static cJSON *json_raw_int(int64_t v) {
+cJSON *hark_cfg_json_raw_int(int64_t v) {
   char b[24];
   snprintf(b, sizeof b, "%" PRId64, v);
   return cJSON_CreateRaw(b);
 }
 
 static void json_int(cJSON *o, const char *key, int64_t v) {
-  cJSON_AddItemToObject(o, key, json_raw_int(v));
+  cJSON_AddItemToObject(o, key, hark_cfg_json_raw_int(v));
 }
 
-static void json_uint(cJSON *o, const char *key, uint64_t v) {
+void hark_cfg_json_uint(cJSON *o, const char *key, uint64_t v) {
   char b[24];
   snprintf(b, sizeof b, "%" PRIu64, v);
   cJSON_AddRawToObject(o, key, b);
 }
 
-static void json_string(cJSON *o, const char *key, const char *s) {
+void hark_cfg_json_string(cJSON *o, const char *key, const char *s) {
   cJSON_AddStringToObject(o, key, s ? s : "");
 }
 
@@ -950,9 +888,10 @@ static void json_version_policy(cJSON *root, const hark_version_policy *vp) {
   } else if (vp->kind == HARK_VERSION_SPECIFIC) {
     cJSON *a = cJSON_AddArrayToObject(cJSON_AddObjectToObject(o, "specific"), "versions");
     for (uint32_t i = 0; i < vp->n_versions; i++)
-      cJSON_AddItemToArray(a, json_raw_int(vp->versions[i]));
+      cJSON_AddItemToArray(a, hark_cfg_json_raw_int(vp->versions[i]));
   } else {
-    json_uint(cJSON_AddObjectToObject(o, "latest"), "num_versions", vp->latest_num_versions);
+    hark_cfg_json_uint(cJSON_AddObjectToObject(o, "latest"), "num_versions",
+                       vp->latest_num_versions);
   }
 }
 
@@ -962,11 +901,11 @@ static void json_ios(cJSON *root, const char *key, const hark_model_io *ios, uin
   for (uint32_t i = 0; i < n; i++) {
     cJSON *o = cJSON_CreateObject();
     cJSON_AddItemToArray(a, o);
-    json_string(o, "name", ios[i].name);
-    json_string(o, "data_type", hark_datatype_config_name(ios[i].datatype));
+    hark_cfg_json_string(o, "name", ios[i].name);
+    hark_cfg_json_string(o, "data_type", hark_datatype_config_name(ios[i].datatype));
     cJSON *dims = cJSON_AddArrayToObject(o, "dims");
     for (uint32_t d = 0; d < ios[i].ndims; d++)
-      cJSON_AddItemToArray(dims, json_raw_int(ios[i].dims[d]));
+      cJSON_AddItemToArray(dims, hark_cfg_json_raw_int(ios[i].dims[d]));
     if (inputs) cJSON_AddBoolToObject(o, "optional", ios[i].optional);
   }
 }
@@ -977,32 +916,32 @@ static void json_instance_groups(cJSON *root, const hark_model_config *cfg) {
     const hark_instance_group *g = &cfg->instance_groups[i];
     cJSON *o = cJSON_CreateObject();
     cJSON_AddItemToArray(a, o);
-    json_string(o, "name", g->name);
-    json_string(o, "kind",
-                (unsigned)g->kind < ARRAY_LEN(instance_kinds) ? instance_kinds[g->kind] : "");
-    json_uint(o, "count", g->count);
+    hark_cfg_json_string(o, "name", g->name);
+    hark_cfg_json_string(
+        o, "kind", (unsigned)g->kind < ARRAY_LEN(instance_kinds) ? instance_kinds[g->kind] : "");
+    hark_cfg_json_uint(o, "count", g->count);
   }
 }
 
 static void json_queue_policy(cJSON *o, const hark_queue_policy *p) {
-  json_string(o, "timeout_action",
-              (unsigned)p->timeout_action < ARRAY_LEN(timeout_actions)
-                  ? timeout_actions[p->timeout_action]
-                  : "");
-  json_uint(o, "default_timeout_microseconds", p->default_timeout_us);
+  hark_cfg_json_string(o, "timeout_action",
+                       (unsigned)p->timeout_action < ARRAY_LEN(timeout_actions)
+                           ? timeout_actions[p->timeout_action]
+                           : "");
+  hark_cfg_json_uint(o, "default_timeout_microseconds", p->default_timeout_us);
   cJSON_AddBoolToObject(o, "allow_timeout_override", p->allow_timeout_override);
-  json_uint(o, "max_queue_size", p->max_queue_size);
+  hark_cfg_json_uint(o, "max_queue_size", p->max_queue_size);
 }
 
 static void json_dynamic_batching(cJSON *root, const hark_dynamic_batching *db) {
   cJSON *o = cJSON_AddObjectToObject(root, "dynamic_batching");
   cJSON *pref = cJSON_AddArrayToObject(o, "preferred_batch_size");
   for (uint32_t i = 0; i < db->n_preferred_batch_size; i++)
-    cJSON_AddItemToArray(pref, json_raw_int(db->preferred_batch_size[i]));
-  json_uint(o, "max_queue_delay_microseconds", db->max_queue_delay_us);
+    cJSON_AddItemToArray(pref, hark_cfg_json_raw_int(db->preferred_batch_size[i]));
+  hark_cfg_json_uint(o, "max_queue_delay_microseconds", db->max_queue_delay_us);
   cJSON_AddBoolToObject(o, "preserve_ordering", db->preserve_ordering);
-  json_uint(o, "priority_levels", db->priority_levels);
-  json_uint(o, "default_priority_level", db->default_priority_level);
+  hark_cfg_json_uint(o, "priority_levels", db->priority_levels);
+  hark_cfg_json_uint(o, "default_priority_level", db->default_priority_level);
   json_queue_policy(cJSON_AddObjectToObject(o, "default_queue_policy"), &db->default_queue_policy);
   cJSON *map = cJSON_AddObjectToObject(o, "priority_queue_policy");
   for (uint32_t i = 0; i < db->n_priority_queue_policy; i++) {
@@ -1014,7 +953,7 @@ static void json_dynamic_batching(cJSON *root, const hark_dynamic_batching *db) 
 
 static void json_string_map(cJSON *o, const char *key, const hark_kv *kvs, uint32_t n) {
   cJSON *map = cJSON_AddObjectToObject(o, key);
-  for (uint32_t i = 0; i < n; i++) json_string(map, kvs[i].key, kvs[i].value);
+  for (uint32_t i = 0; i < n; i++) hark_cfg_json_string(map, kvs[i].key, kvs[i].value);
 }
 
 static void json_ensemble(cJSON *root, const hark_model_config *cfg) {
@@ -1024,7 +963,7 @@ static void json_ensemble(cJSON *root, const hark_model_config *cfg) {
     const hark_ensemble_step *s = &cfg->ensemble_steps[i];
     cJSON *o = cJSON_CreateObject();
     cJSON_AddItemToArray(steps, o);
-    json_string(o, "model_name", s->model_name);
+    hark_cfg_json_string(o, "model_name", s->model_name);
     json_int(o, "model_version", s->model_version);
     json_string_map(o, "input_map", s->input_map, s->n_input_map);
     json_string_map(o, "output_map", s->output_map, s->n_output_map);
@@ -1034,28 +973,30 @@ static void json_ensemble(cJSON *root, const hark_model_config *cfg) {
 static void json_parameters(cJSON *root, const hark_model_config *cfg) {
   cJSON *map = cJSON_AddObjectToObject(root, "parameters");
   for (uint32_t i = 0; i < cfg->n_parameters; i++)
-    json_string(cJSON_AddObjectToObject(map, cfg->parameters[i].key), "string_value",
-                cfg->parameters[i].value);
+    hark_cfg_json_string(cJSON_AddObjectToObject(map, cfg->parameters[i].key), "string_value",
+                         cfg->parameters[i].value);
 }
 
 char *hark_model_config_to_json(const hark_model_config *cfg) {
   if (!cfg) return NULL;
   cJSON *root = cJSON_CreateObject();
   if (!root) return NULL;
-  json_string(root, "name", cfg->name);
-  json_string(root, "platform", cfg->platform);
-  json_string(root, "backend", cfg->backend);
+  hark_cfg_json_string(root, "name", cfg->name);
+  hark_cfg_json_string(root, "platform", cfg->platform);
+  hark_cfg_json_string(root, "backend", cfg->backend);
   json_version_policy(root, &cfg->version_policy);
-  json_uint(root, "max_batch_size", cfg->max_batch_size);
+  hark_cfg_json_uint(root, "max_batch_size", cfg->max_batch_size);
   json_ios(root, "input", cfg->inputs, cfg->n_inputs, true);
   json_ios(root, "output", cfg->outputs, cfg->n_outputs, false);
   json_instance_groups(root, cfg);
   if (cfg->dynamic_batching.enabled) json_dynamic_batching(root, &cfg->dynamic_batching);
+  if (cfg->sequence_batching.enabled)
+    hark_cfg_json_sequence_batching(root, &cfg->sequence_batching);
   if (cfg->n_ensemble_steps) json_ensemble(root, cfg);
   json_parameters(root, cfg);
   cJSON_AddBoolToObject(cJSON_AddObjectToObject(root, "model_transaction_policy"), "decoupled",
                         cfg->decoupled);
-  json_string(root, "default_model_filename", cfg->default_model_filename);
+  hark_cfg_json_string(root, "default_model_filename", cfg->default_model_filename);
   char *s = cJSON_PrintUnformatted(root);
   cJSON_Delete(root);
   return s;

@@ -85,6 +85,9 @@ struct hark_backend {
   char *path;
   void *dl;
   const hark_backend_api *api;
+  /* api->sequence_fini when the backend's API is 1.1 or newer (an older
+   * table is shorter and has no such entry), else NULL. */
+  void (*sequence_fini)(hark_model *model, void *state);
   void *state;
 };
 

@@ -23,6 +23,23 @@ uint32_t hark_model_instance_count(const hark_model *model);
 hark_instance *hark_model_instance_at(hark_model *model, uint32_t i);
 
 /*
+ * Sequence models (src/sched/sequence.c). Points the request's sequence
+ * state (hark_request_sequence_state) at `slot`, which the caller keeps
+ * valid while the request runs; NULL detaches it.
+ */
+void hark_request_set_sequence_slot(hark_request *req, void **slot);
+/*
+ * Removes output `name` from `resp` and hands it over in *out: out->data is
+ * the caller's to free() (name in *out is NULL). False when there is no
+ * such output. Implicit sequence state leaves responses this way.
+ */
+bool hark_response_take_output(hark_response *resp, const char *name, hark_tensor *out);
+/* Frees per-sequence backend state through the backend's sequence_fini
+ * (read only from backends built on API 1.1 or newer); a no-op for NULL
+ * state. Never call it while that sequence's request executes. */
+void hark_model_sequence_fini(hark_model *model, void *state);
+
+/*
  * Runs one batch on `instance`, on the calling thread, through the backend's
  * execute. Records execution statistics (queue time ends, compute begins).
  * If the backend refuses the batch, every request gets that error as its

@@ -158,6 +158,17 @@ hark_error *hark_model_enqueue(hark_model *m, hark_request *req) {
 
 uint32_t hark_model_queued(const hark_model *m) { return m->sched ? hark_sched_queued(m->sched) : 0; }
 
+void hark_model_sequence_fini(hark_model *m, void *state) {
+  if (!state) return;
+  if (m->backend && m->backend->sequence_fini) {
+    m->backend->sequence_fini(m, state);
+    return;
+  }
+  HARK_ERROR("model '%s': a sequence ended holding backend state, but backend '%s' has no "
+             "sequence_fini to free it (leaked)",
+             m->name, m->backend ? m->backend->name : "");
+}
+
 static void astat_add(hark_astat *s, uint64_t ns) {
   atomic_fetch_add(&s->count, 1);
   atomic_fetch_add(&s->ns, ns);

@@ -298,6 +298,25 @@ void hark_request_complete(hark_request *req, hark_error *err) {
   request_deliver(req, NULL, HARK_RESPONSE_FINAL, err);
 }
 
+void hark_request_set_sequence_slot(hark_request *req, void **slot) { req->seq_state = slot; }
+
+bool hark_response_take_output(hark_response *resp, const char *name, hark_tensor *out) {
+  for (uint32_t i = 0; i < resp->n_outputs; i++) {
+    if (strcmp(resp->outputs[i].name, name) != 0) continue;
+    *out = resp->outputs[i];
+    out->name = NULL;
+    out->data = resp->buffers[i];
+    free((char *)resp->outputs[i].name);
+    resp->n_outputs--;
+    memmove(&resp->outputs[i], &resp->outputs[i + 1],
+            (resp->n_outputs - i) * sizeof *resp->outputs);
+    memmove(&resp->buffers[i], &resp->buffers[i + 1],
+            (resp->n_outputs - i) * sizeof *resp->buffers);
+    return true;
+  }
+  return false;
+}
+
 void *hark_request_sequence_state(const hark_request *req) {
   return req->seq_state ? *req->seq_state : NULL;
 }

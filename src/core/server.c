@@ -173,6 +173,7 @@ static hark_error *backend_open(const char *name, const char *path, hark_backend
   b->path = strdup(path);
   b->dl = dl;
   b->api = api;
+  if ((api->api_version & 0xffff) >= 1) b->sequence_fini = api->sequence_fini;
   if (api->backend_init && (err = api->backend_init(b))) {
     free(b->name);
     free(b->path);

@@ -327,8 +327,19 @@ static hark_error *write_output(hark_kserve_buf *out, const hark_tensor *t, bool
   return hark_kserve_buf_puts(out, "}") ? NULL : oom();
 }
 
+/* The request's sequence_id parameter, echoed in the response's parameters
+ * with its JSON type (integer or string), as Triton does; NULL if none. */
+static const hark_kserve_param *sequence_param(const hark_kserve_request *r) {
+  for (uint32_t i = 0; r && i < r->n_params; i++)
+    if (strcmp(r->params[i].key, "sequence_id") == 0 &&
+        (r->params[i].type == HARK_KSERVE_PARAM_INT ||
+         r->params[i].type == HARK_KSERVE_PARAM_STRING))
+      return &r->params[i];
+  return NULL;
+}
+
 static bool write_head(hark_kserve_buf *out, const hark_response *resp, const char *model_name,
-                       int64_t model_version) {
+                       int64_t model_version, const hark_kserve_request *r) {
   const char *id = hark_response_id(resp);
   bool ok = hark_kserve_buf_puts(out, "{\"model_name\":") &&
             hark_kserve_buf_put_jstr(out, model_name, strlen(model_name)) &&
@@ -337,13 +348,24 @@ static bool write_head(hark_kserve_buf *out, const hark_response *resp, const ch
   if (ok && id && *id)
     ok = hark_kserve_buf_puts(out, ",\"id\":") && hark_kserve_buf_put_jstr(out, id, strlen(id));
   uint32_t np = hark_response_parameter_count(resp);
-  if (ok && np) {
+  const hark_kserve_param *seq = sequence_param(r);
+  if (ok && (np || seq)) {
     ok = hark_kserve_buf_puts(out, ",\"parameters\":{");
+    bool first = true;
+    if (ok && seq) {
+      ok = hark_kserve_buf_puts(out, "\"sequence_id\":") &&
+           (seq->type == HARK_KSERVE_PARAM_INT
+                ? hark_kserve_buf_puts(out, seq->value)
+                : hark_kserve_buf_put_jstr(out, seq->value, strlen(seq->value)));
+      first = false;
+    }
     for (uint32_t i = 0; ok && i < np; i++) {
       const char *key, *value = hark_response_parameter_at(resp, i, &key);
-      ok = (!i || hark_kserve_buf_puts(out, ",")) &&
+      if (seq && strcmp(key, "sequence_id") == 0) continue; /* echoed above */
+      ok = (first || hark_kserve_buf_puts(out, ",")) &&
            hark_kserve_buf_put_jstr(out, key, strlen(key)) && hark_kserve_buf_puts(out, ":") &&
            hark_kserve_buf_put_jstr(out, value, strlen(value));
+      first = false;
     }
     ok = ok && hark_kserve_buf_puts(out, "}");
   }
@@ -356,7 +378,7 @@ hark_error *hark_kserve_write_response(hark_kserve_buf *out, const hark_response
                                        bool *any_binary) {
   size_t start = out->len;
   *any_binary = false;
-  if (!write_head(out, resp, model_name, model_version)) return oom();
+  if (!write_head(out, resp, model_name, model_version, r)) return oom();
   uint32_t n = hark_response_output_count(resp), written = 0;
   for (uint32_t i = 0; i < n; i++) {
     const hark_tensor *t = hark_response_output(resp, i);

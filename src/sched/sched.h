@@ -2,8 +2,8 @@
  * sched.h — schedulers and the worker pool (src/sched).
  *
  * Every loaded model version has one scheduler, chosen by its config as in
- * Triton: ensemble_scheduling → ensemble; dynamic_batching → dynamic
- * batcher; otherwise default (one request per execution, FIFO, by
+ * Triton: ensemble_scheduling → ensemble; sequence_batching → sequence
+ * batcher; dynamic_batching → dynamic batcher; otherwise default (one request per execution, FIFO, by
  * priority). A scheduler owns its queue: requests enter with
  * hark_sched_enqueue(), leave as batches handed to hark_model_execute() on a
  * worker of the shared pool, one batch per instance at a time.

@@ -59,7 +59,7 @@ void hark_pool_timer_disarm(hark_pool *pool, hark_timer *timer);
  * timer is armed again. */
 void hark_pool_timer_cancel(hark_pool *pool, hark_timer *timer);
 
-/* ---- schedulers (sched.c, dynamic.c, ensemble.c) ---------------------------- */
+/* ---- schedulers (sched.c, dynamic.c, sequence.c, ensemble.c) ----------------- */
 
 typedef struct hark_sched_ops {
   hark_error *(*enqueue)(hark_sched *sched, hark_request *req);
@@ -76,6 +76,9 @@ struct hark_sched {
 /* The default scheduler and the dynamic batcher (dynamic.c). */
 hark_error *hark_sched_dynamic_new(hark_model *model, hark_pool *pool,
                                    uint32_t default_max_queue, hark_sched **out);
+/* The sequence batcher (sequence.c). */
+hark_error *hark_sched_sequence_new(hark_model *model, hark_pool *pool,
+                                    uint32_t default_max_queue, hark_sched **out);
 /* The ensemble scheduler (ensemble.c). */
 hark_error *hark_sched_ensemble_new(hark_model *model, hark_server *server,
                                     hark_sched **out);

@@ -463,8 +463,15 @@ static void test_schema_errors(void **state) {
 static void test_unsupported_fields(void **state) {
   (void)state;
   static const bad_config t[] = {
-      {"name: \"x\"\nbackend: \"b\"\nsequence_batching {\n}\n",
-       F ":3: unsupported field 'sequence_batching'"},
+      {"backend: \"b\"\nsequence_batching {\n iterative_sequence: true }\n",
+       F ":3: unsupported field 'iterative_sequence' in 'sequence_batching'"},
+      {"backend: \"b\"\nsequence_batching { oldest { max_candidate_sequences: 1\n"
+       " preserve_ordering: true } }",
+       F ":3: unsupported field 'preserve_ordering' in 'sequence_batching.oldest'"},
+      {"backend: \"b\"\nsequence_batching { state { input_name: \"a\" output_name: \"b\" "
+       "data_type: TYPE_FP32 dims: [1]\n initial_state { data_type: TYPE_FP32 dims: [1] data_file: "
+       "\"f\" } } }",
+       F ":3: unsupported field 'data_file' in 'sequence_batching.state.initial_state'"},
       {"backend: \"b\"\n\noptimization { }", F ":3: unsupported field 'optimization'"},
       {"backend: \"b\"\ninput [ { name: \"I\" data_type: TYPE_FP32 dims: [1] reshape: { shape: [] "
        "} } ]",
@@ -591,6 +598,171 @@ static void test_batching_errors(void **state) {
        "default_priority_level: 1\n"
        " priority_queue_policy { value { } } }",
        F ":4: priority_queue_policy entry without a key"},
+  };
+  run_table(t, sizeof t / sizeof t[0], HARK_ERR_INVALID_ARG);
+}
+
+/* ---- sequence_batching ------------------------------------------------------------ */
+
+static void test_sequence_batching_defaults(void **state) {
+  (void)state;
+  hark_model_config *cfg = parse("backend: \"b\"\nsequence_batching { }\n");
+  const hark_sequence_batching *sb = &cfg->sequence_batching;
+  assert_true(sb->enabled);
+  assert_int_equal(sb->strategy, HARK_SEQ_DIRECT);
+  assert_int_equal(sb->max_sequence_idle_us, 1000000); /* Triton's 1 s */
+  assert_int_equal(sb->n_controls, 0);
+  assert_int_equal(sb->n_states, 0);
+  assert_false(cfg->dynamic_batching.enabled);
+  hark_model_config_free(cfg);
+  cfg = parse("backend: \"b\"\n");
+  assert_false(cfg->sequence_batching.enabled);
+  hark_model_config_free(cfg);
+}
+
+static const char SEQ_FULL[] =
+    "backend: \"b\"\nmax_batch_size: 8\n"
+    "input [ { name: \"IN\" data_type: TYPE_FP32 dims: [ 4 ] } ]\n"
+    "sequence_batching {\n"
+    "  max_sequence_idle_microseconds: 500000\n"
+    "  oldest { max_candidate_sequences: 4000 preferred_batch_size: [ 4, 8 ] "
+    "max_queue_delay_microseconds: 250 }\n"
+    "  control_input [\n"
+    "    { name: \"S\" control [ { kind: CONTROL_SEQUENCE_START int32_false_true: [ 0, 1 ] } ] },\n"
+    "    { name: \"E\" control { kind: CONTROL_SEQUENCE_END fp32_false_true: [ 0, 1.5 ] } },\n"
+    "    { name: \"R\" control { kind: CONTROL_SEQUENCE_READY bool_false_true: [ false, true ] } "
+    "},\n"
+    "    { name: \"C\" control { kind: CONTROL_SEQUENCE_CORRID data_type: TYPE_STRING } }\n"
+    "  ]\n"
+    "  state [ { input_name: \"h_in\" output_name: \"h_out\" data_type: TYPE_FP32 dims: [ -1, 3 ]\n"
+    "            initial_state { data_type: TYPE_FP32 dims: [ 2, 3 ] zero_data: true name: \"z\" } "
+    "},\n"
+    "          { input_name: \"c_in\" output_name: \"c_out\" data_type: TYPE_INT32 dims: [ 1 ] } "
+    "]\n"
+    "}\n";
+
+static void test_sequence_batching_full(void **state) {
+  (void)state;
+  hark_model_config *cfg = parse(SEQ_FULL);
+  const hark_sequence_batching *sb = &cfg->sequence_batching;
+  assert_int_equal(sb->strategy, HARK_SEQ_OLDEST);
+  assert_int_equal(sb->max_sequence_idle_us, 500000);
+  assert_int_equal(sb->max_candidate_sequences, 4000);
+  assert_int_equal(sb->n_preferred_batch_size, 2);
+  assert_int_equal(sb->preferred_batch_size[1], 8);
+  assert_int_equal(sb->oldest_max_queue_delay_us, 250);
+  assert_int_equal(sb->n_controls, 4);
+  assert_string_equal(sb->controls[0].name, "S");
+  assert_int_equal(sb->controls[0].kind, HARK_SEQ_CONTROL_START);
+  assert_int_equal(sb->controls[0].datatype, HARK_TYPE_INT32);
+  assert_int_equal(sb->controls[0].int32_false_true[1], 1);
+  assert_int_equal(sb->controls[1].kind, HARK_SEQ_CONTROL_END);
+  assert_int_equal(sb->controls[1].datatype, HARK_TYPE_FP32);
+  assert_true(sb->controls[1].fp32_false_true[1] == 1.5f);
+  assert_int_equal(sb->controls[2].kind, HARK_SEQ_CONTROL_READY);
+  assert_true(sb->controls[2].bool_false_true[1]);
+  assert_false(sb->controls[2].bool_false_true[0]);
+  assert_int_equal(sb->controls[3].kind, HARK_SEQ_CONTROL_CORRID);
+  assert_int_equal(sb->controls[3].datatype, HARK_TYPE_BYTES);
+  assert_int_equal(sb->n_states, 2);
+  assert_string_equal(sb->states[0].output_name, "h_out");
+  assert_int_equal(sb->states[0].ndims, 2);
+  assert_int_equal(sb->states[0].dims[0], -1);
+  assert_true(sb->states[0].has_initial);
+  assert_int_equal(sb->states[0].initial_dims[0], 2);
+  assert_false(sb->states[1].has_initial);
+  /* JSON in Triton's shape, and it reparses. */
+  char *json = hark_model_config_to_json(cfg);
+  cJSON *doc = cJSON_Parse(json);
+  assert_non_null(doc);
+  assert_int_equal(get(doc, "sequence_batching.max_sequence_idle_microseconds")->valueint, 500000);
+  assert_int_equal(get(doc, "sequence_batching.oldest.max_candidate_sequences")->valueint, 4000);
+  assert_string_equal(get(doc, "sequence_batching.control_input.3.control.0.kind")->valuestring,
+                      "CONTROL_SEQUENCE_CORRID");
+  assert_string_equal(
+      get(doc, "sequence_batching.control_input.3.control.0.data_type")->valuestring,
+      "TYPE_STRING");
+  assert_int_equal(get(doc, "sequence_batching.state.0.initial_state.0.dims.0")->valueint, 2);
+  cJSON_Delete(doc);
+  free(json);
+  hark_model_config_free(cfg);
+
+  cfg = parse("backend: \"b\"\nmax_batch_size: 2\nsequence_batching { direct { "
+              "max_queue_delay_microseconds: 100 minimum_slot_utilization: 0.5 } }");
+  assert_int_equal(cfg->sequence_batching.strategy, HARK_SEQ_DIRECT);
+  assert_int_equal(cfg->sequence_batching.direct_max_queue_delay_us, 100);
+  assert_true(cfg->sequence_batching.minimum_slot_utilization == 0.5f);
+  hark_model_config_free(cfg);
+}
+
+static void test_sequence_batching_errors(void **state) {
+  (void)state;
+  static const bad_config t[] = {
+      {"backend: \"b\"\nsequence_batching {\n foo: 1 }",
+       F ":3: unknown field 'foo' in 'sequence_batching'"},
+      {"backend: \"b\"\nsequence_batching { oldest {\n max_candidates: 1 } }",
+       F ":3: unknown field 'max_candidates' in 'sequence_batching.oldest'"},
+      {"backend: \"b\"\nmax_batch_size: 4\ndynamic_batching { }\nsequence_batching { }",
+       F ":4: a model takes one of dynamic_batching and sequence_batching, not both"},
+      {"backend: \"b\"\nsequence_batching { direct { }\n oldest { max_candidate_sequences: 1 } }",
+       F ":3: sequence_batching takes only one of 'direct' and 'oldest'"},
+      {"backend: \"b\"\nsequence_batching { oldest {\n } }",
+       F ":2: oldest needs max_candidate_sequences >= 1"},
+      {"backend: \"b\"\nmax_batch_size: 2\nsequence_batching { oldest { max_candidate_sequences: "
+       "1\n"
+       " preferred_batch_size: [ 4 ] } }",
+       F ":4: oldest.preferred_batch_size 4 is larger than max_batch_size 2"},
+      {"backend: \"b\"\nsequence_batching { direct { minimum_slot_utilization: 1.5 } }",
+       F ":2: value 1.5 for field 'minimum_slot_utilization' is out of range [0, 1]"},
+      {"backend: \"b\"\nsequence_batching { control_input {\n control { kind: "
+       "CONTROL_SEQUENCE_START "
+       "int32_false_true: [0, 1] } } }",
+       F ":2: control_input without a name"},
+      {"backend: \"b\"\nsequence_batching { control_input { name: \"S\"\n control { kind: "
+       "CONTROL_SEQUENCE_START int32_false_true: [ 1 ] } } }",
+       F ":3: control_input 'S': CONTROL_SEQUENCE_START takes exactly two values in one of "
+         "int32_false_true, fp32_false_true, bool_false_true (and no data_type)"},
+      {"backend: \"b\"\nsequence_batching { control_input { name: \"C\"\n control { kind: "
+       "CONTROL_SEQUENCE_CORRID } } }",
+       F ":3: control_input 'C': CONTROL_SEQUENCE_CORRID takes a data_type and no *_false_true "
+         "values"},
+      {"backend: \"b\"\nsequence_batching { control_input { name: \"C\" control { kind: "
+       "CONTROL_SEQUENCE_CORRID\n data_type: TYPE_FP32 } } }",
+       F ":3: control data_type 'TYPE_FP32' is not one of TYPE_INT32, TYPE_UINT32, TYPE_INT64, "
+         "TYPE_UINT64, TYPE_STRING"},
+      {"backend: \"b\"\nsequence_batching { control_input { name: \"S\" control { kind: "
+       "CONTROL_SEQUENCE_START int32_false_true: [0, 1] } }\n control_input { name: \"T\" control "
+       "{ "
+       "kind: CONTROL_SEQUENCE_START int32_false_true: [0, 1] } } }",
+       F ":3: control_input 'T' repeats CONTROL_SEQUENCE_START (already on 'S')"},
+      {"backend: \"b\"\ninput { name: \"S\" data_type: TYPE_INT32 dims: [1] }\nsequence_batching "
+       "{\n control_input { name: \"S\" control { kind: CONTROL_SEQUENCE_START int32_false_true: "
+       "[0, "
+       "1] } } }",
+       F ":4: control_input 'S' is also a model input: the engine supplies it"},
+      {"backend: \"b\"\nsequence_batching { state {\n input_name: \"a\" data_type: TYPE_FP32 dims: "
+       "[1] } }",
+       F ":2: state needs both input_name and output_name"},
+      {"backend: \"b\"\nsequence_batching { state { input_name: \"a\" output_name: \"b\"\n "
+       "data_type: TYPE_STRING dims: [1] } }",
+       F
+       ":3: state data_type 'TYPE_STRING' is not a fixed-size tensor type (TYPE_INT32, TYPE_FP32, "
+       "...)"},
+      {"backend: \"b\"\nsequence_batching { state {\n input_name: \"a\" output_name: \"b\" "
+       "data_type: TYPE_FP32 dims: [-1] } }",
+       F ":2: state 'a' has variable dims: give an initial_state with fixed dims"},
+      {"backend: \"b\"\nsequence_batching { state { input_name: \"a\" output_name: \"b\" "
+       "data_type: TYPE_FP32 dims: [2]\n initial_state { data_type: TYPE_FP32 dims: [3] zero_data: "
+       "true } } }",
+       F ":3: initial_state dims do not match state 'a' dims"},
+      {"backend: \"b\"\nsequence_batching { state { input_name: \"a\" output_name: \"b\" "
+       "data_type: TYPE_FP32 dims: [2]\n initial_state { data_type: TYPE_FP32 dims: [2] } } }",
+       F ":3: initial_state needs zero_data: true (data_file is not supported)"},
+      {"backend: \"b\"\nsequence_batching { state { input_name: \"a\" output_name: \"b\" "
+       "data_type: TYPE_FP32 dims: [2]\n initial_state { data_type: TYPE_INT32 dims: [2] "
+       "zero_data: "
+       "true } } }",
+       F ":3: initial_state data_type TYPE_INT32 differs from state 'a' data_type TYPE_FP32"},
   };
   run_table(t, sizeof t / sizeof t[0], HARK_ERR_INVALID_ARG);
 }
@@ -756,6 +928,9 @@ int main(void) {
       cmocka_unit_test(test_io_errors),
       cmocka_unit_test(test_value_range_errors),
       cmocka_unit_test(test_batching_errors),
+      cmocka_unit_test(test_sequence_batching_defaults),
+      cmocka_unit_test(test_sequence_batching_full),
+      cmocka_unit_test(test_sequence_batching_errors),
       cmocka_unit_test(test_model_errors),
       cmocka_unit_test(test_ensemble_errors),
       cmocka_unit_test(test_hostile_inputs),

@@ -1,0 +1,555 @@
+/*
+ * sequence.c — Triton's sequence batcher, for stateful (streaming) models.
+ *
+ * Requests carry a correlation id (uint64 or string) and START/END flags.
+ * seqtab.c owns the rules — which request may run next, which sequences
+ * hold slots, when a batch forms, when a sequence ends or expires idle —
+ * and this file runs them: the lock, the pool, the timer, the instances,
+ * and what surrounds each execution:
+ *   - the request's sequence state (hark_request_sequence_state) points at
+ *     its sequence's slot for the backend's own per-stream state;
+ *   - control_input tensors (START/END/READY/CORRID) and implicit `state`
+ *     tensors are added as inputs; a state's output is taken out of the
+ *     response (clients never see it) and kept for the next request;
+ *   - the front end's callback is wrapped: a sequence's next request is
+ *     dispatched only after its previous one has delivered its FINAL *and*
+ *     the execute that carried it returned, so a sequence never runs twice
+ *     at once and its responses arrive in order;
+ *   - dropped sequences' state (END done, idle expiry, restart, unload)
+ *     goes to the backend's sequence_fini outside the lock, never inside an
+ *     execute on the same thread, never while that sequence runs.
+ * Pumping (expire, form batches, arm the pool's shared timer) follows
+ * dynamic.c: whichever thread caused an event pumps; `users` counts
+ * threads inside so that stop can wait. Stop flushes: every queued request
+ * still runs, idle sequences end at once, and it returns when no sequence
+ * is left.
+ *
+ * Not (yet) honoured for sequence models: request priorities and queue
+ * timeouts (Triton's sequence batcher has no queue policy either). Waiting
+ * is bounded instead: requests of slotted sequences by the server's max
+ * queue size, and the backlog of sequences waiting for a slot by the same
+ * number, beyond which requests get UNAVAILABLE "queue full".
+ *
+ * Hark extension: a request with no correlation id (0 or "") to a
+ * sequence model is a one-shot sequence — implicit START|END, fresh state,
+ * freed after — so offline recognition over plain KServe infer works.
+ */
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "core/engine.h"
+#include "hark/request.h"
+#include "sched/sched_impl.h"
+#include "sched/seqtab.h"
+#include "util/log.h"
+
+typedef struct seq_sched seq_sched;
+
+/* One accepted request, from enqueue until its sequence is done with it. */
+typedef struct seq_call {
+  seq_sched *s;
+  hark_request *req; /* valid until its FINAL is delivered */
+  hark_seq *seq;     /* set at dispatch */
+  uint32_t flags;    /* START/END as it runs */
+  hark_response_fn fn;
+  void *userp;
+  bool final_seen, returned;
+} seq_call;
+
+typedef struct seq_instance {
+  seq_sched *s;
+  hark_instance *instance;
+  uint32_t index;
+  bool busy;
+  hark_pool_task task;
+  seq_call **calls;
+  hark_request **reqs;
+  uint32_t n;
+  struct seq_instance *launch_next;
+} seq_instance;
+
+/* The engine's copy of one sequence's implicit state tensors. */
+typedef struct seq_tensor {
+  void *data;
+  size_t bytes;
+  uint32_t ndims;
+  int64_t dims[HARK_MAX_DIMS];
+} seq_tensor;
+
+typedef struct seq_implicit {
+  uint32_t n;
+  seq_tensor t[];
+} seq_implicit;
+
+struct seq_sched {
+  hark_sched base;
+  hark_model *model;
+  const hark_model_config *cfg;
+  const hark_sequence_batching *sb;
+  hark_pool *pool;
+  pthread_mutex_t lock;
+  pthread_cond_t idle;
+  hark_seqtab *tab;
+  hark_seq_entry *entries; /* max_batch scratch for forming */
+  seq_instance *insts;
+  uint32_t n_insts, n_busy, next_inst, max_batch;
+  uint32_t users;
+  bool stopping, oldest, batched;
+  hark_timer timer;
+  atomic_uint queued;
+};
+
+/* The scheduler whose execute this thread is inside, if any. */
+static _Thread_local seq_sched *tls_executing;
+
+/* ---- dropped state ------------------------------------------------------------ */
+
+static void implicit_free(seq_implicit *im) {
+  if (!im) return;
+  for (uint32_t i = 0; i < im->n; i++) free(im->t[i].data);
+  free(im);
+}
+
+static void drops_fini(seq_sched *s, hark_seq_drop *d) {
+  for (hark_seq_drop *next; d; d = next) {
+    next = d->next;
+    hark_model_sequence_fini(s->model, d->states.backend);
+    implicit_free(d->states.implicit);
+    free(d);
+  }
+}
+
+/* ---- around one execution -------------------------------------------------------- */
+
+static void seq_on_response(hark_response *resp, uint32_t flags, hark_error *err, void *userp);
+
+static void add_input(hark_request *req, const char *name, hark_datatype dt, const int64_t *dims,
+                      uint32_t ndims, bool batched, void *data, size_t bytes) {
+  int64_t shape[HARK_MAX_DIMS + 1];
+  uint32_t n = 0;
+  if (batched) shape[n++] = 1;
+  for (uint32_t i = 0; i < ndims && n < HARK_MAX_DIMS; i++) shape[n++] = dims[i];
+  hark_request_attach(req, data, free);
+  hark_error *err = hark_request_add_input(req, name, dt, shape, n, data, bytes);
+  if (err) {
+    HARK_ERROR("model '%s': cannot add sequence input '%s': %s",
+               hark_model_name(hark_request_model(req)), name, hark_error_message(err));
+    hark_error_free(err);
+  }
+}
+
+static void add_control(seq_sched *s, hark_request *req, const hark_seq_control *c,
+                        uint32_t flags) {
+  static const int64_t one[1] = {1};
+  bool on = c->kind == HARK_SEQ_CONTROL_READY ||
+            (c->kind == HARK_SEQ_CONTROL_START && (flags & HARK_REQUEST_SEQUENCE_START)) ||
+            (c->kind == HARK_SEQ_CONTROL_END && (flags & HARK_REQUEST_SEQUENCE_END));
+  const char *sid = hark_request_correlation_id_str(req);
+  uint64_t nid = hark_request_correlation_id(req);
+  void *data = NULL;
+  size_t bytes = 0;
+  if (c->kind != HARK_SEQ_CONTROL_CORRID) {
+    bytes = c->datatype == HARK_TYPE_BOOL ? 1 : 4;
+    data = malloc(4);
+    if (!data) abort();
+    if (c->datatype == HARK_TYPE_BOOL)
+      *(bool *)data = c->bool_false_true[on];
+    else if (c->datatype == HARK_TYPE_FP32)
+      memcpy(data, &c->fp32_false_true[on], 4);
+    else
+      memcpy(data, &c->int32_false_true[on], 4);
+  } else if (c->datatype == HARK_TYPE_BYTES) {
+    char num[24];
+    if (!sid) snprintf(num, sizeof num, "%llu", (unsigned long long)nid);
+    const char *text = sid ? sid : num;
+    uint32_t len = (uint32_t)strlen(text);
+    bytes = 4 + len;
+    data = malloc(bytes);
+    if (!data) abort();
+    uint8_t *p = data;
+    p[0] = (uint8_t)len, p[1] = (uint8_t)(len >> 8), p[2] = (uint8_t)(len >> 16),
+    p[3] = (uint8_t)(len >> 24);
+    memcpy(p + 4, text, len);
+  } else {
+    /* A string id has no numeric value: numeric CORRID tensors get 0. */
+    uint64_t v = sid ? 0 : nid;
+    bytes = hark_datatype_size(c->datatype);
+    data = malloc(8);
+    if (!data) abort();
+    if (bytes == 8) {
+      memcpy(data, &v, 8);
+    } else {
+      uint32_t v32 = (uint32_t)v;
+      memcpy(data, &v32, 4);
+    }
+  }
+  add_input(req, c->name, c->datatype, one, 1, s->batched, data, bytes);
+}
+
+/* Zeros of the state's initial shape. */
+static bool tensor_reset(const hark_seq_state *st, seq_tensor *t) {
+  free(t->data);
+  t->ndims = st->has_initial ? st->initial_ndims : st->ndims;
+  memcpy(t->dims, st->has_initial ? st->initial_dims : st->dims, t->ndims * sizeof *t->dims);
+  int64_t count = hark_shape_count(t->dims, t->ndims);
+  t->bytes = count > 0 ? (size_t)count * hark_datatype_size(st->datatype) : 0;
+  t->data = calloc(1, t->bytes ? t->bytes : 1);
+  return t->data != NULL;
+}
+
+static void add_states(seq_sched *s, hark_request *req, hark_seq_states *states, uint32_t flags) {
+  const hark_sequence_batching *sb = s->sb;
+  seq_implicit *im = states->implicit;
+  bool fresh = !im || (flags & HARK_REQUEST_SEQUENCE_START);
+  if (!im) {
+    im = calloc(1, sizeof *im + sb->n_states * sizeof im->t[0]);
+    if (!im) abort();
+    im->n = sb->n_states;
+    states->implicit = im;
+  }
+  for (uint32_t i = 0; i < sb->n_states; i++) {
+    seq_tensor *t = &im->t[i];
+    if ((fresh || !t->data) && !tensor_reset(&sb->states[i], t)) abort();
+    void *copy = malloc(t->bytes ? t->bytes : 1);
+    if (!copy) abort();
+    memcpy(copy, t->data, t->bytes);
+    add_input(req, sb->states[i].input_name, sb->states[i].datatype, t->dims, t->ndims, s->batched,
+              copy, t->bytes);
+  }
+}
+
+/* Takes the state outputs out of a response into the sequence's state. */
+static void keep_states(seq_sched *s, seq_call *call, hark_response *resp) {
+  const hark_sequence_batching *sb = s->sb;
+  seq_implicit *im = hark_seq_states_of(call->seq)->implicit;
+  for (uint32_t i = 0; i < sb->n_states; i++) {
+    hark_tensor out;
+    if (!hark_response_take_output(resp, sb->states[i].output_name, &out)) continue;
+    if (!im || out.datatype != sb->states[i].datatype) {
+      HARK_ERROR("model '%s': state output '%s' has type %s, expected %s; state kept",
+                 hark_model_name(s->model), sb->states[i].output_name,
+                 hark_datatype_name(out.datatype), hark_datatype_name(sb->states[i].datatype));
+      free((void *)out.data);
+      continue;
+    }
+    seq_tensor *t = &im->t[i];
+    free(t->data);
+    t->data = (void *)out.data;
+    t->bytes = out.byte_size;
+    uint32_t skip = s->batched && out.ndims > 0 ? 1 : 0;
+    t->ndims = out.ndims - skip;
+    memcpy(t->dims, out.shape + skip, t->ndims * sizeof *t->dims);
+  }
+}
+
+/* Before execute, outside the lock: the sequence is this request's alone. */
+static void prepare(seq_sched *s, seq_call *call) {
+  hark_request *req = call->req;
+  hark_seq_states *states = hark_seq_states_of(call->seq);
+  hark_request_set_sequence_slot(req, &states->backend);
+  hark_request_get_callback(req, &call->fn, &call->userp);
+  hark_request_set_callback(req, seq_on_response, call);
+  for (uint32_t i = 0; i < s->sb->n_controls; i++)
+    add_control(s, req, &s->sb->controls[i], call->flags);
+  if (s->sb->n_states) add_states(s, req, states, call->flags);
+}
+
+/* ---- pumping -------------------------------------------------------------------- */
+
+/* Forms batches for free instances, pushing each claimed one on *launch.
+ * Called with s->lock held. */
+static void form_batches(seq_sched *s, uint64_t now, uint64_t *wake, seq_instance **launch) {
+  for (uint32_t i = 0; i < s->n_insts; i++) {
+    uint32_t idx = (s->next_inst + i) % s->n_insts;
+    seq_instance *si = &s->insts[idx];
+    if (si->busy) continue;
+    uint32_t n = hark_seqtab_form(s->tab, idx, s->stopping, now, s->entries, wake);
+    if (n == 0) {
+      if (s->oldest) break; /* every instance would hear the same */
+      continue;
+    }
+    for (uint32_t k = 0; k < n; k++) {
+      seq_call *call = s->entries[k].item;
+      call->seq = s->entries[k].seq;
+      call->flags = s->entries[k].flags;
+      si->calls[k] = call;
+    }
+    si->n = n;
+    si->busy = true;
+    s->n_busy++;
+    s->next_inst = (idx + 1) % s->n_insts;
+    si->launch_next = *launch;
+    *launch = si;
+  }
+}
+
+/* The caller has counted itself in s->users; the pump uncounts it last. */
+static void seq_pump(seq_sched *s) {
+  seq_instance *launch = NULL;
+  pthread_mutex_lock(&s->lock);
+  uint64_t now = hark_now_ns(), wake = UINT64_MAX;
+  hark_seqtab_expire(s->tab, s->stopping, now, &wake);
+  form_batches(s, now, &wake, &launch);
+  if (wake == UINT64_MAX)
+    hark_pool_timer_disarm(s->pool, &s->timer);
+  else
+    hark_pool_timer_arm(s->pool, &s->timer, wake);
+  /* Inside this scheduler's execute the drops wait for it to return. */
+  hark_seq_drop *drops = tls_executing == s ? NULL : hark_seqtab_take_drops(s->tab);
+  atomic_store(&s->queued, hark_seqtab_queued(s->tab));
+  pthread_mutex_unlock(&s->lock);
+
+  for (seq_instance *si = launch, *next; si; si = next) {
+    next = si->launch_next; /* the task may run and finish at once */
+    hark_pool_submit_task(s->pool, &si->task);
+  }
+  drops_fini(s, drops);
+
+  pthread_mutex_lock(&s->lock);
+  s->users--;
+  if (s->users == 0 && s->n_busy == 0) pthread_cond_broadcast(&s->idle);
+  pthread_mutex_unlock(&s->lock);
+}
+
+/* The request is finished for its sequence. Called with s->lock held. */
+static void call_done(seq_sched *s, seq_call *call, uint64_t now) {
+  hark_seqtab_done(s->tab, call->seq, now);
+  free(call);
+}
+
+static void seq_on_response(hark_response *resp, uint32_t flags, hark_error *err, void *userp) {
+  seq_call *call = userp;
+  seq_sched *s = call->s;
+  if (resp && s->sb->n_states) keep_states(s, call, resp);
+  if (call->fn) {
+    call->fn(resp, flags, err, call->userp);
+  } else {
+    hark_response_free(resp);
+    hark_error_free(err);
+  }
+  if (!(flags & HARK_RESPONSE_FINAL)) return;
+  pthread_mutex_lock(&s->lock);
+  call->final_seen = true;
+  bool done = call->returned; /* a decoupled final after execute returned */
+  if (done) {
+    call_done(s, call, hark_now_ns());
+    s->users++;
+  }
+  pthread_mutex_unlock(&s->lock);
+  if (done) seq_pump(s);
+}
+
+static void seq_execute(void *arg) {
+  seq_instance *si = arg;
+  seq_sched *s = si->s;
+  for (uint32_t k = 0; k < si->n; k++) {
+    prepare(s, si->calls[k]);
+    si->reqs[k] = si->calls[k]->req;
+  }
+  seq_sched *outer = tls_executing;
+  tls_executing = s;
+  hark_model_execute(s->model, si->instance, si->reqs, si->n);
+  tls_executing = outer;
+
+  pthread_mutex_lock(&s->lock);
+  uint64_t now = hark_now_ns();
+  for (uint32_t k = 0; k < si->n; k++) {
+    seq_call *call = si->calls[k];
+    call->returned = true;
+    if (call->final_seen) call_done(s, call, now);
+  }
+  si->n = 0;
+  si->busy = false;
+  s->n_busy--;
+  s->users++;
+  pthread_mutex_unlock(&s->lock);
+  seq_pump(s);
+}
+
+static void seq_timer_fire(void *arg) {
+  seq_sched *s = arg;
+  pthread_mutex_lock(&s->lock);
+  s->users++;
+  pthread_mutex_unlock(&s->lock);
+  seq_pump(s);
+}
+
+/* ---- the hark_sched interface ----------------------------------------------------------- */
+
+static void id_text(const hark_seq_key *key, char *buf, size_t cap) {
+  if (key->is_str)
+    snprintf(buf, cap, "'%.200s'", key->str);
+  else
+    snprintf(buf, cap, "%llu", (unsigned long long)key->num);
+}
+
+static hark_error *refusal(seq_sched *s, hark_seq_status st, const hark_seq_key *key) {
+  const char *model = hark_model_name(s->model);
+  char id[224] = "(none)";
+  if (key) id_text(key, id, sizeof id);
+  switch (st) {
+  case HARK_SEQ_NEED_START:
+    return hark_error_new(HARK_ERR_INVALID_ARG,
+                          "inference request for sequence %s to model '%s' must specify the "
+                          "START flag on the first request of the sequence",
+                          id, model);
+  case HARK_SEQ_TIMED_OUT:
+    return hark_error_new(HARK_ERR_INVALID_ARG,
+                          "inference request for sequence %s to model '%s': the sequence timed "
+                          "out idle (no request for max_sequence_idle_microseconds = %llu) and "
+                          "was ended; send START to begin it again",
+                          id, model, (unsigned long long)s->sb->max_sequence_idle_us);
+  case HARK_SEQ_QUEUE_FULL:
+    return hark_error_new(HARK_ERR_UNAVAILABLE,
+                          "Exceeds maximum queue size: model '%s' has %u sequence requests "
+                          "waiting (queue full)",
+                          model, hark_seqtab_queued(s->tab));
+  case HARK_SEQ_BACKLOG_FULL:
+    return hark_error_new(HARK_ERR_UNAVAILABLE,
+                          "queue full: model '%s' has every sequence slot taken and %u sequences "
+                          "waiting for one in its backlog; sequence %s refused",
+                          model, hark_seqtab_backlog(s->tab), id);
+  case HARK_SEQ_OK: break;
+  }
+  return hark_error_new(HARK_ERR_INTERNAL, "unexpected sequence status %d", (int)st);
+}
+
+static hark_error *seq_enqueue(hark_sched *base, hark_request *req) {
+  seq_sched *s = (seq_sched *)base;
+  if (s->batched && hark_request_batch_size(req) != 1)
+    return hark_error_new(HARK_ERR_INVALID_ARG,
+                          "model '%s' uses sequence_batching: each request must have batch size "
+                          "1, got %u",
+                          hark_model_name(s->model), hark_request_batch_size(req));
+  const char *sid = hark_request_correlation_id_str(req);
+  uint64_t nid = hark_request_correlation_id(req);
+  hark_seq_key key = {.is_str = sid != NULL, .num = nid, .str = sid};
+  bool oneshot = sid ? !*sid : nid == 0;
+  seq_call *call = calloc(1, sizeof *call);
+  if (!call) return hark_error_new(HARK_ERR_INTERNAL, "out of memory");
+  call->s = s;
+  call->req = req;
+
+  pthread_mutex_lock(&s->lock);
+  hark_error *err = NULL;
+  uint64_t now = hark_now_ns();
+  if (s->stopping) {
+    err = hark_error_new(HARK_ERR_UNAVAILABLE, "model '%s' version %lld is unloading",
+                         hark_model_name(s->model), (long long)hark_model_version(s->model));
+  } else {
+    hark_seq_status st =
+        hark_seqtab_push(s->tab, oneshot ? NULL : &key, hark_request_flags(req), call, now);
+    if (st != HARK_SEQ_OK) err = refusal(s, st, oneshot ? NULL : &key);
+  }
+  if (err) {
+    pthread_mutex_unlock(&s->lock);
+    free(call);
+    return err;
+  }
+  hark_request_set_queued_ns(req, now); /* nothing dequeues it before we unlock */
+  s->users++;
+  pthread_mutex_unlock(&s->lock);
+  seq_pump(s);
+  return NULL;
+}
+
+static void seq_stop(hark_sched *base) {
+  seq_sched *s = (seq_sched *)base;
+  pthread_mutex_lock(&s->lock);
+  s->stopping = true; /* flush: no waiting for batches, idle sequences end now */
+  s->users++;
+  pthread_mutex_unlock(&s->lock);
+  seq_pump(s);
+  pthread_mutex_lock(&s->lock);
+  while (s->users || s->n_busy || hark_seqtab_live(s->tab)) pthread_cond_wait(&s->idle, &s->lock);
+  hark_seq_drop *drops = hark_seqtab_take_drops(s->tab);
+  pthread_mutex_unlock(&s->lock);
+  drops_fini(s, drops);
+}
+
+static uint32_t seq_queued(const hark_sched *base) {
+  return atomic_load(&((seq_sched *)base)->queued);
+}
+
+static void seq_destroy(seq_sched *s) {
+  if (s->tab) {
+    drops_fini(s, hark_seqtab_take_drops(s->tab));
+    hark_seqtab_free(s->tab);
+  }
+  for (uint32_t i = 0; s->insts && i < s->n_insts; i++) {
+    free(s->insts[i].calls);
+    free(s->insts[i].reqs);
+  }
+  free(s->insts);
+  free(s->entries);
+  pthread_mutex_destroy(&s->lock);
+  pthread_cond_destroy(&s->idle);
+  free(s);
+}
+
+static void seq_free(hark_sched *base) {
+  seq_sched *s = (seq_sched *)base;
+  hark_pool_timer_cancel(s->pool, &s->timer); /* a late fire may be pumping */
+  seq_destroy(s);
+}
+
+static const hark_sched_ops seq_ops = {
+    .enqueue = seq_enqueue,
+    .stop = seq_stop,
+    .free = seq_free,
+    .queued = seq_queued,
+};
+
+hark_error *hark_sched_sequence_new(hark_model *model, hark_pool *pool, uint32_t default_max_queue,
+                                    hark_sched **out) {
+  *out = NULL;
+  const hark_model_config *cfg = hark_model_get_config(model);
+  uint32_t n_insts = hark_model_instance_count(model);
+  if (n_insts == 0)
+    return hark_error_new(HARK_ERR_INVALID_ARG, "model '%s' has no instances to run on",
+                          hark_model_name(model));
+  seq_sched *s = calloc(1, sizeof *s);
+  if (!s) return hark_error_new(HARK_ERR_INTERNAL, "out of memory");
+  s->base.ops = &seq_ops;
+  s->model = model;
+  s->cfg = cfg;
+  s->sb = &cfg->sequence_batching;
+  s->pool = pool;
+  s->oldest = s->sb->strategy == HARK_SEQ_OLDEST;
+  s->batched = cfg->max_batch_size > 0;
+  s->max_batch = cfg->max_batch_size ? cfg->max_batch_size : 1;
+  pthread_mutex_init(&s->lock, NULL);
+  pthread_cond_init(&s->idle, NULL);
+  hark_timer_init(&s->timer, seq_timer_fire, s);
+  atomic_init(&s->queued, 0);
+
+  hark_seq_policy policy;
+  hark_seq_policy_init(&policy, cfg, n_insts, default_max_queue);
+  s->tab = hark_seqtab_new(&policy);
+  s->entries = calloc(s->max_batch, sizeof *s->entries);
+  s->insts = calloc(n_insts, sizeof *s->insts);
+  if (!s->tab || !s->entries || !s->insts) {
+    seq_destroy(s);
+    return hark_error_new(HARK_ERR_INTERNAL, "out of memory");
+  }
+  s->n_insts = n_insts;
+  for (uint32_t i = 0; i < n_insts; i++) {
+    seq_instance *si = &s->insts[i];
+    si->s = s;
+    si->index = i;
+    si->instance = hark_model_instance_at(model, i);
+    si->task.fn = seq_execute;
+    si->task.arg = si;
+    si->calls = calloc(s->max_batch, sizeof *si->calls);
+    si->reqs = calloc(s->max_batch, sizeof *si->reqs);
+    if (!si->calls || !si->reqs) {
+      seq_destroy(s);
+      return hark_error_new(HARK_ERR_INTERNAL, "out of memory");
+    }
+  }
+  *out = &s->base;
+  return NULL;
+}

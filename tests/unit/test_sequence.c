@@ -1,0 +1,580 @@
+/*
+ * test_sequence.c — the sequence batcher.
+ *
+ * First its decisions (src/sched/seqtab.c) with made-up items and a made-up
+ * clock: admission (START required, timed-out ids), per-sequence order and
+ * one request in flight, END, restart, idle expiry, direct slots and the
+ * backlog, oldest-first batches, one-shot sequences, bounds. Then the
+ * scheduler itself (src/sched/sequence.c) in one process with the real
+ * accumulate backend: interleaved sequences from several threads keep
+ * their running sums, and freeing the server with sequences live still
+ * finalizes every request (ASan checks the states are freed).
+ */
+#include <errno.h>
+#include <ftw.h>
+#include <pthread.h>
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <cmocka.h>
+
+#include "hark/request.h"
+#include "hark/server.h"
+#include "sched/seqtab.h"
+
+#define START HARK_REQUEST_SEQUENCE_START
+#define END HARK_REQUEST_SEQUENCE_END
+#define MS 1000000ull
+
+/* ---- the table's decisions ------------------------------------------------------ */
+
+static hark_seq_policy direct_policy(uint32_t instances, uint32_t max_batch) {
+  return (hark_seq_policy){.n_instances = instances,
+                           .max_batch = max_batch,
+                           .idle_ns = 1000 * MS,
+                           .max_queued = 64,
+                           .max_backlog = 8};
+}
+
+static hark_seq_policy oldest_policy(uint32_t candidates, uint32_t max_batch) {
+  hark_seq_policy p = direct_policy(1, max_batch);
+  p.oldest = true;
+  p.max_candidates = candidates;
+  return p;
+}
+
+static hark_seq_key num(uint64_t id) { return (hark_seq_key){.num = id}; }
+static hark_seq_key str(const char *id) { return (hark_seq_key){.is_str = true, .str = id}; }
+
+/* Items are small integers cast to pointers. */
+#define ITEM(i) ((void *)(uintptr_t)(i))
+#define ID(e) ((int)(uintptr_t)(e).item)
+
+static void push_ok(hark_seqtab *t, hark_seq_key k, uint32_t flags, int item, uint64_t now) {
+  assert_int_equal(hark_seqtab_push(t, &k, flags, ITEM(item), now), HARK_SEQ_OK);
+}
+
+static uint32_t form(hark_seqtab *t, uint32_t inst, uint64_t now, hark_seq_entry *out) {
+  uint64_t wake = UINT64_MAX;
+  return hark_seqtab_form(t, inst, false, now, out, &wake);
+}
+
+static uint32_t count_drops(hark_seqtab *t, void **first) {
+  uint32_t n = 0;
+  hark_seq_drop *d = hark_seqtab_take_drops(t);
+  if (first) *first = d ? d->states.backend : NULL;
+  for (hark_seq_drop *next; d; d = next, n++) {
+    next = d->next;
+    free(d);
+  }
+  return n;
+}
+
+static void test_start_required(void **state) {
+  (void)state;
+  hark_seq_policy p = direct_policy(1, 1);
+  hark_seqtab *t = hark_seqtab_new(&p);
+  hark_seq_key a = num(7), s = str("call-1");
+  assert_int_equal(hark_seqtab_push(t, &a, 0, ITEM(1), 0), HARK_SEQ_NEED_START);
+  assert_int_equal(hark_seqtab_push(t, &a, END, ITEM(1), 0), HARK_SEQ_NEED_START);
+  assert_int_equal(hark_seqtab_live(t), 0);
+  push_ok(t, a, START, 1, 0);
+  push_ok(t, a, 0, 2, 0);
+  /* Numeric 7 and string "7" are different ids. */
+  hark_seq_key s7 = str("7");
+  assert_int_equal(hark_seqtab_push(t, &s7, 0, ITEM(3), 0), HARK_SEQ_NEED_START);
+  assert_int_equal(hark_seqtab_push(t, &s, 0, ITEM(3), 0), HARK_SEQ_NEED_START);
+  push_ok(t, s, START, 3, 0);
+  /* After a queued END only START continues the id. */
+  push_ok(t, a, END, 4, 0);
+  assert_int_equal(hark_seqtab_push(t, &a, 0, ITEM(5), 0), HARK_SEQ_NEED_START);
+  push_ok(t, a, START | END, 5, 0);
+  assert_int_equal(hark_seqtab_live(t), 2);
+  assert_int_equal(hark_seqtab_queued(t), 5);
+  hark_seqtab_free(t);
+}
+
+static void test_order_and_one_in_flight(void **state) {
+  (void)state;
+  hark_seq_policy p = oldest_policy(8, 4);
+  hark_seqtab *t = hark_seqtab_new(&p);
+  hark_seq_entry e[4];
+  push_ok(t, num(1), START, 1, 10);
+  push_ok(t, num(1), 0, 2, 11);
+  push_ok(t, num(1), END, 3, 12);
+  for (int i = 1; i <= 3; i++) {
+    assert_int_equal(form(t, 0, 100, e), 1); /* never two of one sequence */
+    assert_int_equal(ID(e[0]), i);
+    assert_int_equal(e[0].flags, i == 1 ? START : i == 3 ? END : 0);
+    assert_int_equal(hark_seqtab_in_flight(t), 1);
+    assert_int_equal(form(t, 1, 100, e), 0); /* in flight: nothing more */
+    hark_seqtab_done(t, e[0].seq, 100);
+  }
+  assert_int_equal(hark_seqtab_live(t), 0);
+  assert_int_equal(hark_seqtab_queued(t), 0);
+  hark_seqtab_free(t);
+}
+
+static void test_end_and_restart_drop_state(void **state) {
+  (void)state;
+  hark_seq_policy p = direct_policy(1, 1);
+  hark_seqtab *t = hark_seqtab_new(&p);
+  hark_seq_entry e[1];
+  int st1, st2;
+  void *got;
+  push_ok(t, num(5), START, 1, 0);
+  assert_int_equal(form(t, 0, 0, e), 1);
+  hark_seq_states_of(e[0].seq)->backend = &st1;
+  hark_seqtab_done(t, e[0].seq, 0);
+  assert_int_equal(count_drops(t, NULL), 0);
+  /* START on a live sequence: the old state goes when the START runs. */
+  push_ok(t, num(5), START, 2, 1);
+  assert_int_equal(form(t, 0, 1, e), 1);
+  assert_int_equal(count_drops(t, &got), 1);
+  assert_ptr_equal(got, &st1);
+  assert_null(hark_seq_states_of(e[0].seq)->backend);
+  hark_seq_states_of(e[0].seq)->backend = &st2;
+  hark_seqtab_done(t, e[0].seq, 1);
+  /* END: state dropped once that request is done, the id forgotten. */
+  push_ok(t, num(5), END, 3, 2);
+  assert_int_equal(form(t, 0, 2, e), 1);
+  assert_int_equal(count_drops(t, NULL), 0);
+  hark_seqtab_done(t, e[0].seq, 2);
+  assert_int_equal(count_drops(t, &got), 1);
+  assert_ptr_equal(got, &st2);
+  assert_int_equal(hark_seqtab_live(t), 0);
+  hark_seq_key k = num(5);
+  assert_int_equal(hark_seqtab_push(t, &k, 0, ITEM(4), 3), HARK_SEQ_NEED_START);
+  hark_seqtab_free(t);
+}
+
+static void test_idle_expiry(void **state) {
+  (void)state;
+  hark_seq_policy p = direct_policy(1, 2);
+  p.idle_ns = 500 * MS;
+  hark_seqtab *t = hark_seqtab_new(&p);
+  hark_seq_entry e[2];
+  int st;
+  push_ok(t, str("s"), START, 1, 0);
+  assert_int_equal(form(t, 0, 0, e), 1);
+  hark_seq_states_of(e[0].seq)->backend = &st;
+  hark_seqtab_done(t, e[0].seq, 10 * MS);
+  uint64_t wake = UINT64_MAX;
+  hark_seqtab_expire(t, false, 509 * MS, &wake);
+  assert_int_equal(hark_seqtab_live(t), 1);
+  assert_int_equal(wake, 510 * MS); /* idle since the request finished */
+  /* A request in time keeps it alive and moves the deadline. */
+  push_ok(t, str("s"), 0, 2, 400 * MS);
+  assert_int_equal(form(t, 0, 400 * MS, e), 1);
+  hark_seqtab_done(t, e[0].seq, 450 * MS);
+  wake = UINT64_MAX;
+  hark_seqtab_expire(t, false, 900 * MS, &wake);
+  assert_int_equal(wake, 950 * MS);
+  hark_seqtab_expire(t, false, 950 * MS, &wake);
+  assert_int_equal(hark_seqtab_live(t), 0);
+  assert_int_equal(count_drops(t, NULL), 1);
+  hark_seq_key k = str("s");
+  assert_int_equal(hark_seqtab_push(t, &k, 0, ITEM(3), 1000 * MS), HARK_SEQ_TIMED_OUT);
+  /* Memory fades, and a new START forgets the expiry. */
+  assert_int_equal(hark_seqtab_push(t, &k, 0, ITEM(3), 950 * MS + HARK_SEQ_EXPIRED_KEEP_NS),
+                   HARK_SEQ_NEED_START);
+  push_ok(t, k, START | END, 4, 1001 * MS);
+  assert_int_equal(form(t, 0, 1001 * MS, e), 1);
+  hark_seqtab_done(t, e[0].seq, 1001 * MS);
+  assert_int_equal(hark_seqtab_push(t, &k, 0, ITEM(5), 1002 * MS), HARK_SEQ_NEED_START);
+  /* A sequence with work waiting, or in flight, never expires. */
+  push_ok(t, num(1), START, 6, 2000 * MS);
+  wake = UINT64_MAX;
+  hark_seqtab_expire(t, false, 9000 * MS, &wake);
+  assert_int_equal(hark_seqtab_live(t), 1);
+  assert_int_equal(form(t, 0, 9000 * MS, e), 1);
+  hark_seqtab_expire(t, false, 99000 * MS, &wake);
+  assert_int_equal(hark_seqtab_live(t), 1);
+  hark_seqtab_done(t, e[0].seq, 99000 * MS);
+  /* Flushing (unload) ends idle sequences at once, forgetting them. */
+  hark_seqtab_expire(t, true, 99000 * MS, &wake);
+  assert_int_equal(hark_seqtab_live(t), 0);
+  hark_seq_key one = num(1);
+  assert_int_equal(hark_seqtab_push(t, &one, 0, ITEM(7), 99001 * MS), HARK_SEQ_NEED_START);
+  hark_seqtab_free(t);
+}
+
+static void test_direct_slots_and_backlog(void **state) {
+  (void)state;
+  hark_seq_policy p = direct_policy(2, 1); /* two instances, one slot each */
+  p.max_backlog = 1;
+  hark_seqtab *t = hark_seqtab_new(&p);
+  hark_seq_entry e[1];
+  push_ok(t, num(1), START, 1, 0);
+  push_ok(t, num(2), START, 2, 0);
+  push_ok(t, num(3), START, 3, 0);
+  assert_int_equal(hark_seqtab_backlog(t), 1);
+  hark_seq_key four = num(4);
+  assert_int_equal(hark_seqtab_push(t, &four, START, ITEM(4), 0), HARK_SEQ_BACKLOG_FULL);
+  /* Each instance runs only its own slot's sequence. */
+  assert_int_equal(form(t, 0, 0, e), 1);
+  assert_int_equal(ID(e[0]), 1);
+  hark_seq *one = e[0].seq;
+  assert_int_equal(form(t, 1, 0, e), 1);
+  assert_int_equal(ID(e[0]), 2);
+  hark_seqtab_done(t, e[0].seq, 0);
+  assert_int_equal(form(t, 1, 0, e), 0); /* 3 waits for a slot */
+  /* Sequence 1 ends: its slot (instance 0) goes to 3. */
+  push_ok(t, num(1), END, 5, 1);
+  hark_seqtab_done(t, one, 1);
+  assert_int_equal(form(t, 0, 1, e), 1);
+  assert_int_equal(ID(e[0]), 5);
+  hark_seqtab_done(t, e[0].seq, 1);
+  assert_int_equal(hark_seqtab_backlog(t), 0);
+  assert_int_equal(form(t, 0, 1, e), 1);
+  assert_int_equal(ID(e[0]), 3);
+  hark_seqtab_free(t);
+}
+
+static void test_direct_batches_an_instance(void **state) {
+  (void)state;
+  hark_seq_policy p = direct_policy(1, 4);
+  p.max_queue_delay_ns = 100 * MS;
+  p.min_slot_utilization = 0.5f; /* two of four slots */
+  hark_seqtab *t = hark_seqtab_new(&p);
+  hark_seq_entry e[4];
+  push_ok(t, num(1), START, 1, 0);
+  uint64_t wake = UINT64_MAX;
+  assert_int_equal(hark_seqtab_form(t, 0, false, 10 * MS, e, &wake), 0);
+  assert_int_equal(wake, 100 * MS);
+  push_ok(t, num(2), START, 2, 20 * MS);
+  assert_int_equal(hark_seqtab_form(t, 0, false, 20 * MS, e, &wake), 2);
+  assert_int_equal(ID(e[0]) + ID(e[1]), 3);
+  hark_seqtab_done(t, e[0].seq, 30 * MS);
+  hark_seqtab_done(t, e[1].seq, 30 * MS);
+  /* Alone, it goes when its delay runs out (or when flushing). */
+  push_ok(t, num(1), 0, 3, 40 * MS);
+  wake = UINT64_MAX;
+  assert_int_equal(hark_seqtab_form(t, 0, false, 139 * MS, e, &wake), 0);
+  assert_int_equal(wake, 140 * MS);
+  assert_int_equal(hark_seqtab_form(t, 0, true, 50 * MS, e, &wake), 1);
+  hark_seqtab_free(t);
+}
+
+static void test_oldest_batches(void **state) {
+  (void)state;
+  hark_seq_policy p = oldest_policy(3, 2);
+  p.max_backlog = 2;
+  hark_seqtab *t = hark_seqtab_new(&p);
+  hark_seq_entry e[2];
+  push_ok(t, num(1), START, 1, 10);
+  push_ok(t, num(2), START, 2, 20);
+  push_ok(t, num(3), START, 3, 30);
+  push_ok(t, num(4), START, 4, 40); /* beyond the candidates: backlog */
+  assert_int_equal(hark_seqtab_backlog(t), 1);
+  assert_int_equal(form(t, 0, 50, e), 2); /* the two oldest, distinct sequences */
+  assert_int_equal(ID(e[0]), 1);
+  assert_int_equal(ID(e[1]), 2);
+  hark_seq *s1 = e[0].seq, *s2 = e[1].seq;
+  /* Sequence 1's next request arrives after 3's head: 3 goes first. */
+  push_ok(t, num(1), 0, 5, 60);
+  hark_seqtab_done(t, s1, 70);
+  assert_int_equal(form(t, 1, 70, e), 2);
+  assert_int_equal(ID(e[0]), 3);
+  assert_int_equal(ID(e[1]), 5);
+  hark_seqtab_done(t, e[0].seq, 80);
+  hark_seqtab_done(t, e[1].seq, 80);
+  /* Sequence 2's END runs; once it is done, 4 leaves the backlog. */
+  push_ok(t, num(2), END, 6, 90);
+  hark_seqtab_done(t, s2, 90);
+  assert_int_equal(hark_seqtab_backlog(t), 1);
+  assert_int_equal(form(t, 0, 95, e), 1);
+  assert_int_equal(ID(e[0]), 6);
+  hark_seqtab_done(t, e[0].seq, 96);
+  assert_int_equal(hark_seqtab_backlog(t), 0);
+  assert_int_equal(form(t, 0, 97, e), 1);
+  assert_int_equal(ID(e[0]), 4);
+  hark_seqtab_free(t);
+}
+
+static void test_oldest_waits_for_preferred(void **state) {
+  (void)state;
+  hark_seq_policy p = oldest_policy(8, 4);
+  p.preferred[p.n_preferred++] = 2;
+  p.max_queue_delay_ns = 100 * MS;
+  hark_seqtab *t = hark_seqtab_new(&p);
+  hark_seq_entry e[4];
+  push_ok(t, num(1), START, 1, 0);
+  uint64_t wake = UINT64_MAX;
+  assert_int_equal(hark_seqtab_form(t, 0, false, 1 * MS, e, &wake), 0);
+  assert_int_equal(wake, 100 * MS);
+  push_ok(t, num(2), START, 2, 2 * MS);
+  assert_int_equal(hark_seqtab_form(t, 0, false, 2 * MS, e, &wake), 2);
+  push_ok(t, num(3), START, 3, 3 * MS);
+  assert_int_equal(hark_seqtab_form(t, 0, false, 103 * MS, e, &wake), 1); /* delay ran out */
+  hark_seqtab_free(t);
+}
+
+static void test_one_shot(void **state) {
+  (void)state;
+  hark_seq_policy p = oldest_policy(1, 1);
+  p.max_backlog = 1;
+  hark_seqtab *t = hark_seqtab_new(&p);
+  hark_seq_entry e[1];
+  int st;
+  assert_int_equal(hark_seqtab_push(t, NULL, 0, ITEM(1), 0), HARK_SEQ_OK);
+  assert_int_equal(hark_seqtab_push(t, NULL, 0, ITEM(2), 0), HARK_SEQ_OK); /* backlog */
+  assert_int_equal(hark_seqtab_push(t, NULL, 0, ITEM(3), 0), HARK_SEQ_BACKLOG_FULL);
+  assert_int_equal(hark_seqtab_live(t), 2);
+  assert_int_equal(form(t, 0, 0, e), 1);
+  assert_int_equal(e[0].flags, START | END);
+  hark_seq_states_of(e[0].seq)->backend = &st;
+  hark_seqtab_done(t, e[0].seq, 0);
+  assert_int_equal(count_drops(t, NULL), 1);
+  assert_int_equal(form(t, 0, 0, e), 1);
+  assert_int_equal(ID(e[0]), 2);
+  hark_seqtab_done(t, e[0].seq, 0);
+  assert_int_equal(hark_seqtab_live(t), 0);
+  hark_seqtab_free(t);
+}
+
+static void test_queue_bound(void **state) {
+  (void)state;
+  hark_seq_policy p = direct_policy(1, 1);
+  p.max_queued = 2;
+  hark_seqtab *t = hark_seqtab_new(&p);
+  hark_seq_key k = num(1);
+  push_ok(t, k, START, 1, 0);
+  push_ok(t, k, 0, 2, 0);
+  assert_int_equal(hark_seqtab_push(t, &k, 0, ITEM(3), 0), HARK_SEQ_QUEUE_FULL);
+  hark_seq_entry e[1];
+  assert_int_equal(form(t, 0, 0, e), 1); /* running does not count as waiting */
+  push_ok(t, k, 0, 3, 0);
+  hark_seqtab_free(t); /* frees the queued nodes too */
+}
+
+static void test_many_sequences(void **state) {
+  (void)state;
+  /* Thousands of candidates, as a speech model has: the hash grows. */
+  hark_seq_policy p = oldest_policy(5000, 8);
+  p.max_queued = 10000;
+  hark_seqtab *t = hark_seqtab_new(&p);
+  char id[32];
+  for (int i = 0; i < 4000; i++) {
+    snprintf(id, sizeof id, "stream-%d", i);
+    push_ok(t, str(id), START, i, (uint64_t)i);
+  }
+  hark_seq_entry e[8];
+  int next = 0;
+  uint32_t n;
+  while ((n = form(t, 0, 1000000, e)) > 0)
+    for (uint32_t i = 0; i < n; i++) {
+      assert_int_equal(ID(e[i]), next++); /* arrival order across sequences */
+      hark_seqtab_done(t, e[i].seq, 1000000);
+    }
+  assert_int_equal(next, 4000);
+  for (int i = 0; i < 4000; i += 7) {
+    snprintf(id, sizeof id, "stream-%d", i);
+    push_ok(t, str(id), END, i, 2000000);
+  }
+  assert_int_equal(hark_seqtab_live(t), 4000);
+  hark_seqtab_free(t);
+}
+
+/* ---- the scheduler with the accumulate backend ------------------------------------ */
+
+static char repo[256];
+
+static int rm_entry(const char *path, const struct stat *st, int flag, struct FTW *ftw) {
+  (void)st;
+  (void)flag;
+  (void)ftw;
+  return remove(path);
+}
+
+static void model_write(const char *name, const char *config) {
+  char path[512];
+  snprintf(path, sizeof path, "%s/%s", repo, name);
+  assert_int_equal(mkdir(path, 0755), 0);
+  snprintf(path, sizeof path, "%s/%s/1", repo, name);
+  assert_int_equal(mkdir(path, 0755), 0);
+  snprintf(path, sizeof path, "%s/%s/config.pbtxt", repo, name);
+  FILE *f = fopen(path, "w");
+  assert_non_null(f);
+  fprintf(f, "name: \"%s\"\n%s", name, config);
+  fclose(f);
+}
+
+static hark_server *server_start(void) {
+  hark_server_options opts = {.model_repository = repo,
+                              .backend_directory = getenv("HARK_BACKEND_DIR"),
+                              .model_control = HARK_MODEL_CONTROL_NONE,
+                              .worker_threads = 4};
+  hark_server *s = NULL;
+  hark_error *err = hark_server_new(&opts, &s);
+  if (err) fail_msg("server: %s", hark_error_message(err));
+  return s;
+}
+
+typedef struct waiter {
+  pthread_mutex_t lock;
+  pthread_cond_t cond;
+  bool done;
+  hark_code code;
+  int32_t value;
+  char msg[256];
+} waiter;
+
+static void on_final(hark_response *resp, uint32_t flags, hark_error *err, void *userp) {
+  waiter *w = userp;
+  if (!(flags & HARK_RESPONSE_FINAL)) fail_msg("only finals expected");
+  pthread_mutex_lock(&w->lock);
+  w->code = err ? hark_error_code(err) : HARK_OK;
+  snprintf(w->msg, sizeof w->msg, "%s", err ? hark_error_message(err) : "");
+  const hark_tensor *t = resp ? hark_response_output_by_name(resp, "OUTPUT") : NULL;
+  if (t && t->byte_size >= 4) memcpy(&w->value, t->data, 4);
+  w->done = true;
+  pthread_cond_broadcast(&w->cond);
+  pthread_mutex_unlock(&w->lock);
+  hark_response_free(resp);
+  hark_error_free(err);
+}
+
+static void waiter_init(waiter *w) {
+  memset(w, 0, sizeof *w);
+  pthread_mutex_init(&w->lock, NULL);
+  pthread_cond_init(&w->cond, NULL);
+}
+
+static void waiter_wait(waiter *w) {
+  struct timespec until;
+  clock_gettime(CLOCK_REALTIME, &until);
+  until.tv_sec += 30;
+  pthread_mutex_lock(&w->lock);
+  while (!w->done)
+    if (pthread_cond_timedwait(&w->cond, &w->lock, &until) == ETIMEDOUT) break;
+  bool done = w->done;
+  pthread_mutex_unlock(&w->lock);
+  assert_true(done);
+}
+
+/* Sends value v to sequence `id` (0: none); the waiter gets the final. */
+static hark_error *send_value(hark_server *s, hark_model *m, uint64_t id, uint32_t flags, int32_t v,
+                              waiter *w) {
+  hark_request *req = hark_request_new(m);
+  int32_t *data = malloc(4);
+  assert_non_null(data);
+  *data = v;
+  int64_t shape[2] = {1, 1};
+  assert_null(hark_request_add_input(req, "INPUT", HARK_TYPE_INT32, shape, 2, data, 4));
+  hark_request_attach(req, data, free);
+  if (id) hark_request_set_correlation_id(req, id);
+  hark_request_set_flags(req, flags);
+  hark_request_set_callback(req, on_final, w);
+  hark_error *err = hark_server_infer(s, req);
+  if (err) hark_request_free(req);
+  return err;
+}
+
+static const char ACC_CONFIG[] =
+    "backend: \"accumulate\"\nmax_batch_size: 4\n"
+    "input [ { name: \"INPUT\" data_type: TYPE_INT32 dims: [ 1 ] } ]\n"
+    "output [ { name: \"OUTPUT\" data_type: TYPE_INT32 dims: [ 1 ] } ]\n"
+    "instance_group [ { count: 3 } ]\n"
+    "sequence_batching { oldest { max_candidate_sequences: 16 max_queue_delay_microseconds: 500 } "
+    "}\n";
+
+typedef struct stream_arg {
+  hark_server *s;
+  hark_model *m;
+  uint64_t id;
+  int failures;
+} stream_arg;
+
+/* One client stream: START, 20 values, END; each sum checked in turn. */
+static void *stream_main(void *p) {
+  stream_arg *a = p;
+  int32_t sum = 0;
+  for (int i = 0; i <= 20; i++) {
+    waiter w;
+    waiter_init(&w);
+    int32_t v = (int32_t)(a->id * 100 + (uint64_t)i);
+    uint32_t flags = i == 0 ? START : i == 20 ? END : 0;
+    hark_error *err = send_value(a->s, a->m, a->id, flags, v, &w);
+    if (err) {
+      a->failures++;
+      hark_error_free(err);
+      break;
+    }
+    waiter_wait(&w);
+    sum += v;
+    if (w.code != HARK_OK || w.value != sum) a->failures++;
+  }
+  return NULL;
+}
+
+static void test_scheduler_interleaved_streams(void **state) {
+  (void)state;
+  snprintf(repo, sizeof repo, "/tmp/hark_test_sequence_XXXXXX");
+  assert_non_null(mkdtemp(repo));
+  model_write("acc", ACC_CONFIG);
+  hark_server *s = server_start();
+  hark_model *m = NULL;
+  assert_null(hark_server_model_acquire(s, "acc", -1, &m));
+  enum { N = 12 };
+  pthread_t th[N];
+  stream_arg args[N];
+  for (int i = 0; i < N; i++) {
+    args[i] = (stream_arg){s, m, (uint64_t)i + 1, 0};
+    pthread_create(&th[i], NULL, stream_main, &args[i]);
+  }
+  for (int i = 0; i < N; i++) {
+    pthread_join(th[i], NULL);
+    assert_int_equal(args[i].failures, 0);
+  }
+  /* A request for an unknown sequence without START is refused. */
+  waiter w;
+  waiter_init(&w);
+  hark_error *err = send_value(s, m, 999, 0, 1, &w);
+  assert_non_null(err);
+  assert_int_equal(hark_error_code(err), HARK_ERR_INVALID_ARG);
+  assert_non_null(strstr(hark_error_message(err), "sequence 999"));
+  assert_non_null(strstr(hark_error_message(err), "START"));
+  hark_error_free(err);
+  /* Live sequences at shutdown: every request still gets its final, and
+   * their states go to sequence_fini (leaks would fail under ASan). */
+  waiter live[4];
+  for (int i = 0; i < 4; i++) {
+    waiter_init(&live[i]);
+    assert_null(send_value(s, m, 500 + (uint64_t)i, START, i, &live[i]));
+  }
+  hark_model_release(m);
+  hark_server_free(s);
+  for (int i = 0; i < 4; i++) {
+    waiter_wait(&live[i]);
+    assert_int_equal(live[i].code, HARK_OK);
+    assert_int_equal(live[i].value, i);
+  }
+  nftw(repo, rm_entry, 16, FTW_DEPTH | FTW_PHYS);
+}
+
+int main(void) {
+  const struct CMUnitTest tests[] = {
+      cmocka_unit_test(test_start_required),
+      cmocka_unit_test(test_order_and_one_in_flight),
+      cmocka_unit_test(test_end_and_restart_drop_state),
+      cmocka_unit_test(test_idle_expiry),
+      cmocka_unit_test(test_direct_slots_and_backlog),
+      cmocka_unit_test(test_direct_batches_an_instance),
+      cmocka_unit_test(test_oldest_batches),
+      cmocka_unit_test(test_oldest_waits_for_preferred),
+      cmocka_unit_test(test_one_shot),
+      cmocka_unit_test(test_queue_bound),
+      cmocka_unit_test(test_many_sequences),
+      cmocka_unit_test(test_scheduler_interleaved_streams),
+  };
+  return cmocka_run_group_tests(tests, NULL, NULL);
+}
