@@ -1,0 +1,364 @@
+/*
+ * backend.c — the hark glue for model `asr` (backend "pocketsphinx").
+ *
+ * model_init parses the parameters (settings.c) and builds the decoder
+ * pool (pool.c); each request of a sequence carries one AUDIO element,
+ * which goes to the sequence's ps_stream (stream.c), kept with
+ * hark_request_set_sequence_state between requests and freed on END or in
+ * sequence_fini. A request without a correlation id is a whole stream in
+ * one (START|END). Every request gets exactly one FINAL response: the
+ * partial or final transcript, or an error.
+ */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "hark/backend.h"
+#include "ps_internal.h"
+
+typedef struct asr_model {
+  ps_pool *pool;
+  /* /metrics: the pool's size and use, streams with state, audio consumed */
+  hark_metric *decoders_max, *decoders_created, *decoders_in_use, *decoder_timeouts;
+  hark_metric *streams, *audio_seconds;
+} asr_model;
+
+static void free_metrics(asr_model *m) {
+  hark_metric *all[] = {m->decoders_max, m->decoders_created, m->decoders_in_use,
+                        m->decoder_timeouts, m->streams, m->audio_seconds};
+  for (size_t i = 0; i < sizeof all / sizeof *all; i++) hark_metric_free(all[i]);
+}
+
+static hark_error *make_metrics(hark_model *model, asr_model *m) {
+  struct {
+    hark_metric **out;
+    hark_metric_kind kind;
+    const char *name, *help;
+  } defs[] = {
+      {&m->decoders_max, HARK_METRIC_GAUGE, "hark_decoders_max",
+       "Decoders the model's pool may hold (decoder_pool_size)"},
+      {&m->decoders_created, HARK_METRIC_GAUGE, "hark_decoders_created",
+       "Decoders created so far (created on demand, up to the pool size)"},
+      {&m->decoders_in_use, HARK_METRIC_GAUGE, "hark_decoders_in_use",
+       "Decoders held by streams inside an utterance"},
+      {&m->decoder_timeouts, HARK_METRIC_COUNTER, "hark_decoder_wait_timeouts_total",
+       "Requests failed because no decoder freed up within decoder_wait_ms"},
+      {&m->streams, HARK_METRIC_GAUGE, "hark_asr_streams",
+       "Streams with recognition state (connected, speaking or not)"},
+      {&m->audio_seconds, HARK_METRIC_COUNTER, "hark_audio_seconds_total",
+       "Seconds of audio recognised"},
+  };
+  for (size_t i = 0; i < sizeof defs / sizeof *defs; i++) {
+    hark_error *err = hark_metric_new(model, defs[i].kind, defs[i].name, defs[i].help,
+                                      defs[i].out);
+    if (err) return err;
+  }
+  return NULL;
+}
+
+/* Copies the pool's figures to the gauges; after every execute. */
+static void publish(asr_model *m) {
+  ps_pool_stats s;
+  ps_pool_get_stats(m->pool, &s);
+  hark_metric_set(m->decoders_max, s.max);
+  hark_metric_set(m->decoders_created, s.created);
+  hark_metric_set(m->decoders_in_use, s.in_use);
+  hark_metric_set(m->decoder_timeouts, (double)s.timeouts);
+}
+
+static ps_stream *stream_new(asr_model *m, uint32_t rate, char *why, size_t len) {
+  ps_stream *st = ps_stream_new(m->pool, rate, why, len);
+  if (st) hark_metric_add(m->streams, 1);
+  return st;
+}
+
+static void stream_free(asr_model *m, ps_stream *st) {
+  if (!st) return;
+  ps_stream_free(st);
+  hark_metric_add(m->streams, -1);
+}
+
+static const char *cfg_param(void *ctx, uint32_t i, const char **key) {
+  const hark_model_config *cfg = ctx;
+  if (i >= cfg->n_parameters) return NULL;
+  *key = cfg->parameters[i].key;
+  return cfg->parameters[i].value;
+}
+
+static hark_error *model_init(hark_model *model) {
+  const hark_model_config *cfg = hark_model_get_config(model);
+  char err[1024] = "";
+  ps_settings s;
+  if (ps_settings_init(&s, cfg_param, (void *)cfg, err, sizeof err) != 0)
+    return hark_error_new(HARK_ERR_INVALID_ARG, "model '%s': %s", cfg->name, err);
+  asr_model *m = calloc(1, sizeof *m);
+  if (!m) {
+    ps_settings_fini(&s);
+    return hark_error_new(HARK_ERR_INTERNAL, "pocketsphinx: out of memory");
+  }
+  m->pool = ps_pool_new(&s, err, sizeof err);
+  ps_settings_fini(&s);
+  if (!m->pool) {
+    free(m);
+    return hark_error_new(HARK_ERR_INVALID_ARG, "model '%s': %s", cfg->name, err);
+  }
+  hark_error *merr = make_metrics(model, m);
+  if (merr) {
+    free_metrics(m);
+    ps_pool_free(m->pool);
+    free(m);
+    return merr;
+  }
+  publish(m);
+  hark_model_set_state(model, m);
+  return NULL;
+}
+
+static void model_fini(hark_model *model) {
+  asr_model *m = hark_model_state(model);
+  if (!m) return;
+  free_metrics(m);
+  ps_pool_free(m->pool);
+  free(m);
+}
+
+static hark_error *instance_init(hark_instance *inst) { (void)inst; return NULL; }
+static void instance_fini(hark_instance *inst) { (void)inst; }
+
+static void sequence_fini(hark_model *model, void *state) {
+  asr_model *m = hark_model_state(model);
+  stream_free(m, state);
+  publish(m);
+}
+
+/* ---- one request --------------------------------------------------------- */
+
+/* The AUDIO tensor's elements (4-byte length + bytes each), concatenated
+ * into *out when there are several; *owned tells whether to free it. */
+static hark_error *audio_bytes(const hark_tensor *t, const uint8_t **out, size_t *len,
+                               uint8_t **owned) {
+  *owned = NULL;
+  *out = (const uint8_t *)"";
+  *len = 0;
+  if (!t) return hark_error_new(HARK_ERR_INVALID_ARG, "asr: input AUDIO is missing");
+  if (t->datatype != HARK_TYPE_BYTES)
+    return hark_error_new(HARK_ERR_INVALID_ARG, "asr: input AUDIO must be BYTES");
+  const uint8_t *p = t->data, *end = p + t->byte_size;
+  size_t total = 0, n = 0;
+  const uint8_t *first = NULL;
+  while (p < end) {
+    if (end - p < 4) return hark_error_new(HARK_ERR_INVALID_ARG, "asr: AUDIO element truncated");
+    uint32_t l = (uint32_t)p[0] | (uint32_t)p[1] << 8 | (uint32_t)p[2] << 16 | (uint32_t)p[3] << 24;
+    p += 4;
+    if ((size_t)(end - p) < l)
+      return hark_error_new(HARK_ERR_INVALID_ARG, "asr: AUDIO element longer than the tensor");
+    if (!first) first = p;
+    total += l;
+    n++;
+    p += l;
+  }
+  if (n <= 1) {
+    if (first) *out = first;
+    *len = total;
+    return NULL;
+  }
+  uint8_t *buf = malloc(total ? total : 1);
+  if (!buf) return hark_error_new(HARK_ERR_INTERNAL, "asr: out of memory");
+  size_t off = 0;
+  for (p = t->data; p < end;) {
+    uint32_t l = (uint32_t)p[0] | (uint32_t)p[1] << 8 | (uint32_t)p[2] << 16 | (uint32_t)p[3] << 24;
+    memcpy(buf + off, p + 4, l);
+    off += l;
+    p += 4 + l;
+  }
+  *owned = buf;
+  *out = buf;
+  *len = total;
+  return NULL;
+}
+
+static hark_error *parse_rate(hark_request *req, uint32_t *rate) {
+  const char *v = hark_request_parameter(req, "sample_rate");
+  *rate = 16000;
+  if (!v) return NULL;
+  char *end;
+  double r = strtod(v, &end);
+  if (end == v || *end || r != (double)(uint32_t)r || r < 8000 || r > 48000)
+    return hark_error_new(HARK_ERR_INVALID_ARG,
+                          "asr: sample_rate '%s' is not an integer in 8000..48000 Hz", v);
+  *rate = (uint32_t)r;
+  return NULL;
+}
+
+static int param_true(hark_request *req, const char *key, int dflt) {
+  const char *v = hark_request_parameter(req, key);
+  if (!v) return dflt;
+  return !strcmp(v, "true") || !strcmp(v, "1") || !strcmp(v, "yes") || !strcmp(v, "True");
+}
+
+static hark_error *add_bytes(hark_response *resp, hark_request *req, const char *name,
+                             const char *const *strs, uint32_t n) {
+  if (!hark_request_output_requested(req, name)) return NULL;
+  size_t total = 0;
+  for (uint32_t i = 0; i < n; i++) total += 4 + strlen(strs[i]);
+  int64_t shape[1] = {n};
+  uint8_t *buf;
+  hark_error *err = hark_response_add_output(resp, name, HARK_TYPE_BYTES, shape, 1, total, (void **)&buf);
+  if (err) return err;
+  for (uint32_t i = 0; i < n; i++) {
+    uint32_t l = (uint32_t)strlen(strs[i]);
+    buf[0] = (uint8_t)l;
+    buf[1] = (uint8_t)(l >> 8);
+    buf[2] = (uint8_t)(l >> 16);
+    buf[3] = (uint8_t)(l >> 24);
+    memcpy(buf + 4, strs[i], l);
+    buf += 4 + l;
+  }
+  return NULL;
+}
+
+static hark_error *add_f32(hark_response *resp, hark_request *req, const char *name,
+                           const ps_result *r, int field, int64_t n) {
+  if (!hark_request_output_requested(req, name)) return NULL;
+  int64_t shape[1] = {n};
+  float *out;
+  hark_error *err = hark_response_add_output(resp, name, HARK_TYPE_FP32, shape, 1,
+                                             (size_t)n * sizeof(float), (void **)&out);
+  if (err) return err;
+  for (int64_t i = 0; i < n; i++) {
+    const ps_word *w = &r->words[i];
+    out[i] = field == 0 ? w->start : field == 1 ? w->end : field == 2 ? w->conf
+             : field == 3 ? r->confidence : r->audio_processed;
+  }
+  return NULL;
+}
+
+static hark_error *build_response(hark_request *req, const ps_result *r, hark_response **out) {
+  hark_response *resp = hark_response_new(req);
+  const char *text = r->text ? r->text : "";
+  const char **words = calloc(r->n_words + 1, sizeof *words);
+  hark_error *err = words ? NULL : hark_error_new(HARK_ERR_INTERNAL, "asr: out of memory");
+  for (uint32_t i = 0; !err && i < r->n_words; i++) words[i] = r->words[i].word;
+  if (!err) err = add_bytes(resp, req, "TRANSCRIPT", &text, 1);
+  if (!err && hark_request_output_requested(req, "IS_FINAL")) {
+    int64_t shape[1] = {1};
+    uint8_t *b;
+    err = hark_response_add_output(resp, "IS_FINAL", HARK_TYPE_BOOL, shape, 1, 1, (void **)&b);
+    if (!err) b[0] = r->is_final ? 1 : 0;
+  }
+  if (!err) err = add_bytes(resp, req, "WORDS", words, r->n_words);
+  if (!err) err = add_f32(resp, req, "WORD_START", r, 0, r->n_words);
+  if (!err) err = add_f32(resp, req, "WORD_END", r, 1, r->n_words);
+  if (!err) err = add_f32(resp, req, "WORD_CONF", r, 2, r->n_words);
+  if (!err) {
+    ps_word dummy = {0};
+    ps_result one = *r;
+    one.words = &dummy; /* scalar outputs read no word */
+    err = add_f32(resp, req, "CONFIDENCE", &one, 3, 1);
+    if (!err) err = add_f32(resp, req, "AUDIO_PROCESSED", &one, 4, 1);
+  }
+  if (!err && r->want_alternatives > 0)
+    err = add_bytes(resp, req, "ALTERNATIVES", (const char *const *)r->alternatives,
+                    r->n_alternatives);
+  free(words);
+  if (err) {
+    hark_response_free(resp);
+    return err;
+  }
+  *out = resp;
+  return NULL;
+}
+
+static hark_code status_code(ps_status s) {
+  switch (s) {
+  case PS_BUSY:
+  case PS_FULL: return HARK_ERR_UNAVAILABLE;
+  case PS_INVALID: return HARK_ERR_INVALID_ARG;
+  default: return HARK_ERR_INTERNAL;
+  }
+}
+
+/* Runs one request; returns an error to fail it with, or NULL once its
+ * FINAL response has been sent. */
+static hark_error *run_one(asr_model *m, hark_request *req) {
+  uint32_t flags = hark_request_flags(req);
+  int in_sequence =
+      hark_request_correlation_id(req) != 0 || hark_request_correlation_id_str(req) != NULL;
+  if (!in_sequence) flags |= HARK_REQUEST_SEQUENCE_START | HARK_REQUEST_SEQUENCE_END;
+  ps_stream *st = in_sequence ? hark_request_sequence_state(req) : NULL;
+  if (st && (flags & HARK_REQUEST_SEQUENCE_START)) { /* a restarted sequence */
+    stream_free(m, st);
+    st = NULL;
+    hark_request_set_sequence_state(req, NULL);
+  }
+  const uint8_t *pcm;
+  size_t len;
+  uint8_t *owned;
+  hark_error *err = audio_bytes(hark_request_input_by_name(req, "AUDIO"), &pcm, &len, &owned);
+  uint32_t rate = 16000;
+  if (!err) err = parse_rate(req, &rate);
+  uint32_t want_alt = 0;
+  const char *alt = hark_request_parameter(req, "max_alternatives");
+  if (!err && alt) {
+    char *end;
+    long a = strtol(alt, &end, 10);
+    if (end == alt || *end || a < 0)
+      err = hark_error_new(HARK_ERR_INVALID_ARG, "asr: max_alternatives '%s' is not a count", alt);
+    uint32_t cap = ps_pool_settings(m->pool)->max_alternatives;
+    want_alt = a > (long)cap ? cap : (uint32_t)(a < 0 ? 0 : a);
+  }
+  char why[512] = "";
+  if (!err && !st) {
+    st = stream_new(m, rate, why, sizeof why);
+    if (!st) err = hark_error_new(HARK_ERR_INVALID_ARG, "asr: %s", why);
+  }
+  int end = (flags & HARK_REQUEST_SEQUENCE_END) != 0;
+  hark_response *resp = NULL;
+  if (!err) {
+    unsigned ff = (end ? PS_FEED_END : 0) | (param_true(req, "flush", 0) ? PS_FEED_FLUSH : 0) |
+                  (param_true(req, "partial", 1) ? PS_FEED_PARTIAL : 0);
+    ps_result r;
+    ps_result_init(&r, want_alt);
+    float before = ps_stream_audio_processed(st);
+    ps_status s = ps_stream_feed(st, pcm, len, ff, &r, why, sizeof why);
+    hark_metric_add(m->audio_seconds, ps_stream_audio_processed(st) - before);
+    if (s != PS_OK)
+      err = hark_error_new(status_code(s), "asr: %s", why);
+    else
+      err = build_response(req, &r, &resp);
+    ps_result_fini(&r);
+  }
+  free(owned);
+  /* The stream's state is settled before the FINAL hands the request back. */
+  if (end) {
+    stream_free(m, st);
+    if (in_sequence) hark_request_set_sequence_state(req, NULL);
+  } else if (in_sequence) {
+    hark_request_set_sequence_state(req, st);
+  }
+  if (err) return err;
+  hark_response_send(resp, HARK_RESPONSE_FINAL, NULL);
+  return NULL;
+}
+
+static hark_error *instance_execute(hark_instance *inst, hark_request **reqs, uint32_t n) {
+  asr_model *m = hark_model_state(hark_instance_model(inst));
+  for (uint32_t i = 0; i < n; i++) {
+    hark_error *err = run_one(m, reqs[i]);
+    if (err) hark_request_complete(reqs[i], err);
+  }
+  publish(m);
+  return NULL;
+}
+
+static const hark_backend_api api = {
+    .api_version = HARK_BACKEND_API_VERSION,
+    .model_init = model_init,
+    .model_fini = model_fini,
+    .instance_init = instance_init,
+    .instance_fini = instance_fini,
+    .instance_execute = instance_execute,
+    .sequence_fini = sequence_fini,
+};
+
+HARK_BACKEND_EXPORT const hark_backend_api *hark_backend_get_api(void) { return &api; }

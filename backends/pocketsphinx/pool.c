@@ -1,0 +1,219 @@
+/*
+ * pool.c — the model's bounded pool of pocketsphinx decoders.
+ *
+ * A decoder holds the acoustic model, dictionary, language model and
+ * search tables (tens of MiB), so the pool creates them lazily, up to
+ * pool_size, and streams borrow one only for the length of an utterance.
+ * Borrowers wait on a condition variable with a deadline; nobody waits
+ * forever and nothing grows without bound. Decoders never carry stream
+ * state between borrowers: the front end lives in the stream, and the
+ * only state the search keeps across utterances — the cepstral mean — is
+ * saved and restored by the stream (ps_cmn_save / ps_cmn_restore).
+ *
+ * Each decoder gets its own cmd_ln_t: ps_init writes into its
+ * configuration (the model's feat.params), and sphinxbase reference counts
+ * are not atomic. Streams' front ends share the first decoder's
+ * configuration, created and freed under the pool lock for that reason.
+ */
+#include "ps_internal.h"
+
+#include <errno.h>
+#include <sphinxbase/err.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+struct ps_pool {
+  ps_settings settings; /* a copy; argv strings owned by the pool */
+  pthread_mutex_t mu;
+  pthread_cond_t cv;
+  pthread_mutex_t create_mu;
+  ps_decoder_t **idle; /* stack of idle decoders */
+  uint32_t n_idle;
+  ps_decoder_t **all; /* every decoder created, for ps_pool_free */
+  uint32_t n_all;
+  uint32_t creating; /* decoders being created outside the lock */
+  uint32_t in_use;
+  uint64_t waits, timeouts;
+  ps_decoder_t *first; /* its configuration configures the front ends */
+  ps_cmn_state cmn0;
+  uint32_t sample_rate;
+};
+
+void ps_cmn_save(ps_decoder_t *ps, ps_cmn_state *st) {
+  cmn_t *c = ps_get_feat(ps)->cmn_struct;
+  if (!c) {
+    st->veclen = 0;
+    return;
+  }
+  st->veclen = c->veclen > 32 ? 32 : c->veclen;
+  memcpy(st->mean, c->cmn_mean, (size_t)st->veclen * sizeof(mfcc_t));
+  memcpy(st->sum, c->sum, (size_t)st->veclen * sizeof(mfcc_t));
+  st->nframe = c->nframe;
+}
+
+void ps_cmn_restore(ps_decoder_t *ps, const ps_cmn_state *st) {
+  cmn_t *c = ps_get_feat(ps)->cmn_struct;
+  if (!c || st->veclen == 0 || c->veclen != st->veclen) return;
+  memcpy(c->cmn_mean, st->mean, (size_t)st->veclen * sizeof(mfcc_t));
+  memcpy(c->sum, st->sum, (size_t)st->veclen * sizeof(mfcc_t));
+  c->nframe = st->nframe;
+}
+
+static ps_decoder_t *decoder_new(const ps_settings *s, char *err, size_t errlen) {
+  cmd_ln_t *c = ps_settings_cmdln(s, err, errlen);
+  if (!c) return NULL;
+  ps_decoder_t *ps = ps_init(c);
+  cmd_ln_free_r(c); /* the decoder keeps its own reference */
+  if (!ps)
+    snprintf(err, errlen,
+             "pocketsphinx: ps_init failed (check -hmm, -lm and -dict exist and match; set "
+             "parameter verbose=true for the library's log)");
+  return ps;
+}
+
+ps_pool *ps_pool_new(const ps_settings *s, char *err, size_t errlen) {
+  ps_pool *p = calloc(1, sizeof *p);
+  if (!p) {
+    snprintf(err, errlen, "pocketsphinx: out of memory");
+    return NULL;
+  }
+  /* The library logs every argument and model detail to stderr. */
+  if (!s->verbose) err_set_logfp(NULL);
+  p->settings = *s;
+  for (int i = 0; i < s->argc; i++) p->settings.argv[i] = strdup(s->argv[i]);
+  pthread_mutex_init(&p->mu, NULL);
+  pthread_mutex_init(&p->create_mu, NULL);
+  pthread_cond_init(&p->cv, NULL);
+  p->idle = calloc(s->pool_size, sizeof *p->idle);
+  p->all = calloc(s->pool_size, sizeof *p->all);
+  if (!p->idle || !p->all) {
+    snprintf(err, errlen, "pocketsphinx: out of memory");
+    ps_pool_free(p);
+    return NULL;
+  }
+  p->first = decoder_new(&p->settings, err, errlen);
+  if (!p->first) {
+    ps_pool_free(p);
+    return NULL;
+  }
+  double rate = cmd_ln_float32_r(ps_get_config(p->first), "-samprate");
+  if (rate < 8000 || rate > 48000) {
+    snprintf(err, errlen, "pocketsphinx: -samprate %.0f outside 8000..48000", rate);
+    ps_free(p->first);
+    p->first = NULL;
+    ps_pool_free(p);
+    return NULL;
+  }
+  p->sample_rate = (uint32_t)rate;
+  ps_cmn_save(p->first, &p->cmn0);
+  p->all[p->n_all++] = p->first;
+  p->idle[p->n_idle++] = p->first;
+  return p;
+}
+
+void ps_pool_free(ps_pool *p) {
+  if (!p) return;
+  for (uint32_t i = 0; i < p->n_all; i++) ps_free(p->all[i]);
+  free(p->idle);
+  free(p->all);
+  ps_settings_fini(&p->settings);
+  pthread_cond_destroy(&p->cv);
+  pthread_mutex_destroy(&p->mu);
+  pthread_mutex_destroy(&p->create_mu);
+  free(p);
+}
+
+static void deadline_after(struct timespec *ts, uint32_t ms) {
+  clock_gettime(CLOCK_REALTIME, ts);
+  ts->tv_sec += ms / 1000;
+  ts->tv_nsec += (long)(ms % 1000) * 1000000L;
+  if (ts->tv_nsec >= 1000000000L) {
+    ts->tv_sec++;
+    ts->tv_nsec -= 1000000000L;
+  }
+}
+
+ps_decoder_t *ps_pool_acquire(ps_pool *p, uint32_t wait_ms) {
+  struct timespec deadline;
+  int have_deadline = 0, waited = 0;
+  pthread_mutex_lock(&p->mu);
+  for (;;) {
+    if (p->n_idle > 0) {
+      ps_decoder_t *ps = p->idle[--p->n_idle];
+      p->in_use++;
+      pthread_mutex_unlock(&p->mu);
+      return ps;
+    }
+    if (p->n_all + p->creating < p->settings.pool_size) {
+      p->creating++;
+      pthread_mutex_unlock(&p->mu);
+      char err[256];
+      pthread_mutex_lock(&p->create_mu);
+      ps_decoder_t *ps = decoder_new(&p->settings, err, sizeof err);
+      pthread_mutex_unlock(&p->create_mu);
+      pthread_mutex_lock(&p->mu);
+      p->creating--;
+      if (ps) {
+        p->all[p->n_all++] = ps;
+        p->in_use++;
+      }
+      pthread_cond_broadcast(&p->cv); /* a failed slot is free again */
+      pthread_mutex_unlock(&p->mu);
+      return ps;
+    }
+    if (!have_deadline) {
+      deadline_after(&deadline, wait_ms);
+      have_deadline = 1;
+    }
+    if (!waited) {
+      p->waits++;
+      waited = 1;
+    }
+    if (wait_ms == 0 || pthread_cond_timedwait(&p->cv, &p->mu, &deadline) == ETIMEDOUT) {
+      if (p->n_idle > 0) continue;
+      p->timeouts++;
+      pthread_mutex_unlock(&p->mu);
+      return NULL;
+    }
+  }
+}
+
+void ps_pool_release(ps_pool *p, ps_decoder_t *ps) {
+  if (!ps) return;
+  pthread_mutex_lock(&p->mu);
+  p->idle[p->n_idle++] = ps;
+  p->in_use--;
+  pthread_cond_signal(&p->cv);
+  pthread_mutex_unlock(&p->mu);
+}
+
+void ps_pool_get_stats(ps_pool *p, ps_pool_stats *out) {
+  pthread_mutex_lock(&p->mu);
+  out->max = p->settings.pool_size;
+  out->created = p->n_all;
+  out->in_use = p->in_use;
+  out->waits = p->waits;
+  out->timeouts = p->timeouts;
+  pthread_mutex_unlock(&p->mu);
+}
+
+fe_t *ps_pool_fe_new(ps_pool *p) {
+  pthread_mutex_lock(&p->mu);
+  fe_t *fe = fe_init_auto_r(ps_get_config(p->first));
+  pthread_mutex_unlock(&p->mu);
+  return fe;
+}
+
+void ps_pool_fe_free(ps_pool *p, fe_t *fe) {
+  if (!fe) return;
+  pthread_mutex_lock(&p->mu);
+  fe_free(fe);
+  pthread_mutex_unlock(&p->mu);
+}
+
+void ps_pool_cmn_initial(const ps_pool *p, ps_cmn_state *out) { *out = p->cmn0; }
+uint32_t ps_pool_sample_rate(const ps_pool *p) { return p->sample_rate; }
+const ps_settings *ps_pool_settings(const ps_pool *p) { return &p->settings; }

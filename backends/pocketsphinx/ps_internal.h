@@ -1,0 +1,149 @@
+/*
+ * ps_internal.h — the pocketsphinx backend's private interfaces:
+ *   settings.c  model parameters -> pocketsphinx arguments + hark settings
+ *   pool.c      the model's bounded pool of decoders
+ *   stream.c    one stream's recognition (front end, endpointing, results)
+ *   backend.c   the hark backend API glue
+ *
+ * The central idea (stream.c): every stream owns a sphinxbase front end
+ * (fe_t: MFCC, noise tracking, the library's own voice activity detector
+ * and its pre-speech buffer — a few KiB), fed exactly as
+ * pocketsphinx_continuous feeds its decoder's front end. Cepstra go to a
+ * pooled decoder with ps_process_cep only while an utterance is open, so a
+ * decoder (tens of MiB) is held only while the stream speaks, and a
+ * decoder's state never depends on the audio of other streams.
+ */
+#ifndef HARK_PS_INTERNAL_H
+#define HARK_PS_INTERNAL_H
+
+#include <pocketsphinx.h>
+#include <sphinxbase/cmn.h>
+#include <sphinxbase/fe.h>
+#include <sphinxbase/feat.h>
+#include <stddef.h>
+#include <stdint.h>
+
+/* ---- settings.c ---------------------------------------------------------- */
+
+#define PS_MAX_ARGS 128
+
+typedef struct ps_settings {
+  char *argv[PS_MAX_ARGS]; /* "-hmm", "/usr/share/...", ... (owned) */
+  int argc;
+  uint32_t pool_size;        /* decoders at most */
+  uint32_t decoder_wait_ms;  /* how long a stream waits for a free decoder */
+  uint32_t max_buffered_ms;  /* audio a stream may hold unprocessed */
+  uint32_t block_samples;    /* samples per front-end block (continuous: 2048) */
+  uint32_t max_alternatives; /* cap on request max_alternatives */
+  int verbose;               /* keep the library's log on stderr */
+} ps_settings;
+
+typedef const char *(*ps_param_fn)(void *ctx, uint32_t i, const char **key);
+
+/* Builds settings from (key, value) pairs: get(ctx, i, &key) returns the
+ * i-th value or NULL past the end. 0, or -1 with a reason in err. */
+int ps_settings_init(ps_settings *s, ps_param_fn get, void *ctx, char *err, size_t errlen);
+void ps_settings_fini(ps_settings *s);
+/* A fresh pocketsphinx configuration from s (caller frees with
+ * cmd_ln_free_r), or NULL with the library's reason in err. */
+cmd_ln_t *ps_settings_cmdln(const ps_settings *s, char *err, size_t errlen);
+
+/* ---- pool.c -------------------------------------------------------------- */
+
+/* A stream's cepstral-mean state, carried between its utterances exactly
+ * as one long-lived decoder would carry it. */
+typedef struct ps_cmn_state {
+  mfcc_t mean[32];
+  mfcc_t sum[32];
+  int32 nframe;
+  int32 veclen;
+} ps_cmn_state;
+
+typedef struct ps_pool ps_pool;
+
+typedef struct ps_pool_stats {
+  uint32_t max, created, in_use;
+  uint64_t waits, timeouts;
+} ps_pool_stats;
+
+/* Creates the first decoder now (validating the configuration); the rest
+ * lazily, up to s->pool_size. NULL with a reason in err. */
+ps_pool *ps_pool_new(const ps_settings *s, char *err, size_t errlen);
+void ps_pool_free(ps_pool *p);
+/* A decoder, waiting up to wait_ms for one; NULL on timeout (or when a new
+ * decoder fails to initialise). Hand it back with ps_pool_release. */
+ps_decoder_t *ps_pool_acquire(ps_pool *p, uint32_t wait_ms);
+void ps_pool_release(ps_pool *p, ps_decoder_t *ps);
+void ps_pool_get_stats(ps_pool *p, ps_pool_stats *out);
+/* A front end configured like the decoders' (freed by ps_pool_fe_free). */
+fe_t *ps_pool_fe_new(ps_pool *p);
+void ps_pool_fe_free(ps_pool *p, fe_t *fe);
+/* The cepstral-mean state of a fresh decoder (-cmninit). */
+void ps_pool_cmn_initial(const ps_pool *p, ps_cmn_state *out);
+uint32_t ps_pool_sample_rate(const ps_pool *p);
+const ps_settings *ps_pool_settings(const ps_pool *p);
+
+void ps_cmn_save(ps_decoder_t *ps, ps_cmn_state *st);
+void ps_cmn_restore(ps_decoder_t *ps, const ps_cmn_state *st);
+
+/* ---- stream.c ------------------------------------------------------------ */
+
+typedef struct ps_stream ps_stream;
+
+typedef enum ps_status {
+  PS_OK = 0,
+  PS_BUSY,     /* no decoder within decoder_wait_ms: retry later */
+  PS_WAIT,     /* (inside stream.c) no decoder free yet, still within the wait */
+  PS_FULL,     /* the stream's audio buffer bound was reached */
+  PS_INVALID,  /* bad input (odd byte count, bad rate, bad WAV) */
+  PS_INTERNAL, /* the library failed */
+} ps_status;
+
+#define PS_FEED_END 1u     /* the stream ends after this audio */
+#define PS_FEED_FLUSH 2u   /* end the current utterance now (Vosk reset) */
+#define PS_FEED_PARTIAL 4u /* compute a partial hypothesis */
+
+typedef struct ps_word {
+  char *word;
+  float start, end, conf; /* seconds from the stream's start; posterior */
+} ps_word;
+
+typedef struct ps_result {
+  int is_final;
+  char *text; /* "" when nothing was recognised (owned) */
+  size_t text_len;
+  ps_word *words;
+  uint32_t n_words, cap_words;
+  float confidence;      /* mean word posterior; 0 with no words */
+  float audio_processed; /* seconds of the stream's audio consumed */
+  char **alternatives;   /* n-best texts of the result (owned) */
+  uint32_t n_alternatives;
+  uint32_t want_alternatives;
+} ps_result;
+
+void ps_result_init(ps_result *r, uint32_t want_alternatives);
+void ps_result_fini(ps_result *r);
+
+/* client_rate: the rate of the PCM the client sends (8000..48000). */
+ps_stream *ps_stream_new(ps_pool *pool, uint32_t client_rate, char *err, size_t errlen);
+/* Gives back the decoder if it holds one. */
+void ps_stream_free(ps_stream *st);
+uint32_t ps_stream_client_rate(const ps_stream *st);
+
+/*
+ * Feeds little-endian 16-bit mono PCM bytes (len must be even) at the
+ * client rate and runs recognition over every complete block; with
+ * PS_FEED_END or PS_FEED_FLUSH also the tail, then closes the utterance.
+ * Fills *res (initialised by the caller): a final when an utterance ended
+ * (finals of several utterances concatenated) or with END/FLUSH, else a
+ * partial. On PS_BUSY / PS_FULL the audio that was not processed stays
+ * buffered (up to the bound) and a later call resumes. err gets a reason.
+ */
+ps_status ps_stream_feed(ps_stream *st, const uint8_t *pcm, size_t len, unsigned flags,
+                         ps_result *res, char *err, size_t errlen);
+/* True while the stream holds a decoder (inside an utterance). */
+int ps_stream_has_decoder(const ps_stream *st);
+/* Seconds of the stream's audio (at the model rate) recognised so far. */
+float ps_stream_audio_processed(const ps_stream *st);
+
+#endif

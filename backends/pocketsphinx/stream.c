@@ -1,0 +1,533 @@
+/*
+ * stream.c — one stream's recognition.
+ *
+ * Audio enters as client-rate PCM bytes, is resampled to the model rate
+ * and queued (bounded) until a full block (block_samples, 2048 as
+ * pocketsphinx_continuous reads) is there. Each block goes through the
+ * stream's own front end (fe_t), whose voice activity detector drops
+ * silence and releases its pre-speech frames when speech starts; the
+ * cepstra it emits go to a decoder with ps_process_cep. After each block
+ * the detector's state is checked exactly where pocketsphinx_continuous
+ * checks ps_get_in_speech: speech seen and now silence ends the utterance
+ * (fe_end_utt + ps_end_utt, then fe_start_utt), so finals match the
+ * library's own tool word for word.
+ *
+ * A decoder is borrowed when the first cepstra of an utterance appear and
+ * returned when it ends; its cepstral mean is restored from, and saved
+ * back to, the stream. Waiting for a free decoder never blocks the worker
+ * (other streams' chunks must keep flowing): when none is free the block's
+ * cepstra stay pending, the rest of the audio stays queued (bounded), the
+ * call answers with an empty partial, and the next call tries again. Only
+ * once the stream has waited decoder_wait_ms does a call return PS_BUSY.
+ * A closing call (END, flush) owes its client a final, so it waits for a
+ * decoder in place, for what is left of the budget.
+ */
+#include "ps_internal.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "audio/resample.h"
+#include "audio/wav.h"
+
+#define PS_MAX_CEP 32
+
+struct ps_stream {
+  ps_pool *pool;
+  const ps_settings *set;
+  uint32_t client_rate, model_rate;
+  hark_resampler *rs;
+  fe_t *fe;
+  int ncep, frame_shift, frame_size;
+  int got_audio; /* a non-empty request was seen (WAV header check done) */
+  /* model-rate audio waiting for a complete block: fifo[head..len) */
+  int16_t *fifo;
+  size_t head, len, cap, max;
+  /* cepstra from the front end not yet given to a decoder */
+  mfcc_t *cep;
+  mfcc_t **cep_rows;
+  int n_cep, cap_cep;
+  ps_decoder_t *ps; /* held only inside an utterance */
+  int utt_started;  /* speech seen at a block end (continuous's utt_started) */
+  int end_pending;  /* the utterance ended; close it once its cepstra are in */
+  int closing;      /* this call ends the stream or the utterance */
+  uint64_t wait_since_ms; /* when the stream began waiting for a decoder; 0 */
+  int utt_has_frames;
+  ps_cmn_state cmn;
+  uint64_t samples_fed;      /* model-rate samples given to the front end */
+  uint64_t fe_utt_base;      /* samples_fed at the front end's last start_utt */
+  uint64_t utt_start_sample; /* where this utterance's first cepstrum starts */
+  int16_t *conv;             /* bytes -> int16 scratch */
+  size_t conv_cap;
+};
+
+/* ---- results ------------------------------------------------------------- */
+
+void ps_result_init(ps_result *r, uint32_t want_alternatives) {
+  memset(r, 0, sizeof *r);
+  r->want_alternatives = want_alternatives;
+}
+
+void ps_result_fini(ps_result *r) {
+  free(r->text);
+  for (uint32_t i = 0; i < r->n_words; i++) free(r->words[i].word);
+  free(r->words);
+  for (uint32_t i = 0; i < r->n_alternatives; i++) free(r->alternatives[i]);
+  free(r->alternatives);
+  memset(r, 0, sizeof *r);
+}
+
+static int text_append(char **text, size_t *len, const char *s) {
+  size_t n = strlen(s);
+  if (n == 0) return 0;
+  size_t sep = *len > 0 ? 1 : 0;
+  char *t = realloc(*text, *len + sep + n + 1);
+  if (!t) return -1;
+  if (sep) t[(*len)++] = ' ';
+  memcpy(t + *len, s, n + 1);
+  *len += n;
+  *text = t;
+  return 0;
+}
+
+static int is_filler(const char *w) { return w[0] == '<' || w[0] == '[' || w[0] == '+'; }
+
+static int add_word(ps_result *r, const char *w, float start, float end, float conf) {
+  if (r->n_words == r->cap_words) {
+    uint32_t cap = r->cap_words ? r->cap_words * 2 : 16;
+    ps_word *nw = realloc(r->words, cap * sizeof *nw);
+    if (!nw) return -1;
+    r->words = nw;
+    r->cap_words = cap;
+  }
+  /* A posterior from the lattice's fixed-point log arithmetic can land a
+   * hair outside [0, 1] (or be NaN on a degenerate lattice). */
+  if (!(conf >= 0.0f)) conf = 0.0f;
+  if (conf > 1.0f) conf = 1.0f;
+  size_t n = strlen(w);
+  const char *paren = strchr(w, '(');
+  if (paren && paren > w && w[n - 1] == ')') n = (size_t)(paren - w); /* "read(2)" -> "read" */
+  char *copy = strndup(w, n);
+  if (!copy) return -1;
+  r->words[r->n_words++] = (ps_word){copy, start, end, conf};
+  return 0;
+}
+
+/* n-best texts of the utterance just ended, each prefixed with the text
+ * of earlier utterances in this result (so every alternative is a whole
+ * result). */
+static int collect_alternatives(ps_stream *st, ps_result *r, size_t prefix_len) {
+  for (uint32_t i = 0; i < r->n_alternatives; i++) free(r->alternatives[i]);
+  r->n_alternatives = 0;
+  if (r->want_alternatives == 0) return 0;
+  free(r->alternatives);
+  r->alternatives = calloc(r->want_alternatives, sizeof *r->alternatives);
+  if (!r->alternatives) return -1;
+  ps_nbest_t *nb = ps_nbest(st->ps);
+  int tries = 0;
+  while (nb && r->n_alternatives < r->want_alternatives && tries++ < 200) {
+    const char *h = ps_nbest_hyp(nb, NULL);
+    if (h) {
+      char *t = NULL;
+      size_t tl = 0;
+      if (prefix_len) {
+        t = strndup(r->text, prefix_len);
+        tl = prefix_len;
+      }
+      if (text_append(&t, &tl, h) != 0) {
+        free(t);
+        ps_nbest_free(nb);
+        return -1;
+      }
+      if (!t) t = strdup("");
+      int dup = 0;
+      for (uint32_t i = 0; i < r->n_alternatives && !dup; i++) dup = !strcmp(r->alternatives[i], t);
+      if (dup)
+        free(t);
+      else
+        r->alternatives[r->n_alternatives++] = t;
+    }
+    nb = ps_nbest_next(nb);
+  }
+  if (nb) ps_nbest_free(nb);
+  return 0;
+}
+
+static int collect_final(ps_stream *st, ps_result *r) {
+  ps_decoder_t *ps = st->ps;
+  size_t prefix_len = r->text_len;
+  const char *hyp = ps_get_hyp(ps, NULL);
+  if (hyp && text_append(&r->text, &r->text_len, hyp) != 0) return -1;
+  logmath_t *lm = ps_get_logmath(ps);
+  double rate = st->model_rate, shift = st->frame_shift;
+  for (ps_seg_t *seg = ps_seg_iter(ps); seg; seg = ps_seg_next(seg)) {
+    const char *w = ps_seg_word(seg);
+    if (!w || is_filler(w)) continue;
+    int sf, ef;
+    ps_seg_frames(seg, &sf, &ef);
+    int32 prob = ps_seg_prob(seg, NULL, NULL, NULL);
+    float start = (float)((st->utt_start_sample + (double)sf * shift) / rate);
+    float end = (float)((st->utt_start_sample + (double)(ef + 1) * shift) / rate);
+    if (add_word(r, w, start, end, (float)logmath_exp(lm, prob)) != 0) {
+      ps_seg_free(seg);
+      return -1;
+    }
+  }
+  return collect_alternatives(st, r, prefix_len);
+}
+
+/* ---- decoder ------------------------------------------------------------- */
+
+static uint64_t now_ms(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (uint64_t)ts.tv_sec * 1000u + (uint64_t)ts.tv_nsec / 1000000u;
+}
+
+static ps_status ensure_decoder(ps_stream *st, char *err, size_t errlen) {
+  if (st->ps) return PS_OK;
+  uint64_t now = now_ms(), budget = st->set->decoder_wait_ms;
+  if (!st->wait_since_ms) st->wait_since_ms = now;
+  uint64_t waited = now - st->wait_since_ms;
+  uint32_t wait = st->closing && waited < budget ? (uint32_t)(budget - waited) : 0;
+  ps_decoder_t *ps = ps_pool_acquire(st->pool, wait);
+  if (!ps) {
+    if (!st->closing && now_ms() - st->wait_since_ms < budget) return PS_WAIT;
+    ps_pool_stats s;
+    ps_pool_get_stats(st->pool, &s);
+    snprintf(err, errlen,
+             "pocketsphinx: no free decoder within %u ms (%u of %u in use); the audio is kept, "
+             "retry", st->set->decoder_wait_ms, s.in_use, s.max);
+    return PS_BUSY;
+  }
+  st->wait_since_ms = 0;
+  ps_cmn_restore(ps, &st->cmn);
+  if (ps_start_utt(ps) < 0) {
+    ps_pool_release(st->pool, ps);
+    snprintf(err, errlen, "pocketsphinx: ps_start_utt failed");
+    return PS_INTERNAL;
+  }
+  st->ps = ps;
+  return PS_OK;
+}
+
+static ps_status drain(ps_stream *st, char *err, size_t errlen) {
+  if (st->n_cep == 0) return PS_OK;
+  ps_status s = ensure_decoder(st, err, errlen);
+  if (s != PS_OK) return s;
+  for (int i = 0; i < st->n_cep; i++) st->cep_rows[i] = st->cep + (size_t)i * st->ncep;
+  int n = st->n_cep;
+  st->n_cep = 0;
+  if (ps_process_cep(st->ps, st->cep_rows, n, FALSE, FALSE) < 0) {
+    snprintf(err, errlen, "pocketsphinx: ps_process_cep failed");
+    return PS_INTERNAL;
+  }
+  return PS_OK;
+}
+
+/*
+ * The front end's last frame at the end of an utterance in speech. The
+ * library's own path (ps_end_utt on a decoder that read raw audio) feeds
+ * it with the feature window padded by copies of it; here it is fed, then
+ * window copies of it, with the cepstral-mean statistics put back after
+ * the copies so the padding counts only as padding.
+ */
+static ps_status feed_last_frame(ps_stream *st, const mfcc_t *last, char *err, size_t errlen) {
+  feat_t *feat = ps_get_feat(st->ps);
+  int win = feat_window_size(feat);
+  mfcc_t buf[PS_MAX_CEP * 8];
+  mfcc_t *rows[8];
+  if (win > 7) win = 7;
+  for (int i = 0; i <= win; i++) {
+    rows[i] = buf + (size_t)i * st->ncep;
+    memcpy(rows[i], last, (size_t)st->ncep * sizeof(mfcc_t));
+  }
+  ps_cmn_state before, after, pad;
+  ps_cmn_save(st->ps, &before);
+  mfcc_t **p = rows;
+  if (ps_process_cep(st->ps, p, 1, FALSE, FALSE) < 0) goto fail;
+  if (win > 0) {
+    ps_cmn_save(st->ps, &after);
+    pad = after;
+    memcpy(pad.mean, before.mean, sizeof pad.mean); /* normalise as the frame was */
+    ps_cmn_restore(st->ps, &pad);
+    if (ps_process_cep(st->ps, rows + 1, win, FALSE, FALSE) < 0) goto fail;
+    ps_cmn_restore(st->ps, &after);
+  }
+  return PS_OK;
+fail:
+  snprintf(err, errlen, "pocketsphinx: ps_process_cep failed");
+  return PS_INTERNAL;
+}
+
+/* Closes the utterance: front end and decoder, result into r. */
+static ps_status end_utterance(ps_stream *st, ps_result *r, char *err, size_t errlen) {
+  mfcc_t last[PS_MAX_CEP];
+  int32 nfr = 0;
+  fe_end_utt(st->fe, last, &nfr);
+  ps_status s = PS_OK;
+  if (nfr > 0 && st->ps) s = feed_last_frame(st, last, err, errlen);
+  if (st->ps) {
+    if (s == PS_OK && ps_end_utt(st->ps) < 0) {
+      snprintf(err, errlen, "pocketsphinx: ps_end_utt failed");
+      s = PS_INTERNAL;
+    }
+    if (s == PS_OK && collect_final(st, r) != 0) {
+      snprintf(err, errlen, "pocketsphinx: out of memory");
+      s = PS_INTERNAL;
+    }
+    ps_cmn_save(st->ps, &st->cmn);
+    ps_pool_release(st->pool, st->ps);
+    st->ps = NULL;
+  }
+  fe_start_utt(st->fe);
+  st->fe_utt_base = st->samples_fed;
+  st->utt_started = 0;
+  st->end_pending = 0;
+  st->utt_has_frames = 0;
+  r->is_final = 1;
+  return s;
+}
+
+/* ---- front end ----------------------------------------------------------- */
+
+static int reserve_cep(ps_stream *st, int need) {
+  if (need <= st->cap_cep) return 0;
+  int cap = st->cap_cep ? st->cap_cep : 64;
+  while (cap < need) cap *= 2;
+  mfcc_t *c = realloc(st->cep, (size_t)cap * (size_t)st->ncep * sizeof *c);
+  if (!c) return -1;
+  st->cep = c;
+  mfcc_t **rows = realloc(st->cep_rows, (size_t)cap * sizeof *rows);
+  if (!rows) return -1;
+  st->cep_rows = rows;
+  st->cap_cep = cap;
+  return 0;
+}
+
+static ps_status fe_block(ps_stream *st, const int16_t *pcm, size_t n, char *err, size_t errlen) {
+  size_t left = n;
+  int32 maxfr = 0;
+  fe_process_frames(st->fe, NULL, &left, NULL, &maxfr, NULL);
+  if (reserve_cep(st, st->n_cep + maxfr + 1) != 0) {
+    snprintf(err, errlen, "pocketsphinx: out of memory");
+    return PS_INTERNAL;
+  }
+  for (int i = 0; i < st->cap_cep; i++) st->cep_rows[i] = st->cep + (size_t)i * st->ncep;
+  int before = st->n_cep;
+  const int16 *p = pcm;
+  while (left > 0) {
+    int32 nfr = st->cap_cep - st->n_cep;
+    size_t had = left;
+    if (fe_process_frames(st->fe, &p, &left, st->cep_rows + st->n_cep, &nfr, NULL) < 0) {
+      snprintf(err, errlen, "pocketsphinx: front end failed");
+      return PS_INTERNAL;
+    }
+    st->n_cep += nfr;
+    if (left == had && nfr == 0) break;
+  }
+  st->samples_fed += n;
+  int out = st->n_cep - before;
+  if (out > 0 && !st->utt_has_frames) {
+    /* Frames of one utterance are contiguous and end at the front end's
+     * latest frame: count back from it. */
+    uint64_t since = st->samples_fed - st->fe_utt_base;
+    uint64_t k = since >= (uint64_t)st->frame_size
+                     ? (since - (uint64_t)st->frame_size) / (uint64_t)st->frame_shift + 1
+                     : 0;
+    uint64_t first = k >= (uint64_t)out ? k - (uint64_t)out : 0;
+    st->utt_start_sample = st->fe_utt_base + first * (uint64_t)st->frame_shift;
+    st->utt_has_frames = 1;
+  }
+  return PS_OK;
+}
+
+/* ---- stream -------------------------------------------------------------- */
+
+ps_stream *ps_stream_new(ps_pool *pool, uint32_t client_rate, char *err, size_t errlen) {
+  if (client_rate < HARK_RESAMPLE_MIN_RATE || client_rate > HARK_RESAMPLE_MAX_RATE) {
+    snprintf(err, errlen, "sample_rate %u is outside the supported %u..%u Hz", client_rate,
+             HARK_RESAMPLE_MIN_RATE, HARK_RESAMPLE_MAX_RATE);
+    return NULL;
+  }
+  ps_stream *st = calloc(1, sizeof *st);
+  if (!st) {
+    snprintf(err, errlen, "pocketsphinx: out of memory");
+    return NULL;
+  }
+  st->pool = pool;
+  st->set = ps_pool_settings(pool);
+  st->client_rate = client_rate;
+  st->model_rate = ps_pool_sample_rate(pool);
+  st->max = (size_t)st->model_rate * st->set->max_buffered_ms / 1000;
+  st->rs = hark_resampler_new(client_rate, st->model_rate, err, errlen);
+  st->fe = st->rs ? ps_pool_fe_new(pool) : NULL;
+  if (!st->fe) {
+    if (st->rs) snprintf(err, errlen, "pocketsphinx: cannot create a front end");
+    ps_stream_free(st);
+    return NULL;
+  }
+  st->ncep = fe_get_output_size(st->fe);
+  fe_get_input_size(st->fe, &st->frame_shift, &st->frame_size);
+  if (st->ncep > PS_MAX_CEP) {
+    snprintf(err, errlen, "pocketsphinx: %d cepstra per frame (at most %d)", st->ncep, PS_MAX_CEP);
+    ps_stream_free(st);
+    return NULL;
+  }
+  ps_pool_cmn_initial(pool, &st->cmn);
+  return st;
+}
+
+void ps_stream_free(ps_stream *st) {
+  if (!st) return;
+  if (st->ps) {
+    ps_end_utt(st->ps); /* leave it idle for its next borrower */
+    ps_pool_release(st->pool, st->ps);
+  }
+  ps_pool_fe_free(st->pool, st->fe);
+  hark_resampler_free(st->rs);
+  free(st->fifo);
+  free(st->cep);
+  free(st->cep_rows);
+  free(st->conv);
+  free(st);
+}
+
+uint32_t ps_stream_client_rate(const ps_stream *st) { return st->client_rate; }
+int ps_stream_has_decoder(const ps_stream *st) { return st->ps != NULL; }
+float ps_stream_audio_processed(const ps_stream *st) {
+  return (float)((double)st->samples_fed / st->model_rate);
+}
+
+static ps_status queue_audio(ps_stream *st, const int16_t *x, size_t n, char *err, size_t errlen) {
+  if (n == 0) return PS_OK;
+  size_t queued = st->len - st->head;
+  if (queued + n > st->max) {
+    snprintf(err, errlen,
+             "pocketsphinx: stream buffer full (%zu ms of audio waiting, bound %u ms); audio "
+             "dropped", queued * 1000 / st->model_rate, st->set->max_buffered_ms);
+    return PS_FULL;
+  }
+  if (st->head > 0 && st->len + n > st->cap) {
+    memmove(st->fifo, st->fifo + st->head, queued * sizeof *st->fifo);
+    st->len = queued;
+    st->head = 0;
+  }
+  if (st->len + n > st->cap) {
+    size_t cap = st->cap ? st->cap : 8192;
+    while (cap < st->len + n) cap *= 2;
+    int16_t *f = realloc(st->fifo, cap * sizeof *f);
+    if (!f) {
+      snprintf(err, errlen, "pocketsphinx: out of memory");
+      return PS_INTERNAL;
+    }
+    st->fifo = f;
+    st->cap = cap;
+  }
+  memcpy(st->fifo + st->len, x, n * sizeof *x);
+  st->len += n;
+  return PS_OK;
+}
+
+/* The first audio of a stream may be a WAV file: take its rate, skip it. */
+static ps_status strip_wav(ps_stream *st, const uint8_t **pcm, size_t *len, char *err,
+                           size_t errlen) {
+  if (!hark_wav_is_wav(*pcm, *len)) return PS_OK;
+  hark_wav_info info;
+  char why[128];
+  if (hark_wav_parse(*pcm, *len, &info, why, sizeof why) != HARK_WAV_OK) {
+    snprintf(err, errlen, "AUDIO: %s", why);
+    return PS_INVALID;
+  }
+  if (info.channels != 1) {
+    snprintf(err, errlen, "AUDIO: WAV has %u channels; only mono is supported", info.channels);
+    return PS_INVALID;
+  }
+  if (info.sample_rate != st->client_rate) {
+    hark_resampler *rs = hark_resampler_new(info.sample_rate, st->model_rate, why, sizeof why);
+    if (!rs) {
+      snprintf(err, errlen, "AUDIO: WAV sample rate %u Hz unsupported (%u..%u Hz)",
+               info.sample_rate, HARK_RESAMPLE_MIN_RATE, HARK_RESAMPLE_MAX_RATE);
+      return PS_INVALID;
+    }
+    hark_resampler_free(st->rs);
+    st->rs = rs;
+    st->client_rate = info.sample_rate;
+  }
+  *pcm += info.data_offset;
+  *len = info.data_size & ~(size_t)1;
+  return PS_OK;
+}
+
+static ps_status run_blocks(ps_stream *st, unsigned flags, ps_result *r, char *err,
+                            size_t errlen) {
+  int closing = (flags & (PS_FEED_END | PS_FEED_FLUSH)) != 0;
+  ps_status s;
+  st->closing = closing;
+  /* Work a previous call left when no decoder was free. */
+  if ((s = drain(st, err, errlen)) != PS_OK) return s;
+  if (st->end_pending && (s = end_utterance(st, r, err, errlen)) != PS_OK) return s;
+  for (;;) {
+    size_t queued = st->len - st->head;
+    if (queued == 0 || (queued < st->set->block_samples && !closing)) break;
+    size_t n = queued < st->set->block_samples ? queued : st->set->block_samples;
+    s = fe_block(st, st->fifo + st->head, n, err, errlen);
+    st->head += n;
+    if (s != PS_OK) return s;
+    int in_speech = fe_get_vad_state(st->fe) != 0;
+    if (in_speech) st->utt_started = 1;
+    if (!in_speech && st->utt_started) st->end_pending = 1;
+    if ((s = drain(st, err, errlen)) != PS_OK) return s;
+    if (st->end_pending && (s = end_utterance(st, r, err, errlen)) != PS_OK) return s;
+  }
+  if (closing && (st->utt_started || st->ps))
+    if ((s = end_utterance(st, r, err, errlen)) != PS_OK) return s;
+  return PS_OK;
+}
+
+ps_status ps_stream_feed(ps_stream *st, const uint8_t *pcm, size_t len, unsigned flags,
+                         ps_result *r, char *err, size_t errlen) {
+  ps_status s;
+  if (len % 2) {
+    snprintf(err, errlen, "AUDIO: %zu bytes is not a whole number of 16-bit samples", len);
+    return PS_INVALID;
+  }
+  if (!st->got_audio && len > 0) {
+    if ((s = strip_wav(st, &pcm, &len, err, errlen)) != PS_OK) return s;
+    st->got_audio = 1;
+  }
+  size_t n = len / 2;
+  if (n > st->conv_cap) {
+    int16_t *c = realloc(st->conv, n * sizeof *c);
+    if (!c) {
+      snprintf(err, errlen, "pocketsphinx: out of memory");
+      return PS_INTERNAL;
+    }
+    st->conv = c;
+    st->conv_cap = n;
+  }
+  for (size_t i = 0; i < n; i++) /* little-endian on any host */
+    st->conv[i] = (int16_t)(uint16_t)(pcm[2 * i] | pcm[2 * i + 1] << 8);
+  const int16_t *x;
+  size_t nx;
+  if (hark_resampler_process(st->rs, st->conv, n, (flags & PS_FEED_END) != 0, &x, &nx) != 0) {
+    snprintf(err, errlen, "pocketsphinx: resampler failed");
+    return PS_INTERNAL;
+  }
+  if ((s = queue_audio(st, x, nx, err, errlen)) != PS_OK) return s;
+  s = run_blocks(st, flags, r, err, errlen);
+  if (s == PS_WAIT) s = PS_OK; /* an empty partial while a decoder is awaited */
+  if (s == PS_OK && !r->is_final && st->ps && (flags & PS_FEED_PARTIAL)) {
+    const char *hyp = ps_get_hyp(st->ps, NULL);
+    if (hyp && text_append(&r->text, &r->text_len, hyp) != 0) s = PS_INTERNAL;
+  }
+  if (s == PS_OK && (flags & (PS_FEED_END | PS_FEED_FLUSH))) r->is_final = 1;
+  if (!r->text) r->text = strdup("");
+  float conf = 0;
+  for (uint32_t i = 0; i < r->n_words; i++) conf += r->words[i].conf;
+  r->confidence = r->n_words ? conf / (float)r->n_words : 0.0f;
+  r->audio_processed = (float)((double)st->samples_fed / st->model_rate);
+  return s;
+}
