@@ -319,7 +319,7 @@ static hark_error *run_one(asr_model *m, hark_request *req) {
                   (param_true(req, "partial", 1) ? PS_FEED_PARTIAL : 0);
     ps_result r;
     ps_result_init(&r, want_alt);
-    float before = ps_stream_audio_processed(st);
+    double before = ps_stream_audio_processed(st);
     ps_status s = ps_stream_feed(st, pcm, len, ff, &r, why, sizeof why);
     hark_metric_add(m->audio_seconds, ps_stream_audio_processed(st) - before);
     if (s != PS_OK)

@@ -144,6 +144,6 @@ ps_status ps_stream_feed(ps_stream *st, const uint8_t *pcm, size_t len, unsigned
 /* True while the stream holds a decoder (inside an utterance). */
 int ps_stream_has_decoder(const ps_stream *st);
 /* Seconds of the stream's audio (at the model rate) recognised so far. */
-float ps_stream_audio_processed(const ps_stream *st);
+double ps_stream_audio_processed(const ps_stream *st);
 
 #endif

@@ -397,8 +397,8 @@ void ps_stream_free(ps_stream *st) {
 
 uint32_t ps_stream_client_rate(const ps_stream *st) { return st->client_rate; }
 int ps_stream_has_decoder(const ps_stream *st) { return st->ps != NULL; }
-float ps_stream_audio_processed(const ps_stream *st) {
-  return (float)((double)st->samples_fed / st->model_rate);
+double ps_stream_audio_processed(const ps_stream *st) {
+  return (double)st->samples_fed / st->model_rate;
 }
 
 static ps_status queue_audio(ps_stream *st, const int16_t *x, size_t n, char *err, size_t errlen) {

@@ -142,7 +142,7 @@ char *hark_metrics_custom_render(void) {
             m->kind == HARK_METRIC_COUNTER ? "counter" : "gauge");
     for (hark_metric *s = m; s; s = s->next)
       if (strcmp(s->name, m->name) == 0)
-        fprintf(f, "%s{model=\"%s\",version=\"%lld\"} %.17g\n", s->name, s->model,
+        fprintf(f, "%s{model=\"%s\",version=\"%lld\"} %.15g\n", s->name, s->model,
                 (long long)s->version, from_bits(atomic_load(&s->bits)));
   }
   pthread_mutex_unlock(&registry_lock);
