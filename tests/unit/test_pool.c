@@ -313,6 +313,87 @@ static void test_timer_rearm_from_callback(void **state) {
   hark_pool_free(p.pool);
 }
 
+/* A chain of tasks, each handing over the next from inside a worker. */
+typedef struct chain {
+  hark_pool *pool;
+  hark_pool_task tasks[4];
+  pthread_t ran_on[4];
+  atomic_int done;
+  atomic_int step;
+} chain;
+
+static void chain_task(void *arg) {
+  chain *c = arg;
+  int i = atomic_fetch_add(&c->step, 1);
+  c->ran_on[i] = pthread_self();
+  if (i + 1 < 4) hark_pool_submit_task(c->pool, &c->tasks[i + 1]);
+  atomic_fetch_add(&c->done, 1);
+}
+
+static void test_continuation_runs_on_the_same_worker(void **state) {
+  (void)state;
+  chain c = {0};
+  assert_null(hark_pool_new(3, 8, &c.pool));
+  for (int i = 0; i < 4; i++) c.tasks[i] = (hark_pool_task){.fn = chain_task, .arg = &c};
+  hark_pool_submit_task(c.pool, &c.tasks[0]); /* from outside: the FIFO */
+  assert_true(wait_for(&c.done, 4));
+  /* With the FIFO empty, each continuation stayed on the worker that
+   * handed it over: no other worker was woken for it. */
+  for (int i = 1; i < 4; i++) assert_true(pthread_equal(c.ran_on[i], c.ran_on[0]));
+  hark_pool_free(c.pool);
+}
+
+typedef struct blocker {
+  atomic_int release, started;
+} blocker;
+
+static void block_task(void *arg) {
+  blocker *b = arg;
+  atomic_fetch_add(&b->started, 1);
+  while (!atomic_load(&b->release)) sleep_ms(1);
+}
+
+typedef struct handover {
+  hark_pool *pool;
+  hark_pool_task next, first;
+  blocker *b;
+  atomic_int queued, next_ran, next_ran_while_first_ran, first_done;
+} handover;
+
+static void next_task(void *arg) { atomic_fetch_add(&((handover *)arg)->next_ran, 1); }
+
+static void first_task(void *arg) {
+  handover *h = arg;
+  wait_for(&h->queued, 1); /* the test queued `pending` behind both workers */
+  hark_pool_submit_task(h->pool, &h->next);
+  atomic_store(&h->b->release, 1); /* frees the other worker */
+  /* Had `next` been kept for this worker, it could not run before this
+   * task returns; queued, the other worker runs it now. */
+  if (wait_for(&h->next_ran, 1)) atomic_store(&h->next_ran_while_first_ran, 1);
+  atomic_store(&h->first_done, 1);
+}
+
+static void test_continuation_queues_when_work_waits(void **state) {
+  (void)state;
+  blocker b = {0};
+  handover h = {.b = &b};
+  atomic_int pending_ran = 0;
+  assert_null(hark_pool_new(2, 8, &h.pool));
+  hark_pool_task blk = {.fn = block_task, .arg = &b};
+  hark_pool_task pending = {.fn = count_task, .arg = &pending_ran};
+  h.first = (hark_pool_task){.fn = first_task, .arg = &h};
+  h.next = (hark_pool_task){.fn = next_task, .arg = &h};
+  hark_pool_submit_task(h.pool, &blk);
+  assert_true(wait_for(&b.started, 1));
+  hark_pool_submit_task(h.pool, &h.first);
+  hark_pool_submit_task(h.pool, &pending); /* both workers busy: FIFO */
+  atomic_store(&h.queued, 1);
+  assert_true(wait_for(&pending_ran, 1));
+  assert_true(wait_for(&h.first_done, 1));
+  assert_int_equal(atomic_load(&h.next_ran_while_first_ran), 1);
+  hark_pool_free(h.pool);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_bad_args),
@@ -325,6 +406,8 @@ int main(void) {
       cmocka_unit_test(test_timer_disarm),
       cmocka_unit_test(test_timer_cancel_waits),
       cmocka_unit_test(test_timer_rearm_from_callback),
+      cmocka_unit_test(test_continuation_runs_on_the_same_worker),
+      cmocka_unit_test(test_continuation_queues_when_work_waits),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }
