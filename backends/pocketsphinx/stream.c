@@ -33,6 +33,7 @@
 #include "audio/wav.h"
 
 #define PS_MAX_CEP 32
+#define PS_CEP_SLICE 4 /* cepstral frames per ps_process_cep call */
 
 struct ps_stream {
   ps_pool *pool;
@@ -220,9 +221,19 @@ static ps_status drain(ps_stream *st, char *err, size_t errlen) {
   for (int i = 0; i < st->n_cep; i++) st->cep_rows[i] = st->cep + (size_t)i * st->ncep;
   int n = st->n_cep;
   st->n_cep = 0;
-  if (ps_process_cep(st->ps, st->cep_rows, n, FALSE, FALSE) < 0) {
-    snprintf(err, errlen, "pocketsphinx: ps_process_cep failed");
-    return PS_INTERNAL;
+  /* Without -fwdflat the decoder keeps only a short feature queue, and a
+   * long run of cepstra in one call overruns it before the search has
+   * scored them ("Frame N outside queue"): hand those decoders a few frames
+   * per call. With -fwdflat (the default) the queue holds the utterance, and
+   * one call per block is what keeps finals identical to the library's own
+   * tool, so that path stays as it is. */
+  int slice = cmd_ln_boolean_r(ps_get_config(st->ps), "-fwdflat") ? n : PS_CEP_SLICE;
+  for (int i = 0; i < n; i += slice) {
+    int m = n - i < slice ? n - i : slice;
+    if (ps_process_cep(st->ps, st->cep_rows + i, m, FALSE, FALSE) < 0) {
+      snprintf(err, errlen, "pocketsphinx: ps_process_cep failed");
+      return PS_INTERNAL;
+    }
   }
   return PS_OK;
 }
