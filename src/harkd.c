@@ -1,7 +1,7 @@
 /*
  * harkd — the hark server. Parses Triton-style flags, builds the engine on
- * the model repository, and runs the HTTP front end's event loop on the
- * main thread until SIGINT/SIGTERM.
+ * the model repository, starts the gRPC front end (its own thread) and runs
+ * the HTTP front end's event loop on the main thread until SIGINT/SIGTERM.
  */
 #include <getopt.h>
 #include <signal.h>
@@ -9,6 +9,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "frontend/grpc.h"
 #include "frontend/http.h"
 #include "hark/server.h"
 #include "util/log.h"
@@ -25,7 +26,9 @@ static void usage(FILE *f) {
           "usage: harkd --model-repository DIR [options]\n"
           "  --model-repository DIR      the model repository (required)\n"
           "  --http-port N               KServe v2 HTTP + WebSocket (default 8000; -1 off)\n"
-          "  --grpc-port N               gRPC (default 8001; not served yet)\n"
+          "  --grpc-port N               gRPC: KServe v2 + health (default 8001; -1 off)\n"
+          "  --grpc-address ADDR         gRPC bind address (default: --http-address's)\n"
+          "  --grpc-max-message-bytes N  largest gRPC message (default 67108864)\n"
           "  --metrics-port N            Prometheus /metrics (default 8002; -1 off)\n"
           "  --http-address ADDR         bind address (default all interfaces)\n"
           "  --model-control-mode MODE   none (load all at start) | explicit\n"
@@ -60,7 +63,7 @@ static long parse_num(const char *flag, const char *s, long lo, long hi) {
 int main(int argc, char **argv) {
   enum { O_REPO = 1, O_HTTP, O_GRPC, O_METRICS, O_ADDR, O_MODE, O_LOAD, O_STRICT, O_BACKENDS,
          O_MAXIN, O_BODYTO, O_WORKERS, O_QUEUE, O_VERBOSE, O_SPEECH, O_STREAMS, O_WSMAX,
-         O_WSIDLE, O_HELP };
+         O_WSIDLE, O_GRPC_ADDR, O_GRPC_MAX, O_HELP };
   static const struct option opts[] = {
       {"model-repository", required_argument, 0, O_REPO},
       {"model-store", required_argument, 0, O_REPO},
@@ -81,6 +84,8 @@ int main(int argc, char **argv) {
       {"max-streams", required_argument, 0, O_STREAMS},
       {"ws-max-message-bytes", required_argument, 0, O_WSMAX},
       {"ws-idle-timeout-secs", required_argument, 0, O_WSIDLE},
+      {"grpc-address", required_argument, 0, O_GRPC_ADDR},
+      {"grpc-max-message-bytes", required_argument, 0, O_GRPC_MAX},
       {"help", no_argument, 0, O_HELP},
       {0, 0, 0, 0}};
   hark_server_options so = {.strict_readiness = true};
@@ -88,13 +93,19 @@ int main(int argc, char **argv) {
                           .max_input_size = 64u << 20, .body_timeout_secs = 30,
                           .speech_model = "asr", .max_streams = 1024,
                           .ws_max_message_bytes = 1u << 20, .ws_idle_timeout_secs = 60};
+  hark_grpc_options go = {.port = 8001, .max_message_bytes = 64u << 20};
   const char *loads[64];
   int c;
   while ((c = getopt_long(argc, argv, "", opts, NULL)) != -1) {
     switch (c) {
     case O_REPO: so.model_repository = optarg; break;
     case O_HTTP: ho.http_port = (int)parse_num("--http-port", optarg, -1, 65535); break;
-    case O_GRPC: (void)parse_num("--grpc-port", optarg, -1, 65535); break;
+    case O_GRPC: go.port = (int)parse_num("--grpc-port", optarg, -1, 65535); break;
+    case O_GRPC_ADDR: go.address = optarg; break;
+    case O_GRPC_MAX:
+      go.max_message_bytes =
+          (size_t)parse_num("--grpc-max-message-bytes", optarg, 1024, 0x7fffffffL);
+      break;
     case O_METRICS: ho.metrics_port = (int)parse_num("--metrics-port", optarg, -1, 65535); break;
     case O_ADDR: ho.address = optarg; break;
     case O_MODE:
@@ -159,15 +170,31 @@ int main(int argc, char **argv) {
     hark_server_free(server);
     return 1;
   }
+  if (!go.address) go.address = ho.address;
+  hark_grpc *grpc = NULL;
+  if (go.port >= 0) {
+    err = hark_grpc_new(server, &go, &grpc);
+    if (err) {
+      HARK_ERROR("cannot start the gRPC front end: %s", hark_error_message(err));
+      hark_error_free(err);
+      hark_http_free(g_http);
+      hark_server_free(server);
+      return 1;
+    }
+  }
   struct sigaction sa = {.sa_handler = on_signal};
   sigemptyset(&sa.sa_mask);
   sigaction(SIGINT, &sa, NULL);
   sigaction(SIGTERM, &sa, NULL);
   const char *addr = ho.address ? ho.address : "0.0.0.0";
   if (ho.http_port >= 0) HARK_INFO("Started HTTPService at %s:%d", addr, ho.http_port);
+  if (grpc)
+    HARK_INFO("Started GRPCInferenceService at %s:%d", go.address ? go.address : "0.0.0.0",
+              hark_grpc_port(grpc));
   if (ho.metrics_port >= 0) HARK_INFO("Started Metrics Service at %s:%d", addr, ho.metrics_port);
   hark_http_run(g_http);
   HARK_INFO("shutting down");
+  hark_grpc_free(grpc); /* waits for its requests in flight */
   hark_http_free(g_http);
   g_http = NULL;
   hark_server_free(server);

@@ -31,14 +31,16 @@ def free_port():
 class Harkd:
     """A harkd process on free ports; stop() checks it exits cleanly."""
 
-    def __init__(self, repo=MODELS, args=(), wait_ready=True):
+    def __init__(self, repo=MODELS, args=(), wait_ready=True, grpc=False):
         self.http_port = free_port()
         self.metrics_port = free_port()
+        # gRPC is opt-in: a free port when asked for, else off.
+        self.grpc_port = free_port() if grpc else -1
         self.log_path = tempfile.mktemp(prefix="harkd-", suffix=".log")
         self.log = open(self.log_path, "wb")
         cmd = [os.path.join(BIN_DIR, "harkd"), "--model-repository", repo,
                "--http-port", str(self.http_port), "--metrics-port", str(self.metrics_port),
-               "--grpc-port", "-1", "--http-address", "127.0.0.1", *args]
+               "--grpc-port", str(self.grpc_port), "--http-address", "127.0.0.1", *args]
         self.proc = subprocess.Popen(cmd, stdout=self.log, stderr=subprocess.STDOUT)
         self.wait_live()
         if wait_ready:
@@ -144,11 +146,12 @@ class ServerTest(unittest.TestCase):
     class sets REPO (a dict of configs) or ARGS."""
     REPO = None
     ARGS = ()
+    GRPC = False
 
     @classmethod
     def setUpClass(cls):
         cls.repo_dir = make_repo(cls.REPO) if cls.REPO else None
-        cls.server = Harkd(cls.repo_dir or MODELS, cls.ARGS)
+        cls.server = Harkd(cls.repo_dir or MODELS, cls.ARGS, grpc=cls.GRPC)
 
     @classmethod
     def tearDownClass(cls):

@@ -1,0 +1,559 @@
+"""gRPC front end: KServe v2 GRPCInferenceService and grpc.health.v1.Health
+against the real harkd.
+
+The client stubs are generated at test time from hark's own proto/ files by
+grpc_tools.protoc into a temporary folder, and the client is Debian's
+python3-grpcio: nothing of hark's C code is on the client side.
+"""
+import os
+import shutil
+import struct
+import sys
+import tempfile
+import threading
+import time
+import unittest
+
+import grpc
+from grpc_tools import protoc
+
+import harness
+
+PROTO_DIR = os.path.join(harness.SOURCE_DIR, "proto")
+_STUB_DIR = tempfile.mkdtemp(prefix="hark-grpc-stubs-")
+_rc = protoc.main(["grpc_tools.protoc", f"-I{PROTO_DIR}", f"--python_out={_STUB_DIR}",
+                   f"--grpc_python_out={_STUB_DIR}",
+                   os.path.join(PROTO_DIR, "grpc_service.proto"),
+                   os.path.join(PROTO_DIR, "health.proto")])
+if _rc != 0:
+    raise RuntimeError(f"grpc_tools.protoc failed ({_rc})")
+sys.path.insert(0, _STUB_DIR)
+import grpc_service_pb2 as pb  # noqa: E402
+import grpc_service_pb2_grpc as pb_grpc  # noqa: E402
+import health_pb2  # noqa: E402
+import health_pb2_grpc  # noqa: E402
+
+# datatype -> (struct code, contents field, sample values)
+TYPES = {
+    "BOOL": ("?", "bool_contents", [True, False, True]),
+    "UINT8": ("B", "uint_contents", [0, 7, 255]),
+    "UINT16": ("H", "uint_contents", [0, 300, 65535]),
+    "UINT32": ("I", "uint_contents", [0, 70000, 4294967295]),
+    "UINT64": ("Q", "uint64_contents", [0, 1 << 40, (1 << 64) - 1]),
+    "INT8": ("b", "int_contents", [-128, 0, 127]),
+    "INT16": ("h", "int_contents", [-32768, 5, 32767]),
+    "INT32": ("i", "int_contents", [-(1 << 31), 5, (1 << 31) - 1]),
+    "INT64": ("q", "int64_contents", [-(1 << 63), 5, (1 << 63) - 1]),
+    "FP16": ("e", None, [0.5, -2.0, 1024.0]),
+    "FP32": ("f", "fp32_contents", [0.5, -2.25, 3e38]),
+    "FP64": ("d", "fp64_contents", [0.1, -2.5, 1e300]),
+    "BF16": (None, None, None),
+    "BYTES": (None, "bytes_contents", [b"", b"hello", b"\x00\xffbinary"]),
+}
+
+
+def pack(dtype, values):
+    if dtype == "BYTES":
+        return b"".join(struct.pack("<I", len(v)) + v for v in values)
+    if dtype == "BF16":
+        return b"".join(values)
+    return struct.pack("<%d%s" % (len(values), TYPES[dtype][0]), *values)
+
+
+def unpack(dtype, raw):
+    if dtype == "BYTES":
+        out, i = [], 0
+        while i < len(raw):
+            (n,) = struct.unpack_from("<I", raw, i)
+            out.append(raw[i + 4:i + 4 + n])
+            i += 4 + n
+        return out
+    code = TYPES[dtype][0]
+    return list(struct.unpack("<%d%s" % (len(raw) // struct.calcsize(code), code), raw))
+
+
+def simple_request(a, b, raw=False, **kw):
+    req = pb.ModelInferRequest(model_name="simple", **kw)
+    for name, data in (("INPUT0", a), ("INPUT1", b)):
+        t = req.inputs.add(name=name, datatype="INT32", shape=[1, 16])
+        if raw:
+            req.raw_input_contents.append(pack("INT32", data))
+        else:
+            t.contents.int_contents.extend(data)
+    return req
+
+
+class GrpcTest(harness.ServerTest):
+    GRPC = True
+
+    @classmethod
+    def setUpClass(cls):
+        super().setUpClass()
+        cls.channel = grpc.insecure_channel(f"127.0.0.1:{cls.server.grpc_port}")
+        grpc.channel_ready_future(cls.channel).result(timeout=30)
+        cls.stub = pb_grpc.GRPCInferenceServiceStub(cls.channel)
+        cls.health = health_pb2_grpc.HealthStub(cls.channel)
+
+    @classmethod
+    def tearDownClass(cls):
+        cls.channel.close()
+        super().tearDownClass()
+
+    def assertCode(self, code, fn, *args, **kw):
+        with self.assertRaises(grpc.RpcError) as ctx:
+            fn(*args, timeout=30, **kw)
+        self.assertEqual(ctx.exception.code(), code, ctx.exception.details())
+        return ctx.exception.details()
+
+
+class TestHealthAndMetadata(GrpcTest):
+    def test_live_ready(self):
+        self.assertTrue(self.stub.ServerLive(pb.ServerLiveRequest(), timeout=30).live)
+        self.assertTrue(self.stub.ServerReady(pb.ServerReadyRequest(), timeout=30).ready)
+
+    def test_health_check(self):
+        r = self.health.Check(health_pb2.HealthCheckRequest(), timeout=30)
+        self.assertEqual(r.status, health_pb2.HealthCheckResponse.SERVING)
+        r = self.health.Check(health_pb2.HealthCheckRequest(
+            service="inference.GRPCInferenceService"), timeout=30)
+        self.assertEqual(r.status, health_pb2.HealthCheckResponse.SERVING)
+        self.assertCode(grpc.StatusCode.NOT_FOUND, self.health.Check,
+                        health_pb2.HealthCheckRequest(service="nope"))
+
+    def test_model_ready(self):
+        self.assertTrue(self.stub.ModelReady(pb.ModelReadyRequest(name="simple"), timeout=30).ready)
+        self.assertTrue(self.stub.ModelReady(
+            pb.ModelReadyRequest(name="simple", version="1"), timeout=30).ready)
+        self.assertFalse(self.stub.ModelReady(pb.ModelReadyRequest(name="nope"), timeout=30).ready)
+        self.assertFalse(self.stub.ModelReady(
+            pb.ModelReadyRequest(name="simple", version="9"), timeout=30).ready)
+
+    def test_server_metadata(self):
+        r = self.stub.ServerMetadata(pb.ServerMetadataRequest(), timeout=30)
+        self.assertEqual(r.name, "hark")
+        self.assertTrue(r.version)
+        _, doc = self.server.json("GET", "/v2")
+        self.assertEqual(list(r.extensions), doc["extensions"])
+
+    def test_model_metadata_matches_http(self):
+        r = self.stub.ModelMetadata(pb.ModelMetadataRequest(name="simple"), timeout=30)
+        _, doc = self.server.json("GET", "/v2/models/simple")
+        self.assertEqual(r.name, doc["name"])
+        self.assertEqual(list(r.versions), doc["versions"])
+        self.assertEqual(r.platform, doc["platform"])
+        for got, want in ((r.inputs, doc["inputs"]), (r.outputs, doc["outputs"])):
+            self.assertEqual([(t.name, t.datatype, list(t.shape)) for t in got],
+                             [(t["name"], t["datatype"], t["shape"]) for t in want])
+        self.assertEqual(list(r.inputs[0].shape), [-1, 16])
+        self.assertCode(grpc.StatusCode.NOT_FOUND, self.stub.ModelMetadata,
+                        pb.ModelMetadataRequest(name="nope"))
+        self.assertCode(grpc.StatusCode.INVALID_ARGUMENT, self.stub.ModelMetadata,
+                        pb.ModelMetadataRequest(name="simple", version="x1"))
+
+    def test_model_config_unimplemented(self):
+        self.assertCode(grpc.StatusCode.UNIMPLEMENTED, self.stub.ModelConfig,
+                        pb.ModelConfigRequest(name="simple"))
+
+    def test_repository_index(self):
+        r = self.stub.RepositoryIndex(pb.RepositoryIndexRequest(), timeout=30)
+        by_name = {m.name: m for m in r.models}
+        self.assertIn("simple", by_name)
+        self.assertEqual(by_name["simple"].state, "READY")
+        self.assertEqual(by_name["simple"].version, "1")
+        r = self.stub.RepositoryIndex(pb.RepositoryIndexRequest(ready=True), timeout=30)
+        self.assertTrue(all(m.state == "READY" for m in r.models))
+
+    def test_load_refused_without_explicit_mode(self):
+        with self.assertRaises(grpc.RpcError) as ctx:
+            self.stub.RepositoryModelLoad(pb.RepositoryModelLoadRequest(model_name="simple"),
+                                          timeout=30)
+        self.assertNotEqual(ctx.exception.code(), grpc.StatusCode.OK)
+
+    def test_unknown_method_unimplemented(self):
+        call = self.channel.unary_unary("/inference.GRPCInferenceService/Trace")
+        self.assertCode(grpc.StatusCode.UNIMPLEMENTED, call, b"")
+        call = self.channel.unary_unary("/grpc.health.v1.Health/Watch")
+        self.assertCode(grpc.StatusCode.UNIMPLEMENTED, call, b"")
+
+
+class TestInfer(GrpcTest):
+    def check_simple(self, r, a, b):
+        self.assertEqual(r.model_name, "simple")
+        self.assertEqual(r.model_version, "1")
+        outs = {o.name: o for o in r.outputs}
+        self.assertEqual(set(outs), {"OUTPUT0", "OUTPUT1"})
+        self.assertEqual(len(r.raw_output_contents), 2)
+        for o, raw in zip(r.outputs, r.raw_output_contents):
+            self.assertEqual(o.datatype, "INT32")
+            self.assertEqual(list(o.shape), [1, 16])
+            want = [x + y for x, y in zip(a, b)] if o.name == "OUTPUT0" \
+                else [x - y for x, y in zip(a, b)]
+            self.assertEqual(unpack("INT32", raw), want)
+
+    def test_simple_contents(self):
+        a, b = list(range(16)), [1] * 16
+        r = self.stub.ModelInfer(simple_request(a, b, id="req-7"), timeout=30)
+        self.assertEqual(r.id, "req-7")
+        self.check_simple(r, a, b)
+
+    def test_simple_raw(self):
+        a, b = [i * 3 for i in range(16)], [-i for i in range(16)]
+        r = self.stub.ModelInfer(simple_request(a, b, raw=True), timeout=30)
+        self.check_simple(r, a, b)
+
+    def test_simple_requested_output(self):
+        a, b = list(range(16)), [2] * 16
+        req = simple_request(a, b, raw=True)
+        req.outputs.add(name="OUTPUT1")
+        r = self.stub.ModelInfer(req, timeout=30)
+        self.assertEqual([o.name for o in r.outputs], ["OUTPUT1"])
+        self.assertEqual(unpack("INT32", r.raw_output_contents[0]), [x - 2 for x in a])
+
+    def test_parameters(self):
+        req = simple_request([1] * 16, [1] * 16)
+        req.parameters["priority"].int64_param = 1
+        req.parameters["timeout"].int64_param = 5000000
+        req.parameters["custom"].string_param = "x"
+        self.check_simple(self.stub.ModelInfer(req, timeout=30), [1] * 16, [1] * 16)
+        req.parameters["priority"].string_param = "high"
+        self.assertCode(grpc.StatusCode.INVALID_ARGUMENT, self.stub.ModelInfer, req)
+
+    def test_identity_every_type_contents_and_raw(self):
+        for dtype, (code, field, values) in TYPES.items():
+            if dtype == "BF16":
+                values = [b"\x80\x3f", b"\x00\xc0", b"\x00\x00"]
+            for raw in (False, True):
+                if not raw and field is None:
+                    continue
+                with self.subTest(dtype=dtype, raw=raw):
+                    req = pb.ModelInferRequest(model_name="identity")
+                    t = req.inputs.add(name="INPUT_" + dtype, datatype=dtype, shape=[1, 3])
+                    if raw:
+                        req.raw_input_contents.append(pack(dtype, values))
+                    else:
+                        getattr(t.contents, field).extend(values)
+                    req.outputs.add(name="OUTPUT_" + dtype)
+                    r = self.stub.ModelInfer(req, timeout=30)
+                    self.assertEqual(len(r.outputs), 1)
+                    self.assertEqual(r.outputs[0].name, "OUTPUT_" + dtype)
+                    self.assertEqual(r.outputs[0].datatype, dtype)
+                    self.assertEqual(list(r.outputs[0].shape), [1, 3])
+                    self.assertEqual(r.raw_output_contents[0], pack(dtype, values))
+
+    def test_fp16_contents_refused(self):
+        req = pb.ModelInferRequest(model_name="identity")
+        t = req.inputs.add(name="INPUT_FP16", datatype="FP16", shape=[1, 1])
+        t.contents.fp32_contents.append(1.0)
+        self.assertCode(grpc.StatusCode.INVALID_ARGUMENT, self.stub.ModelInfer, req)
+
+    def test_unknown_model_not_found(self):
+        req = simple_request([0] * 16, [0] * 16)
+        req.model_name = "nope"
+        self.assertCode(grpc.StatusCode.NOT_FOUND, self.stub.ModelInfer, req)
+        req = simple_request([0] * 16, [0] * 16, model_version="9")
+        self.assertCode(grpc.StatusCode.NOT_FOUND, self.stub.ModelInfer, req)
+
+    def test_bad_tensors_invalid_argument(self):
+        # shape disagrees with the model
+        req = pb.ModelInferRequest(model_name="simple")
+        for name in ("INPUT0", "INPUT1"):
+            req.inputs.add(name=name, datatype="INT32", shape=[1, 8]).contents \
+                .int_contents.extend([0] * 8)
+        details = self.assertCode(grpc.StatusCode.INVALID_ARGUMENT, self.stub.ModelInfer, req)
+        self.assertTrue(details)
+        # element count disagrees with the shape
+        req = simple_request([0] * 16, [0] * 16)
+        req.inputs[0].contents.int_contents.append(1)
+        self.assertCode(grpc.StatusCode.INVALID_ARGUMENT, self.stub.ModelInfer, req)
+        # raw data of the wrong size
+        req = simple_request([0] * 16, [0] * 16, raw=True)
+        req.raw_input_contents[1] = b"\x00" * 10
+        self.assertCode(grpc.StatusCode.INVALID_ARGUMENT, self.stub.ModelInfer, req)
+        # raw for one input but not the other
+        req = simple_request([0] * 16, [0] * 16, raw=True)
+        del req.raw_input_contents[1]
+        self.assertCode(grpc.StatusCode.INVALID_ARGUMENT, self.stub.ModelInfer, req)
+        # no data at all, unknown datatype, wrong datatype
+        req = pb.ModelInferRequest(model_name="simple")
+        req.inputs.add(name="INPUT0", datatype="INT32", shape=[1, 16])
+        self.assertCode(grpc.StatusCode.INVALID_ARGUMENT, self.stub.ModelInfer, req)
+        req = simple_request([0] * 16, [0] * 16)
+        req.inputs[0].datatype = "INT33"
+        self.assertCode(grpc.StatusCode.INVALID_ARGUMENT, self.stub.ModelInfer, req)
+        req = simple_request([0] * 16, [0] * 16, raw=True)
+        req.inputs[0].datatype = "FP32"
+        self.assertCode(grpc.StatusCode.INVALID_ARGUMENT, self.stub.ModelInfer, req)
+        # a missing input
+        req = simple_request([0] * 16, [0] * 16)
+        del req.inputs[1]
+        self.assertCode(grpc.StatusCode.INVALID_ARGUMENT, self.stub.ModelInfer, req)
+
+    def test_malformed_protobuf_invalid_argument(self):
+        call = self.channel.unary_unary("/inference.GRPCInferenceService/ModelInfer")
+        for junk in (b"\xff\xff\xff\xff", b"\x0a\x50abc", b"\x2a\x05\x0a\x03"):
+            with self.subTest(junk=junk):
+                details = self.assertCode(grpc.StatusCode.INVALID_ARGUMENT, call, junk)
+                self.assertIn("malformed", details)
+        # the server is still fine
+        self.assertTrue(self.stub.ServerLive(pb.ServerLiveRequest(), timeout=30).live)
+
+    def test_sequence_accumulate(self):
+        total = 0
+        for i, v in enumerate([3, 4, 5]):
+            req = pb.ModelInferRequest(model_name="accumulate")
+            req.inputs.add(name="INPUT", datatype="INT32", shape=[1, 1]) \
+                .contents.int_contents.append(v)
+            req.parameters["sequence_id"].int64_param = 4242
+            req.parameters["sequence_start"].bool_param = i == 0
+            req.parameters["sequence_end"].bool_param = i == 2
+            r = self.stub.ModelInfer(req, timeout=30)
+            total += v
+            self.assertEqual(unpack("INT32", r.raw_output_contents[0]), [total])
+            self.assertEqual(r.parameters["sequence_id"].int64_param, 4242)
+
+    def test_statistics(self):
+        self.stub.ModelInfer(simple_request([1] * 16, [1] * 16), timeout=30)
+        r = self.stub.ModelStatistics(pb.ModelStatisticsRequest(name="simple"), timeout=30)
+        self.assertEqual(len(r.model_stats), 1)
+        st = r.model_stats[0]
+        self.assertEqual((st.name, st.version), ("simple", "1"))
+        self.assertGreaterEqual(st.inference_stats.success.count, 1)
+        self.assertGreaterEqual(st.inference_count, 1)
+        self.assertGreater(st.last_inference, 0)
+        self.assertTrue(st.batch_stats)
+        everything = self.stub.ModelStatistics(pb.ModelStatisticsRequest(), timeout=30)
+        self.assertIn("identity", {m.name for m in everything.model_stats})
+        self.assertCode(grpc.StatusCode.NOT_FOUND, self.stub.ModelStatistics,
+                        pb.ModelStatisticsRequest(name="nope"))
+        self.assertCode(grpc.StatusCode.NOT_FOUND, self.stub.ModelStatistics,
+                        pb.ModelStatisticsRequest(name="simple", version="7"))
+
+    def test_concurrent_and_cancelled_calls(self):
+        a = list(range(16))
+        futures = [self.stub.ModelInfer.future(simple_request(a, a, raw=True), timeout=30)
+                   for _ in range(64)]
+        for f in futures[::2]:
+            f.cancel()
+        for f in futures[1::2]:
+            self.check_simple(f.result(), a, a)
+        errors = []
+
+        def worker():
+            try:
+                for _ in range(20):
+                    self.check_simple(self.stub.ModelInfer(simple_request(a, a), timeout=30), a, a)
+            except Exception as e:  # noqa: BLE001
+                errors.append(e)
+        threads = [threading.Thread(target=worker) for _ in range(4)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        self.assertEqual(errors, [])
+
+
+class TestStreamInfer(GrpcTest):
+    def test_in_order_with_errors_in_band(self):
+        reqs = []
+        for i in range(40):
+            a = [i] * 16
+            reqs.append(simple_request(a, a, raw=bool(i % 2), id=str(i)))
+        bad = simple_request([0] * 16, [0] * 16, id="bad")
+        bad.model_name = "nope"
+        reqs.insert(10, bad)
+        got = list(self.stub.ModelStreamInfer(iter(reqs), timeout=60))
+        self.assertEqual(len(got), len(reqs))
+        for req, r in zip(reqs, got):
+            if req.id == "bad":
+                self.assertIn("nope", r.error_message)
+                continue
+            self.assertEqual(r.error_message, "")
+            self.assertEqual(r.infer_response.id, req.id)
+            i = int(req.id)
+            self.assertEqual(unpack("INT32", r.infer_response.raw_output_contents[0]),
+                             [2 * i] * 16)
+
+    def test_sequence_accumulate(self):
+        def gen(seq, values):
+            for i, v in enumerate(values):
+                req = pb.ModelInferRequest(model_name="accumulate")
+                req.inputs.add(name="INPUT", datatype="INT32", shape=[1, 1]) \
+                    .contents.int_contents.append(v)
+                req.parameters["sequence_id"].uint64_param = seq
+                req.parameters["sequence_start"].bool_param = i == 0
+                req.parameters["sequence_end"].bool_param = i == len(values) - 1
+                yield req
+        values = list(range(1, 31))
+        got = [unpack("INT32", r.infer_response.raw_output_contents[0])[0]
+               for r in self.stub.ModelStreamInfer(gen(777, values), timeout=60)]
+        sums, total = [], 0
+        for v in values:
+            total += v
+            sums.append(total)
+        self.assertEqual(got, sums)
+
+    def test_many_pending_and_empty_stream(self):
+        a = list(range(16))
+        reqs = [simple_request(a, a, raw=True, id=str(i)) for i in range(300)]
+        got = list(self.stub.ModelStreamInfer(iter(reqs), timeout=60))
+        self.assertEqual([r.infer_response.id for r in got], [str(i) for i in range(300)])
+        self.assertEqual(list(self.stub.ModelStreamInfer(iter([]), timeout=30)), [])
+
+    def test_malformed_ends_stream(self):
+        call = self.channel.stream_stream("/inference.GRPCInferenceService/ModelStreamInfer")
+        with self.assertRaises(grpc.RpcError) as ctx:
+            list(call(iter([b"\xff\xff\xff"]), timeout=30))
+        self.assertEqual(ctx.exception.code(), grpc.StatusCode.INVALID_ARGUMENT)
+
+    def test_cancelled_stream(self):
+        a = list(range(16))
+
+        def gen():
+            for i in range(1000):
+                yield simple_request(a, a, raw=True, id=str(i))
+        it = self.stub.ModelStreamInfer(gen(), timeout=60)
+        for _ in range(5):
+            next(it)
+        it.cancel()
+        self.assertTrue(self.stub.ServerLive(pb.ServerLiveRequest(), timeout=30).live)
+
+
+def slow_model(name, policy):
+    """One 300 ms execution at a time, batch of 1, with a queue policy."""
+    return f"""
+name: "{name}"
+backend: "identity"
+max_batch_size: 1
+input [ {{ name: "INPUT0" data_type: TYPE_FP32 dims: [ 4 ] }} ]
+output [ {{ name: "OUTPUT0" data_type: TYPE_FP32 dims: [ 4 ] }} ]
+dynamic_batching {{ preferred_batch_size: [ 1 ] default_queue_policy {{ {policy} }} }}
+parameters {{ key: "execute_delay_us" value: {{ string_value: "300000" }} }}
+"""
+
+
+class TestQueuePolicy(GrpcTest):
+    REPO = {
+        "reject": slow_model("reject", "timeout_action: REJECT "
+                                       "default_timeout_microseconds: 50000"),
+        "small_queue": slow_model("small_queue", "max_queue_size: 2"),
+    }
+
+    def fire(self, model, n):
+        req = pb.ModelInferRequest(model_name=model)
+        req.inputs.add(name="INPUT0", datatype="FP32", shape=[1, 4]) \
+            .contents.fp32_contents.extend([1, 2, 3, 4])
+        futures = []
+        for _ in range(n):
+            futures.append(self.stub.ModelInfer.future(req, timeout=30))
+            time.sleep(0.02)
+        codes = []
+        for f in futures:
+            try:
+                f.result()
+                codes.append((grpc.StatusCode.OK, ""))
+            except grpc.RpcError as e:
+                codes.append((e.code(), e.details()))
+        return codes
+
+    def test_queue_timeout_deadline_exceeded(self):
+        codes = self.fire("reject", 3)
+        self.assertEqual([c for c, _ in codes].count(grpc.StatusCode.OK), 1, codes)
+        for code, details in codes:
+            if code != grpc.StatusCode.OK:
+                self.assertEqual(code, grpc.StatusCode.DEADLINE_EXCEEDED, details)
+
+    def test_full_queue_unavailable(self):
+        codes = self.fire("small_queue", 6)
+        self.assertIn(grpc.StatusCode.OK, [c for c, _ in codes])
+        self.assertIn(grpc.StatusCode.UNAVAILABLE, [c for c, _ in codes], codes)
+        for code, details in codes:
+            if code == grpc.StatusCode.UNAVAILABLE:
+                self.assertIn("queue", details)
+
+
+class TestMessageLimit(GrpcTest):
+    ARGS = ("--grpc-max-message-bytes", "65536")
+
+    def test_too_big_resource_exhausted(self):
+        req = pb.ModelInferRequest(model_name="identity")
+        req.inputs.add(name="INPUT_UINT8", datatype="UINT8", shape=[1, 100000])
+        req.raw_input_contents.append(b"\x01" * 100000)
+        self.assertCode(grpc.StatusCode.RESOURCE_EXHAUSTED, self.stub.ModelInfer, req)
+        # below the limit is fine
+        req = pb.ModelInferRequest(model_name="identity")
+        req.inputs.add(name="INPUT_UINT8", datatype="UINT8", shape=[1, 1000])
+        req.raw_input_contents.append(b"\x01" * 1000)
+        r = self.stub.ModelInfer(req, timeout=30)
+        self.assertEqual(len(r.raw_output_contents[0]), 1000)
+
+
+class TestExplicitControl(GrpcTest):
+    ARGS = ("--model-control-mode", "explicit", "--load-model", "simple")
+
+    def test_unload_and_load(self):
+        ready = lambda: self.stub.ModelReady(  # noqa: E731
+            pb.ModelReadyRequest(name="simple"), timeout=30).ready
+        self.assertTrue(ready())
+        self.stub.RepositoryModelUnload(
+            pb.RepositoryModelUnloadRequest(model_name="simple"), timeout=30)
+        self.assertFalse(ready())
+        with self.assertRaises(grpc.RpcError) as ctx:
+            self.stub.ModelInfer(simple_request([0] * 16, [0] * 16), timeout=30)
+        self.assertIn(ctx.exception.code(),
+                      (grpc.StatusCode.NOT_FOUND, grpc.StatusCode.UNAVAILABLE))
+        self.stub.RepositoryModelLoad(pb.RepositoryModelLoadRequest(model_name="simple"),
+                                      timeout=30)
+        self.assertTrue(ready())
+        self.stub.ModelInfer(simple_request([0] * 16, [0] * 16), timeout=30)
+        self.assertCode(grpc.StatusCode.NOT_FOUND, self.stub.RepositoryModelLoad,
+                        pb.RepositoryModelLoadRequest(model_name="no_such_model"))
+
+
+class TestShutdownWithCallsInFlight(unittest.TestCase):
+    def test_sigterm_with_inflight(self):
+        server = harness.Harkd(grpc=True)
+        try:
+            channel = grpc.insecure_channel(f"127.0.0.1:{server.grpc_port}")
+            stub = pb_grpc.GRPCInferenceServiceStub(channel)
+            a = list(range(16))
+            futures = [stub.ModelInfer.future(simple_request(a, a, raw=True), timeout=30)
+                       for _ in range(32)]
+            time.sleep(0.05)
+        finally:
+            server.stop()  # checks a clean exit (and no sanitizer report)
+        for f in futures:
+            try:
+                f.result()
+            except grpc.RpcError:
+                pass
+        channel.close()
+
+
+class TestShutdownWithOpenStream(unittest.TestCase):
+    def test_sigterm_with_open_stream(self):
+        server = harness.Harkd(grpc=True)
+        release = threading.Event()
+        try:
+            channel = grpc.insecure_channel(f"127.0.0.1:{server.grpc_port}")
+            stub = pb_grpc.GRPCInferenceServiceStub(channel)
+            a = list(range(16))
+
+            def gen():
+                yield simple_request(a, a, raw=True)
+                release.wait(30)  # the client keeps the stream open
+            it = stub.ModelStreamInfer(gen(), timeout=60)
+            self.assertEqual(next(it).error_message, "")
+        finally:
+            server.stop()  # must not hang on the open stream
+            release.set()
+        with self.assertRaises(grpc.RpcError):
+            next(it)
+        channel.close()
+
+
+def tearDownModule():
+    shutil.rmtree(_STUB_DIR, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    harness.main()
