@@ -41,6 +41,8 @@ static void usage(FILE *f) {
           "  --max-queue-size N          per-model queue cap when config sets none (4096)\n"
           "  --speech-model NAME         the model a WebSocket on / streams to (default asr)\n"
           "  --max-streams N             concurrent WebSocket streams; more get 503 (1024)\n"
+          "  --stream-backlog-limit N    refuse new streams (503) while the model has more\n"
+          "                              than N requests waiting (default 4 per instance)\n"
           "  --ws-max-message-bytes N    largest WebSocket message (default 1048576)\n"
           "  --ws-idle-timeout-secs N    close a stream that sends nothing this long (60)\n"
           "  --log-verbose N             1 = verbose logging\n");
@@ -63,7 +65,7 @@ static long parse_num(const char *flag, const char *s, long lo, long hi) {
 int main(int argc, char **argv) {
   enum { O_REPO = 1, O_HTTP, O_GRPC, O_METRICS, O_ADDR, O_MODE, O_LOAD, O_STRICT, O_BACKENDS,
          O_MAXIN, O_BODYTO, O_WORKERS, O_QUEUE, O_VERBOSE, O_SPEECH, O_STREAMS, O_WSMAX,
-         O_WSIDLE, O_GRPC_ADDR, O_GRPC_MAX, O_HELP };
+         O_WSIDLE, O_GRPC_ADDR, O_GRPC_MAX, O_BACKLOG, O_HELP };
   static const struct option opts[] = {
       {"model-repository", required_argument, 0, O_REPO},
       {"model-store", required_argument, 0, O_REPO},
@@ -82,6 +84,7 @@ int main(int argc, char **argv) {
       {"log-verbose", required_argument, 0, O_VERBOSE},
       {"speech-model", required_argument, 0, O_SPEECH},
       {"max-streams", required_argument, 0, O_STREAMS},
+      {"stream-backlog-limit", required_argument, 0, O_BACKLOG},
       {"ws-max-message-bytes", required_argument, 0, O_WSMAX},
       {"ws-idle-timeout-secs", required_argument, 0, O_WSIDLE},
       {"grpc-address", required_argument, 0, O_GRPC_ADDR},
@@ -138,6 +141,9 @@ int main(int argc, char **argv) {
       break;
     case O_SPEECH: ho.speech_model = optarg; break;
     case O_STREAMS: ho.max_streams = (uint32_t)parse_num("--max-streams", optarg, 1, 1 << 20); break;
+    case O_BACKLOG:
+      ho.stream_backlog_limit = (uint32_t)parse_num("--stream-backlog-limit", optarg, 1, 1 << 20);
+      break;
     case O_WSMAX:
       ho.ws_max_message_bytes =
           (size_t)parse_num("--ws-max-message-bytes", optarg, 1024, 1L << 30);

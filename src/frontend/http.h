@@ -25,6 +25,11 @@ typedef struct hark_http_options {
   size_t ws_max_message_bytes; /* largest WebSocket message; 1 MiB */
   int ws_idle_timeout_secs;    /* close a stream silent this long; 60 */
   uint32_t max_streams;        /* concurrent streams; more get 503; 1024 */
+  /* Admission under load: a new stream is refused (503) while its model
+   * has more than this many requests accepted and not finished — a queue
+   * that long means the streams already admitted would fall behind. 0
+   * means the default, 4 per instance of the model. */
+  uint32_t stream_backlog_limit;
 } hark_http_options;
 
 /* Binds the ports (failing with a clear error if one is taken). Does not

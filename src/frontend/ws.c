@@ -161,6 +161,30 @@ static const char *speech_model(const hark_http *http) {
   return http->opts.speech_model ? http->opts.speech_model : DEFAULT_SPEECH_MODEL;
 }
 
+/* True when the model already has more work waiting than it can turn
+ * around: admitting another stream would make every admitted stream late,
+ * so the new one is told to come back (Triton answers a full queue the
+ * same way). The limit defaults to 4 requests per instance. */
+static bool overloaded(const hark_model *model, uint32_t limit, char *msg, size_t len) {
+  if (!limit) {
+    const hark_model_config *cfg = hark_model_get_config(model);
+    uint32_t instances = 0;
+    for (uint32_t i = 0; i < cfg->n_instance_groups; i++) instances += cfg->instance_groups[i].count;
+    limit = 4 * (instances ? instances : 1);
+  }
+  hark_model_stats *st = malloc(sizeof *st);
+  if (!st) return false;
+  hark_model_stats_read(model, st);
+  uint64_t pending = st->pending;
+  free(st);
+  if (pending <= limit) return false;
+  snprintf(msg, len,
+           "model '%s' is overloaded: %llu requests waiting (limit %u, "
+           "--stream-backlog-limit); try again later",
+           hark_model_name(model), (unsigned long long)pending, limit);
+  return true;
+}
+
 static uint32_t max_streams(const hark_http *http) {
   return http->opts.max_streams ? http->opts.max_streams : DEFAULT_MAX_STREAMS;
 }
@@ -195,8 +219,10 @@ int hark_ws_confirm_upgrade(struct lws *wsi, const char *upgrade) {
       ret = refuse(wsi, hark_code_http_status(hark_error_code(err)), hark_error_message(err));
       hark_error_free(err);
     } else {
+      ret = overloaded(model, http->opts.stream_backlog_limit, msg, sizeof msg)
+                ? refuse(wsi, 503, msg)
+                : 0;
       hark_model_release(model);
-      ret = 0;
     }
   }
   free(rt.model);

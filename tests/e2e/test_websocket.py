@@ -33,7 +33,10 @@ def run(coro, timeout=60):
 class WsTest(ServerTest):
     # Its own repository, so other models' state cannot hold readiness back.
     REPO = {"echo_asr": ECHO_CONFIG} if MODEL == "echo_asr" else None
-    ARGS = ("--speech-model", MODEL, "--ws-max-message-bytes", "65536")
+    # No admission by backlog here (class Backlog tests it): 24 streams
+    # connecting at once must not be refused for a momentary queue.
+    ARGS = ("--speech-model", MODEL, "--ws-max-message-bytes", "65536",
+            "--stream-backlog-limit", "100000")
 
     def url(self, path="/"):
         return f"ws://127.0.0.1:{self.server.http_port}{path}"
@@ -319,6 +322,30 @@ class IdleAndAdmission(WsTest):
             await asyncio.sleep(0.2)
             extra = await websockets.connect(self.url())
             for ws in conns[1:] + [extra]:
+                await ws.close()
+        run(go())
+
+
+class Backlog(WsTest):
+    ARGS = ("--speech-model", "echo_asr", "--stream-backlog-limit", "1")
+
+    def test_overload_refuses_new_streams_not_admitted_ones(self):
+        async def go():
+            a = await websockets.connect(self.url())
+            b = await websockets.connect(self.url())
+            # Two 300 ms chunks on echo_asr's one instance: two requests wait.
+            await a.send(b"SLOW" + pcm(48))
+            await b.send(b"SLOW" + pcm(48))
+            await asyncio.sleep(0.1)
+            with self.assertRaises(websockets.InvalidStatusCode) as cm:
+                await websockets.connect(self.url())
+            self.assertEqual(cm.exception.status_code, 503)
+            for ws in (a, b):  # the admitted streams are served as usual
+                self.assertIn("partial", json.loads(await ws.recv()))
+            c = await websockets.connect(self.url())  # the backlog drained
+            await c.send(pcm(10))
+            self.assertIn("partial", json.loads(await c.recv()))
+            for ws in (a, b, c):
                 await ws.close()
         run(go())
 
