@@ -61,11 +61,28 @@ figures() {
     d["chunk_latency_ms"]["max"], d["final_latency_ms"]["max"], d["errors"], d["timeouts"], d["streams"]))'
 }
 
+# settle: waits (up to 60 s) until the model has no request in flight and
+# no stream state, so one trial's backlog cannot refuse the next trial's
+# streams (harkd refuses new streams while the model is backlogged).
+settle() {
+  local i text
+  for ((i = 0; i < 600; i++)); do
+    text=$(curl -sf --max-time 1 "http://127.0.0.1:$HARKD_METRICS_PORT/metrics" 2>/dev/null) || true
+    if grep -q "^nv_inference_pending_request_count{model=\"$MODEL\",[^}]*} 0$" <<<"$text" &&
+      ! grep -q "^hark_asr_streams{model=\"$MODEL\",[^}]*} [1-9]" <<<"$text"; then
+      return 0
+    fi
+    sleep 0.1
+  done
+  bench_log "warning: harkd still busy before the next trial"
+}
+
 declare -A SEEN # N -> "pass|fail figures"
 # trial N: 0 when N streams meet every bound.
 trial() {
   local n=$1 out=$BENCH_TMP/trial-$1.json f verdict
   if [[ -z ${SEEN[$n]:-} ]]; then
+    settle
     transcribe "$out" "$n" --iterations "$ITERATIONS" || true
     if [[ -s $out ]] && f=$(figures "$out"); then
       verdict=$(awk -v c="$P99_CHUNK_MS" -v fi="$P99_FINAL_MS" -v m="$MAX_REPLY_MS" '{
@@ -118,6 +135,7 @@ if ((SILENT_STREAMS > 0)); then
   idle_rss=$(awk '/^VmRSS:/ { print $2 }' "/proc/$HARKD_PID/status")
   bench_spawn "$BENCH_TMP/sampler.log" sample_server "$BENCH_TMP/samples"
   sampler=$BENCH_LAST_PID
+  settle
   transcribe "$BENCH_TMP/silent.json" "$SILENT_STREAMS" --iterations 1 --silent-fraction 0.9 || true
   kill "$sampler" 2>/dev/null || true
   [[ -s $BENCH_TMP/silent.json ]] || bench_die "the silent run gave no result: $(tail -c 300 "$BENCH_TMP/silent.json.log")"
