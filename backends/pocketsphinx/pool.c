@@ -174,7 +174,6 @@ ps_decoder_t *ps_pool_acquire(ps_pool *p, uint32_t wait_ms) {
     }
     if (wait_ms == 0 || pthread_cond_timedwait(&p->cv, &p->mu, &deadline) == ETIMEDOUT) {
       if (p->n_idle > 0) continue;
-      p->timeouts++;
       pthread_mutex_unlock(&p->mu);
       return NULL;
     }
@@ -187,6 +186,12 @@ void ps_pool_release(ps_pool *p, ps_decoder_t *ps) {
   p->idle[p->n_idle++] = ps;
   p->in_use--;
   pthread_cond_signal(&p->cv);
+  pthread_mutex_unlock(&p->mu);
+}
+
+void ps_pool_count_timeout(ps_pool *p) {
+  pthread_mutex_lock(&p->mu);
+  p->timeouts++;
   pthread_mutex_unlock(&p->mu);
 }
 

@@ -75,6 +75,9 @@ void ps_pool_free(ps_pool *p);
 ps_decoder_t *ps_pool_acquire(ps_pool *p, uint32_t wait_ms);
 void ps_pool_release(ps_pool *p, ps_decoder_t *ps);
 void ps_pool_get_stats(ps_pool *p, ps_pool_stats *out);
+/* A stream gave up waiting for a decoder (its request failed): counted in
+ * the stats' timeouts. Attempts that go on waiting do not count. */
+void ps_pool_count_timeout(ps_pool *p);
 /* A front end configured like the decoders' (freed by ps_pool_fe_free). */
 fe_t *ps_pool_fe_new(ps_pool *p);
 void ps_pool_fe_free(ps_pool *p, fe_t *fe);

@@ -196,6 +196,7 @@ static ps_status ensure_decoder(ps_stream *st, char *err, size_t errlen) {
   ps_decoder_t *ps = ps_pool_acquire(st->pool, wait);
   if (!ps) {
     if (!st->closing && now_ms() - st->wait_since_ms < budget) return PS_WAIT;
+    ps_pool_count_timeout(st->pool);
     ps_pool_stats s;
     ps_pool_get_stats(st->pool, &s);
     snprintf(err, errlen,

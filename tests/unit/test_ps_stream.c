@@ -372,6 +372,9 @@ static void test_pool_exhaustion_waits_then_unavailable(void **state) {
   assert_int_equal(s, PS_BUSY);
   assert_true(t1 - start >= 0.19);
   assert_true(t1 - t0 < 0.1); /* the failing call did not block either */
+  ps_pool_stats ps_st;
+  ps_pool_get_stats(pool, &ps_st);
+  assert_int_equal(ps_st.timeouts, 1); /* the one failed request, not each retry */
   assert_non_null(strstr(err, "no free decoder"));
   printf("    busy after %.0f ms: %s\n", (t1 - t0) * 1000, err);
   /* A finishes and gives its decoder back; B resumes with nothing lost. */
