@@ -26,48 +26,9 @@
 #include <cmocka.h>
 
 #include "hark/server.h"
+#include "test_repo.h"
 
-/* ---- a temporary repository -------------------------------------------------- */
-
-static char repo[256];
-
-static void repo_make(void) {
-  snprintf(repo, sizeof repo, "/tmp/hark_test_sched_XXXXXX");
-  assert_non_null(mkdtemp(repo));
-}
-
-static int rm_entry(const char *path, const struct stat *st, int flag, struct FTW *ftw) {
-  (void)st;
-  (void)flag;
-  (void)ftw;
-  return remove(path);
-}
-
-static void repo_remove(void) { nftw(repo, rm_entry, 16, FTW_DEPTH | FTW_PHYS); }
-
-static void model_write(const char *name, const char *config) {
-  char path[512];
-  snprintf(path, sizeof path, "%s/%s", repo, name);
-  assert_int_equal(mkdir(path, 0755), 0);
-  snprintf(path, sizeof path, "%s/%s/1", repo, name);
-  assert_int_equal(mkdir(path, 0755), 0);
-  snprintf(path, sizeof path, "%s/%s/config.pbtxt", repo, name);
-  FILE *f = fopen(path, "w");
-  assert_non_null(f);
-  fprintf(f, "name: \"%s\"\n%s", name, config);
-  fclose(f);
-}
-
-static hark_server *server_start(void) {
-  hark_server_options opts = {.model_repository = repo,
-                              .backend_directory = getenv("HARK_BACKEND_DIR"),
-                              .model_control = HARK_MODEL_CONTROL_NONE,
-                              .worker_threads = 4};
-  hark_server *s = NULL;
-  hark_error *err = hark_server_new(&opts, &s);
-  if (err) fail_msg("server: %s", hark_error_message(err));
-  return s;
-}
+/* ---- the repository's models -------------------------------------------------- */
 
 static hark_model *model_get(hark_server *s, const char *name) {
   hark_model *m = NULL;
@@ -208,7 +169,7 @@ static void send_identity(hark_server *s, hark_model *m, collector *c, ctx *x, i
 
 static void test_preferred_batch(void **state) {
   (void)state;
-  repo_make();
+  repo_make("sched");
   /* A 10 s queue delay: only reaching the preferred size can dispatch. */
   model_write("batch4", IDENTITY("max_batch_size: 8\n"
                                  "dynamic_batching { preferred_batch_size: [ 4 ] "
@@ -236,7 +197,7 @@ static void test_preferred_batch(void **state) {
 
 static void test_default_scheduler_one_per_execution(void **state) {
   (void)state;
-  repo_make();
+  repo_make("sched");
   model_write("nobatch", IDENTITY("max_batch_size: 8\n"
                                   "instance_group [ { count: 2 kind: KIND_CPU } ]\n"));
   hark_server *s = server_start();
@@ -263,7 +224,7 @@ static void test_default_scheduler_one_per_execution(void **state) {
 
 static void test_max_queue_size_and_stop_flush(void **state) {
   (void)state;
-  repo_make();
+  repo_make("sched");
   model_write("bounded", IDENTITY("max_batch_size: 8\n"
                                   "dynamic_batching { max_queue_delay_microseconds: 10000000 "
                                   "default_queue_policy { max_queue_size: 3 } }\n"));
@@ -291,7 +252,7 @@ static void test_max_queue_size_and_stop_flush(void **state) {
 
 static void test_reject_timeout(void **state) {
   (void)state;
-  repo_make();
+  repo_make("sched");
   model_write("timeout", IDENTITY("max_batch_size: 8\n"
                                   "dynamic_batching { max_queue_delay_microseconds: 10000000 "
                                   "default_queue_policy { timeout_action: REJECT "
@@ -325,7 +286,7 @@ static void test_reject_timeout(void **state) {
 
 static void test_delay_timeout(void **state) {
   (void)state;
-  repo_make();
+  repo_make("sched");
   model_write("delay", IDENTITY("max_batch_size: 1\n" SLOW
                                 "dynamic_batching { default_queue_policy { timeout_action: DELAY "
                                 "allow_timeout_override: true } }\n"));
@@ -351,7 +312,7 @@ static void test_delay_timeout(void **state) {
 
 static void test_priority_levels(void **state) {
   (void)state;
-  repo_make();
+  repo_make("sched");
   model_write("prio", IDENTITY("max_batch_size: 1\n" SLOW
                                "dynamic_batching { priority_levels: 2 "
                                "default_priority_level: 2 }\n"));
@@ -394,7 +355,7 @@ static void test_priority_levels(void **state) {
 
 static void test_preserve_ordering(void **state) {
   (void)state;
-  repo_make();
+  repo_make("sched");
   model_write("ordered", IDENTITY("max_batch_size: 2\n"
                                   "instance_group [ { count: 4 kind: KIND_CPU } ]\n"
                                   "parameters { key: \"execute_delay_us\" value: "
@@ -436,7 +397,7 @@ static void test_preserve_ordering(void **state) {
 
 static void test_ensemble(void **state) {
   (void)state;
-  repo_make();
+  repo_make("sched");
   model_write("simple", SIMPLE);
   /* (a+b, a-b) → added and subtracted again: 2a and 2b. */
   model_write("twice", ENSEMBLE_IO
@@ -479,7 +440,7 @@ static void test_ensemble(void **state) {
 
 static void test_ensemble_step_failure(void **state) {
   (void)state;
-  repo_make();
+  repo_make("sched");
   model_write("simple", SIMPLE);
   model_write("any", "backend: \"identity\"\nmax_batch_size: 8\n"
                      "input [ { name: \"INPUT0\" data_type: TYPE_INT32 dims: [ -1 ] } ]\n"
@@ -537,7 +498,7 @@ static const char *reason_of(hark_server *s, const char *name, char *buf, size_t
 
 static void test_ensemble_bad_configs(void **state) {
   (void)state;
-  repo_make();
+  repo_make("sched");
   model_write("simple", SIMPLE);
   model_write("missing_step", ENSEMBLE_IO
               "ensemble_scheduling { step [ { model_name: \"nope\" model_version: -1\n"
@@ -622,7 +583,7 @@ static void infer_twice(hark_server *s, hark_model *m, collector *c, ctx *x, int
 
 static void test_ensemble_step_reload(void **state) {
   (void)state;
-  repo_make();
+  repo_make("sched");
   model_write("simple", SIMPLE);
   model_write("pair", ENSEMBLE_IO
               "ensemble_scheduling { step [ { model_name: \"simple\" model_version: -1\n"
@@ -694,7 +655,7 @@ static void *produce(void *arg) {
 
 static void test_many_threads_no_loss(void **state) {
   (void)state;
-  repo_make();
+  repo_make("sched");
   model_write("busy", IDENTITY("max_batch_size: 8\n"
                                "instance_group [ { count: 3 kind: KIND_CPU } ]\n"
                                "parameters { key: \"execute_delay_us\" value: "

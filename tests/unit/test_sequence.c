@@ -29,6 +29,7 @@
 #include "hark/request.h"
 #include "hark/server.h"
 #include "sched/seqtab.h"
+#include "test_repo.h"
 
 #define START HARK_REQUEST_SEQUENCE_START
 #define END HARK_REQUEST_SEQUENCE_END
@@ -386,38 +387,6 @@ static void test_many_sequences(void **state) {
 
 /* ---- the scheduler with the accumulate backend ------------------------------------ */
 
-static char repo[256];
-
-static int rm_entry(const char *path, const struct stat *st, int flag, struct FTW *ftw) {
-  (void)st;
-  (void)flag;
-  (void)ftw;
-  return remove(path);
-}
-
-static void model_write(const char *name, const char *config) {
-  char path[512];
-  snprintf(path, sizeof path, "%s/%s", repo, name);
-  assert_int_equal(mkdir(path, 0755), 0);
-  snprintf(path, sizeof path, "%s/%s/1", repo, name);
-  assert_int_equal(mkdir(path, 0755), 0);
-  snprintf(path, sizeof path, "%s/%s/config.pbtxt", repo, name);
-  FILE *f = fopen(path, "w");
-  assert_non_null(f);
-  fprintf(f, "name: \"%s\"\n%s", name, config);
-  fclose(f);
-}
-
-static hark_server *server_start(void) {
-  hark_server_options opts = {.model_repository = repo,
-                              .backend_directory = getenv("HARK_BACKEND_DIR"),
-                              .model_control = HARK_MODEL_CONTROL_NONE,
-                              .worker_threads = 4};
-  hark_server *s = NULL;
-  hark_error *err = hark_server_new(&opts, &s);
-  if (err) fail_msg("server: %s", hark_error_message(err));
-  return s;
-}
 
 typedef struct waiter {
   pthread_mutex_t lock;
@@ -518,8 +487,7 @@ static void *stream_main(void *p) {
 
 static void test_scheduler_interleaved_streams(void **state) {
   (void)state;
-  snprintf(repo, sizeof repo, "/tmp/hark_test_sequence_XXXXXX");
-  assert_non_null(mkdtemp(repo));
+  repo_make("sequence");
   model_write("acc", ACC_CONFIG);
   hark_server *s = server_start();
   hark_model *m = NULL;
@@ -558,7 +526,7 @@ static void test_scheduler_interleaved_streams(void **state) {
     assert_int_equal(live[i].code, HARK_OK);
     assert_int_equal(live[i].value, i);
   }
-  nftw(repo, rm_entry, 16, FTW_DEPTH | FTW_PHYS);
+  repo_remove();
 }
 
 int main(void) {
