@@ -218,27 +218,29 @@ static hark_error *add_bytes(hark_response *resp, hark_request *req, const char 
 }
 
 static hark_error *add_f32(hark_response *resp, hark_request *req, const char *name,
-                           const ps_result *r, int field, int64_t n) {
+                           const float *vals, uint32_t n) {
   if (!hark_request_output_requested(req, name)) return NULL;
   int64_t shape[1] = {n};
   float *out;
   hark_error *err = hark_response_add_output(resp, name, HARK_TYPE_FP32, shape, 1,
                                              (size_t)n * sizeof(float), (void **)&out);
-  if (err) return err;
-  for (int64_t i = 0; i < n; i++) {
-    const ps_word *w = &r->words[i];
-    out[i] = field == 0 ? w->start : field == 1 ? w->end : field == 2 ? w->conf
-             : field == 3 ? r->confidence : r->audio_processed;
-  }
-  return NULL;
+  if (!err && n) memcpy(out, vals, (size_t)n * sizeof(float));
+  return err;
 }
 
 static hark_error *build_response(hark_request *req, const ps_result *r, hark_response **out) {
   hark_response *resp = hark_response_new(req);
   const char *text = r->text ? r->text : "";
-  const char **words = calloc(r->n_words + 1, sizeof *words);
-  hark_error *err = words ? NULL : hark_error_new(HARK_ERR_INTERNAL, "asr: out of memory");
-  for (uint32_t i = 0; !err && i < r->n_words; i++) words[i] = r->words[i].word;
+  uint32_t n = r->n_words;
+  const char **words = calloc(n + 1, sizeof *words);
+  float *times = calloc(3 * (size_t)n + 1, sizeof *times); /* starts, ends, confs */
+  hark_error *err = words && times ? NULL : hark_error_new(HARK_ERR_INTERNAL, "asr: out of memory");
+  for (uint32_t i = 0; !err && i < n; i++) {
+    words[i] = r->words[i].word;
+    times[i] = r->words[i].start;
+    times[n + i] = r->words[i].end;
+    times[2 * n + i] = r->words[i].conf;
+  }
   if (!err) err = add_bytes(resp, req, "TRANSCRIPT", &text, 1);
   if (!err && hark_request_output_requested(req, "IS_FINAL")) {
     int64_t shape[1] = {1};
@@ -246,21 +248,17 @@ static hark_error *build_response(hark_request *req, const ps_result *r, hark_re
     err = hark_response_add_output(resp, "IS_FINAL", HARK_TYPE_BOOL, shape, 1, 1, (void **)&b);
     if (!err) b[0] = r->is_final ? 1 : 0;
   }
-  if (!err) err = add_bytes(resp, req, "WORDS", words, r->n_words);
-  if (!err) err = add_f32(resp, req, "WORD_START", r, 0, r->n_words);
-  if (!err) err = add_f32(resp, req, "WORD_END", r, 1, r->n_words);
-  if (!err) err = add_f32(resp, req, "WORD_CONF", r, 2, r->n_words);
-  if (!err) {
-    ps_word dummy = {0};
-    ps_result one = *r;
-    one.words = &dummy; /* scalar outputs read no word */
-    err = add_f32(resp, req, "CONFIDENCE", &one, 3, 1);
-    if (!err) err = add_f32(resp, req, "AUDIO_PROCESSED", &one, 4, 1);
-  }
+  if (!err) err = add_bytes(resp, req, "WORDS", words, n);
+  if (!err) err = add_f32(resp, req, "WORD_START", times, n);
+  if (!err) err = add_f32(resp, req, "WORD_END", times + n, n);
+  if (!err) err = add_f32(resp, req, "WORD_CONF", times + 2 * n, n);
+  if (!err) err = add_f32(resp, req, "CONFIDENCE", &r->confidence, 1);
+  if (!err) err = add_f32(resp, req, "AUDIO_PROCESSED", &r->audio_processed, 1);
   if (!err && r->want_alternatives > 0)
     err = add_bytes(resp, req, "ALTERNATIVES", (const char *const *)r->alternatives,
                     r->n_alternatives);
   free(words);
+  free(times);
   if (err) {
     hark_response_free(resp);
     return err;
