@@ -184,8 +184,13 @@ class Speech(ServerTest):
         self.assertEqual(outputs["TRANSCRIPT"]["data"][0], self.refs[path])
         self.assertEqual(outputs["IS_FINAL"]["data"][0], True)
         self.assertEqual(outputs["WORDS"]["data"], self.refs[path].split())
-        starts = outputs["WORD_START"]["data"]
+        starts, ends = outputs["WORD_START"]["data"], outputs["WORD_END"]["data"]
         self.assertEqual(starts, sorted(starts))
+        self.assertTrue(all(s < e for s, e in zip(starts, ends)), (starts, ends))
+        self.assertTrue(all(0 <= c <= 1 for c in outputs["WORD_CONF"]["data"]))
+        self.assertTrue(0 < outputs["CONFIDENCE"]["data"][0] <= 1)
+        duration = (len(data) - 44) / 2 / 16000
+        self.assertAlmostEqual(outputs["AUDIO_PROCESSED"]["data"][0], duration, delta=0.01)
 
     def test_bad_input_closes_with_a_reason(self):
         async def expect_close(messages, codes):
