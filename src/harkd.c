@@ -2,6 +2,9 @@
  * harkd — the hark server. Parses Triton-style flags, builds the engine on
  * the model repository, starts the gRPC front end (its own thread) and runs
  * the HTTP front end's event loop on the main thread until SIGINT/SIGTERM.
+ * The first signal drains: readiness turns false, new requests and streams
+ * get 503, live ones get --exit-timeout-secs to finish, then the rest are
+ * closed and the process exits 0. A second signal stops waiting.
  */
 #include <getopt.h>
 #include <signal.h>
@@ -15,10 +18,25 @@
 #include "util/log.h"
 
 static hark_http *g_http;
+static volatile sig_atomic_t g_signals;
 
 static void on_signal(int sig) {
   (void)sig;
-  if (g_http) hark_http_stop(g_http);
+  if (!g_http) return;
+  if (g_signals++ == 0)
+    hark_http_drain(g_http); /* readiness off; new work refused; live work finishes */
+  else
+    hark_http_stop(g_http); /* a second signal: stop waiting */
+}
+
+static hark_grpc *g_grpc;
+
+/* The drain may end early once nothing is in flight in the engine and no
+ * gRPC stream is open (the HTTP front end checks its own streams); the
+ * gRPC front end refuses new calls and streams while draining, so its live
+ * streams get the same --exit-timeout-secs. */
+static bool engine_idle(void *userp) {
+  return hark_server_is_idle(userp) && hark_grpc_is_idle(g_grpc);
 }
 
 static void usage(FILE *f) {
@@ -31,21 +49,32 @@ static void usage(FILE *f) {
           "  --grpc-max-message-bytes N  largest gRPC message (default 67108864)\n"
           "  --metrics-port N            Prometheus /metrics (default 8002; -1 off)\n"
           "  --http-address ADDR         bind address (default all interfaces)\n"
-          "  --model-control-mode MODE   none (load all at start) | explicit\n"
+          "  --model-control-mode MODE   none (load all at start) | explicit | poll\n"
           "  --load-model NAME           with explicit: load NAME at start (repeatable; * = all)\n"
+          "  --repository-poll-secs N    with poll: rescan the repository every N s (15)\n"
+          "  --model-unload-timeout-secs N  a reloaded or unloaded version serves the\n"
+          "                              streams that began on it this long (30)\n"
+          "  --exit-timeout-secs N       on SIGTERM, live streams and requests get this\n"
+          "                              long to finish (default 30)\n"
           "  --strict-readiness BOOL     ready only when every model loaded (default true)\n"
           "  --backend-directory DIR     where libhark_<backend>.so live\n"
           "  --http-max-input-size BYTES largest request body (default 67108864)\n"
           "  --http-body-timeout-secs N  drop a client that stalls mid-request (default 30)\n"
           "  --worker-threads N          CPU worker pool size (default: one per core)\n"
           "  --max-queue-size N          per-model queue cap when config sets none (4096)\n"
-          "  --speech-model NAME         the model a WebSocket on / streams to (default asr)\n"
-          "  --max-streams N             concurrent WebSocket streams; more get 503 (1024)\n"
+          "  --speech-model NAME         the model a WebSocket on / and a Riva stream naming\n"
+          "                              no model stream to (default asr)\n"
+          "  --max-streams N             concurrent speech streams per protocol (WebSocket,\n"
+          "                              gRPC); more get 503 / RESOURCE_EXHAUSTED (1024)\n"
           "  --stream-backlog-limit N    refuse new streams (503) while the model has more\n"
           "                              than N requests waiting (default 4 per instance)\n"
           "  --ws-max-message-bytes N    largest WebSocket message (default 1048576)\n"
           "  --ws-idle-timeout-secs N    close a stream that sends nothing this long (60)\n"
-          "  --log-verbose N             1 = verbose logging\n");
+          "  --log-verbose N             1 = verbose logging\n"
+          "  --log-info BOOL             info lines (default true)\n"
+          "  --log-warning BOOL          warning lines (default true)\n"
+          "  --log-error BOOL            error lines (default true)\n"
+          "  --log-format FORMAT         default | ISO8601 | json (one object per line)\n");
 }
 
 static bool parse_bool(const char *s) {
@@ -65,7 +94,8 @@ static long parse_num(const char *flag, const char *s, long lo, long hi) {
 int main(int argc, char **argv) {
   enum { O_REPO = 1, O_HTTP, O_GRPC, O_METRICS, O_ADDR, O_MODE, O_LOAD, O_STRICT, O_BACKENDS,
          O_MAXIN, O_BODYTO, O_WORKERS, O_QUEUE, O_VERBOSE, O_SPEECH, O_STREAMS, O_WSMAX,
-         O_WSIDLE, O_GRPC_ADDR, O_GRPC_MAX, O_BACKLOG, O_HELP };
+         O_WSIDLE, O_GRPC_ADDR, O_GRPC_MAX, O_BACKLOG, O_HELP, O_LOG_INFO, O_LOG_WARN,
+         O_LOG_ERROR, O_LOG_FORMAT, O_POLL_SECS, O_EXIT_TIMEOUT, O_UNLOAD_TIMEOUT };
   static const struct option opts[] = {
       {"model-repository", required_argument, 0, O_REPO},
       {"model-store", required_argument, 0, O_REPO},
@@ -75,6 +105,9 @@ int main(int argc, char **argv) {
       {"http-address", required_argument, 0, O_ADDR},
       {"model-control-mode", required_argument, 0, O_MODE},
       {"load-model", required_argument, 0, O_LOAD},
+      {"repository-poll-secs", required_argument, 0, O_POLL_SECS},
+      {"exit-timeout-secs", required_argument, 0, O_EXIT_TIMEOUT},
+      {"model-unload-timeout-secs", required_argument, 0, O_UNLOAD_TIMEOUT},
       {"strict-readiness", required_argument, 0, O_STRICT},
       {"backend-directory", required_argument, 0, O_BACKENDS},
       {"http-max-input-size", required_argument, 0, O_MAXIN},
@@ -82,6 +115,10 @@ int main(int argc, char **argv) {
       {"worker-threads", required_argument, 0, O_WORKERS},
       {"max-queue-size", required_argument, 0, O_QUEUE},
       {"log-verbose", required_argument, 0, O_VERBOSE},
+      {"log-info", required_argument, 0, O_LOG_INFO},
+      {"log-warning", required_argument, 0, O_LOG_WARN},
+      {"log-error", required_argument, 0, O_LOG_ERROR},
+      {"log-format", required_argument, 0, O_LOG_FORMAT},
       {"speech-model", required_argument, 0, O_SPEECH},
       {"max-streams", required_argument, 0, O_STREAMS},
       {"stream-backlog-limit", required_argument, 0, O_BACKLOG},
@@ -114,10 +151,31 @@ int main(int argc, char **argv) {
     case O_MODE:
       if (strcmp(optarg, "none") == 0) so.model_control = HARK_MODEL_CONTROL_NONE;
       else if (strcmp(optarg, "explicit") == 0) so.model_control = HARK_MODEL_CONTROL_EXPLICIT;
+      else if (strcmp(optarg, "poll") == 0) so.model_control = HARK_MODEL_CONTROL_POLL;
       else {
-        fprintf(stderr, "harkd: --model-control-mode must be none or explicit, got '%s'\n", optarg);
+        fprintf(stderr, "harkd: --model-control-mode must be none, explicit or poll, got '%s'\n",
+                optarg);
         return 2;
       }
+      break;
+    case O_POLL_SECS: {
+      char *end;
+      double v = strtod(optarg, &end);
+      if (!*optarg || *end || !(v >= 0.1 && v <= 86400)) {
+        fprintf(stderr, "harkd: --repository-poll-secs expects seconds in [0.1, 86400], got '%s'\n",
+                optarg);
+        return 2;
+      }
+      so.repository_poll_secs = v;
+      break;
+    }
+    case O_EXIT_TIMEOUT:
+      ho.exit_timeout_secs = (int)parse_num("--exit-timeout-secs", optarg, 0, 86400);
+      if (!ho.exit_timeout_secs) ho.exit_timeout_secs = -1; /* 0: do not wait */
+      break;
+    case O_UNLOAD_TIMEOUT:
+      so.unload_timeout_secs =
+          (uint32_t)parse_num("--model-unload-timeout-secs", optarg, 1, 86400);
       break;
     case O_LOAD:
       if (so.n_load_models == 64) {
@@ -137,8 +195,21 @@ int main(int argc, char **argv) {
     case O_WORKERS: so.worker_threads = (uint32_t)parse_num("--worker-threads", optarg, 1, 1024); break;
     case O_QUEUE: so.max_queue_size = (uint32_t)parse_num("--max-queue-size", optarg, 1, 1 << 24); break;
     case O_VERBOSE:
-      hark_log_set_level(parse_num("--log-verbose", optarg, 0, 9) ? HARK_LOG_VERBOSE : HARK_LOG_INFO);
+      hark_log_set_verbose((int)parse_num("--log-verbose", optarg, 0, 9));
       break;
+    case O_LOG_INFO: hark_log_set_enabled(HARK_LOG_INFO, parse_bool(optarg)); break;
+    case O_LOG_WARN: hark_log_set_enabled(HARK_LOG_WARN, parse_bool(optarg)); break;
+    case O_LOG_ERROR: hark_log_set_enabled(HARK_LOG_ERROR, parse_bool(optarg)); break;
+    case O_LOG_FORMAT: {
+      hark_log_format f;
+      if (!hark_log_parse_format(optarg, &f)) {
+        fprintf(stderr, "harkd: --log-format must be default, ISO8601 or json, got '%s'\n",
+                optarg);
+        return 2;
+      }
+      hark_log_set_format(f);
+      break;
+    }
     case O_SPEECH: ho.speech_model = optarg; break;
     case O_STREAMS: ho.max_streams = (uint32_t)parse_num("--max-streams", optarg, 1, 1 << 20); break;
     case O_BACKLOG:
@@ -160,6 +231,8 @@ int main(int argc, char **argv) {
     return 2;
   }
   so.load_models = loads;
+  if (so.repository_poll_secs > 0 && so.model_control != HARK_MODEL_CONTROL_POLL)
+    HARK_WARN("--repository-poll-secs has no effect without --model-control-mode poll");
   signal(SIGPIPE, SIG_IGN);
 
   hark_server *server;
@@ -169,6 +242,8 @@ int main(int argc, char **argv) {
     hark_error_free(err);
     return 1;
   }
+  ho.drain_idle = engine_idle;
+  ho.drain_idle_userp = server;
   err = hark_http_new(server, &ho, &g_http);
   if (err) {
     HARK_ERROR("cannot start the HTTP front end: %s", hark_error_message(err));
@@ -177,9 +252,14 @@ int main(int argc, char **argv) {
     return 1;
   }
   if (!go.address) go.address = ho.address;
+  /* Speech streams over gRPC (Riva) follow the WebSocket stream settings. */
+  go.speech_model = ho.speech_model;
+  go.max_streams = ho.max_streams;
+  go.stream_backlog_limit = ho.stream_backlog_limit;
   hark_grpc *grpc = NULL;
   if (go.port >= 0) {
     err = hark_grpc_new(server, &go, &grpc);
+    g_grpc = grpc;
     if (err) {
       HARK_ERROR("cannot start the gRPC front end: %s", hark_error_message(err));
       hark_error_free(err);
@@ -198,8 +278,11 @@ int main(int argc, char **argv) {
     HARK_INFO("Started GRPCInferenceService at %s:%d", go.address ? go.address : "0.0.0.0",
               hark_grpc_port(grpc));
   if (ho.metrics_port >= 0) HARK_INFO("Started Metrics Service at %s:%d", addr, ho.metrics_port);
-  hark_http_run(g_http);
+  hark_http_run(g_http); /* returns once drained, timed out or stopped */
   HARK_INFO("shutting down");
+  /* gRPC: its calls still open are cancelled here (after the drain gave
+   * them --exit-timeout-secs). */
+  g_grpc = NULL;
   hark_grpc_free(grpc); /* waits for its requests in flight */
   hark_http_free(g_http);
   g_http = NULL;

@@ -8,10 +8,17 @@
  * sequence_fini. A request without a correlation id is a whole stream in
  * one (START|END). Every request gets exactly one FINAL response: the
  * partial or final transcript, or an error.
+ *
+ * Observability (API 1.2): each streaming response's latency — from the
+ * server accepting its request to the response being ready to send — goes
+ * to the partial or the final histogram, and the worker's CPU time in the
+ * recogniser to hark_asr_compute_seconds_total, so that
+ * rate(compute) / rate(hark_audio_seconds_total) is the real-time factor.
  */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "hark/backend.h"
 #include "ps_internal.h"
@@ -21,11 +28,14 @@ typedef struct asr_model {
   /* /metrics: the pool's size and use, streams with state, audio consumed */
   hark_metric *decoders_max, *decoders_created, *decoders_in_use, *decoder_timeouts;
   hark_metric *streams, *audio_seconds;
+  /* streaming latency (histograms) and recognition CPU time */
+  hark_metric *partial_latency, *final_latency, *compute_seconds;
 } asr_model;
 
 static void free_metrics(asr_model *m) {
-  hark_metric *all[] = {m->decoders_max, m->decoders_created, m->decoders_in_use,
-                        m->decoder_timeouts, m->streams, m->audio_seconds};
+  hark_metric *all[] = {m->decoders_max,    m->decoders_created, m->decoders_in_use,
+                        m->decoder_timeouts, m->streams,          m->audio_seconds,
+                        m->partial_latency,  m->final_latency,    m->compute_seconds};
   for (size_t i = 0; i < sizeof all / sizeof *all; i++) hark_metric_free(all[i]);
 }
 
@@ -47,13 +57,36 @@ static hark_error *make_metrics(hark_model *model, asr_model *m) {
        "Streams with recognition state (connected, speaking or not)"},
       {&m->audio_seconds, HARK_METRIC_COUNTER, "hark_audio_seconds_total",
        "Seconds of audio recognised"},
+      {&m->compute_seconds, HARK_METRIC_COUNTER, "hark_asr_compute_seconds_total",
+       "CPU seconds workers spent recognising audio; real-time factor = "
+       "rate(hark_asr_compute_seconds_total) / rate(hark_audio_seconds_total)"},
   };
   for (size_t i = 0; i < sizeof defs / sizeof *defs; i++) {
     hark_error *err = hark_metric_new(model, defs[i].kind, defs[i].name, defs[i].help,
                                       defs[i].out);
     if (err) return err;
   }
-  return NULL;
+  /* 1 ms to 5 s: partials take milliseconds, a final at most a few hundred */
+  static const double bounds[] = {0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.075, 0.1, 0.15,
+                                  0.2,   0.3,    0.5,   0.75, 1,     1.5,  2,     3,   5};
+  const uint32_t nb = sizeof bounds / sizeof *bounds;
+  hark_error *err = hark_metric_new_histogram(
+      model, "hark_asr_partial_latency_seconds",
+      "Streaming partial results: seconds from the server accepting the audio chunk to its "
+      "partial transcript", bounds, nb, &m->partial_latency);
+  if (!err)
+    err = hark_metric_new_histogram(
+        model, "hark_asr_final_latency_seconds",
+        "Streaming final results: seconds from the server accepting the request that ended the "
+        "utterance (speech end, eof or reset) to its final transcript", bounds, nb,
+        &m->final_latency);
+  return err;
+}
+
+static double thread_cpu_seconds(void) {
+  struct timespec ts;
+  if (clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts) != 0) return 0;
+  return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
 }
 
 /* Copies the pool's figures to the gauges; after every execute. */
@@ -66,8 +99,9 @@ static void publish(asr_model *m) {
   hark_metric_set(m->decoder_timeouts, (double)s.timeouts);
 }
 
-static ps_stream *stream_new(asr_model *m, uint32_t rate, char *why, size_t len) {
-  ps_stream *st = ps_stream_new(m->pool, rate, why, len);
+static ps_stream *stream_new(asr_model *m, uint32_t rate, const ps_endpointing *ep, char *why,
+                             size_t len) {
+  ps_stream *st = ps_stream_new(m->pool, rate, ep, why, len);
   if (st) hark_metric_add(m->streams, 1);
   return st;
 }
@@ -190,6 +224,25 @@ static hark_error *parse_rate(hark_request *req, uint32_t *rate) {
   return NULL;
 }
 
+/* The stream's endpointing, from the parameters silence_ms and
+ * startspeech_ms of its first request (0 or absent: the model's). */
+static hark_error *parse_endpointing(hark_request *req, ps_endpointing *ep) {
+  const char *keys[2] = {"silence_ms", "startspeech_ms"};
+  uint32_t *vals[2] = {&ep->silence_ms, &ep->startspeech_ms};
+  *ep = (ps_endpointing){0, 0};
+  for (int i = 0; i < 2; i++) {
+    const char *v = hark_request_parameter(req, keys[i]);
+    if (!v) continue;
+    char *end;
+    long ms = strtol(v, &end, 10);
+    if (end == v || *end || ms < 0 || ms > 60000)
+      return hark_error_new(HARK_ERR_INVALID_ARG, "asr: %s '%s' is not milliseconds in 0..60000",
+                            keys[i], v);
+    *vals[i] = (uint32_t)ms;
+  }
+  return NULL;
+}
+
 static int param_true(hark_request *req, const char *key, int dflt) {
   const char *v = hark_request_parameter(req, key);
   if (!v) return dflt;
@@ -306,8 +359,10 @@ static hark_error *run_one(asr_model *m, hark_request *req) {
     want_alt = a > (long)cap ? cap : (uint32_t)(a < 0 ? 0 : a);
   }
   char why[512] = "";
+  ps_endpointing ep;
+  if (!err && !st) err = parse_endpointing(req, &ep);
   if (!err && !st) {
-    st = stream_new(m, rate, why, sizeof why);
+    st = stream_new(m, rate, &ep, why, sizeof why);
     if (!st) err = hark_error_new(HARK_ERR_INVALID_ARG, "asr: %s", why);
   }
   int end = (flags & HARK_REQUEST_SEQUENCE_END) != 0;
@@ -317,13 +372,26 @@ static hark_error *run_one(asr_model *m, hark_request *req) {
                   (param_true(req, "partial", 1) ? PS_FEED_PARTIAL : 0);
     ps_result r;
     ps_result_init(&r, want_alt);
-    double before = ps_stream_audio_processed(st);
+    double before = ps_stream_audio_processed(st), cpu = thread_cpu_seconds();
     ps_status s = ps_stream_feed(st, pcm, len, ff, &r, why, sizeof why);
+    hark_metric_add(m->compute_seconds, thread_cpu_seconds() - cpu);
     hark_metric_add(m->audio_seconds, ps_stream_audio_processed(st) - before);
     if (s != PS_OK)
       err = hark_error_new(status_code(s), "asr: %s", why);
     else
       err = build_response(req, &r, &resp);
+    if (!err) {
+      /* Whole-file requests (no sequence) are not streaming latency. */
+      double latency = (double)(hark_now_ns() - hark_request_received_ns(req)) * 1e-9;
+      if (in_sequence) hark_metric_observe(r.is_final ? m->final_latency : m->partial_latency,
+                                           latency);
+      HARK_BACKEND_LOG(HARK_BACKEND_LOG_VERBOSE, "asr: %zu bytes of audio: %s '%s' after %.1f ms",
+                       len, r.is_final ? "final" : "partial", r.text ? r.text : "",
+                       latency * 1e3);
+    } else {
+      HARK_BACKEND_LOG(HARK_BACKEND_LOG_VERBOSE, "asr: request failed: %s",
+                       hark_error_message(err));
+    }
     ps_result_fini(&r);
   }
   free(owned);

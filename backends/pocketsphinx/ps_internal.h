@@ -78,8 +78,15 @@ void ps_pool_get_stats(ps_pool *p, ps_pool_stats *out);
 /* A stream gave up waiting for a decoder (its request failed): counted in
  * the stats' timeouts. Attempts that go on waiting do not count. */
 void ps_pool_count_timeout(ps_pool *p);
-/* A front end configured like the decoders' (freed by ps_pool_fe_free). */
-fe_t *ps_pool_fe_new(ps_pool *p);
+/* A stream's own endpointing, over the model's (0 = the model's). */
+typedef struct ps_endpointing {
+  uint32_t silence_ms;     /* silence that ends an utterance (-vad_postspeech) */
+  uint32_t startspeech_ms; /* speech that opens one (-vad_startspeech) */
+} ps_endpointing;
+
+/* A front end configured like the decoders', with `ep`'s endpointing when
+ * not NULL (freed by ps_pool_fe_free). */
+fe_t *ps_pool_fe_new(ps_pool *p, const ps_endpointing *ep);
 void ps_pool_fe_free(ps_pool *p, fe_t *fe);
 /* The cepstral-mean state of a fresh decoder (-cmninit). */
 void ps_pool_cmn_initial(const ps_pool *p, ps_cmn_state *out);
@@ -127,8 +134,10 @@ typedef struct ps_result {
 void ps_result_init(ps_result *r, uint32_t want_alternatives);
 void ps_result_fini(ps_result *r);
 
-/* client_rate: the rate of the PCM the client sends (8000..48000). */
-ps_stream *ps_stream_new(ps_pool *pool, uint32_t client_rate, char *err, size_t errlen);
+/* client_rate: the rate of the PCM the client sends (8000..48000); ep:
+ * the stream's endpointing, NULL for the model's. */
+ps_stream *ps_stream_new(ps_pool *pool, uint32_t client_rate, const ps_endpointing *ep, char *err,
+                         size_t errlen);
 /* Gives back the decoder if it holds one. */
 void ps_stream_free(ps_stream *st);
 uint32_t ps_stream_client_rate(const ps_stream *st);

@@ -14,6 +14,7 @@
  *   max_buffered_ms          unprocessed audio a stream may hold
  *   block_samples            front-end block (2048, as pocketsphinx_continuous)
  *   max_alternatives         cap on a request's max_alternatives
+ *   language_code            informational (e.g. "en-US"): what the model recognises
  *   verbose                  "true": keep the library's log
  * Any other key is an error naming it (a typo must not pass silently).
  */
@@ -102,6 +103,8 @@ int ps_settings_init(ps_settings *s, ps_param_fn get, void *ctx, char *err, size
       bad = parse_u32(v, 160, 1u << 20, &s->block_samples);
     } else if (!strcmp(key, "max_alternatives")) {
       bad = parse_u32(v, 0, 100, &s->max_alternatives);
+    } else if (!strcmp(key, "language_code")) {
+      /* what the model recognises, for clients that ask (Riva's config) */
     } else if (!strcmp(key, "verbose")) {
       s->verbose = !strcmp(v, "true") || !strcmp(v, "1") || !strcmp(v, "yes");
     } else {

@@ -358,7 +358,8 @@ static ps_status fe_block(ps_stream *st, const int16_t *pcm, size_t n, char *err
 
 /* ---- stream -------------------------------------------------------------- */
 
-ps_stream *ps_stream_new(ps_pool *pool, uint32_t client_rate, char *err, size_t errlen) {
+ps_stream *ps_stream_new(ps_pool *pool, uint32_t client_rate, const ps_endpointing *ep, char *err,
+                         size_t errlen) {
   if (client_rate < HARK_RESAMPLE_MIN_RATE || client_rate > HARK_RESAMPLE_MAX_RATE) {
     snprintf(err, errlen, "sample_rate %u is outside the supported %u..%u Hz", client_rate,
              HARK_RESAMPLE_MIN_RATE, HARK_RESAMPLE_MAX_RATE);
@@ -375,7 +376,7 @@ ps_stream *ps_stream_new(ps_pool *pool, uint32_t client_rate, char *err, size_t 
   st->model_rate = ps_pool_sample_rate(pool);
   st->max = (size_t)st->model_rate * st->set->max_buffered_ms / 1000;
   st->rs = hark_resampler_new(client_rate, st->model_rate, err, errlen);
-  st->fe = st->rs ? ps_pool_fe_new(pool) : NULL;
+  st->fe = st->rs ? ps_pool_fe_new(pool, ep) : NULL;
   if (!st->fe) {
     if (st->rs) snprintf(err, errlen, "pocketsphinx: cannot create a front end");
     ps_stream_free(st);

@@ -1,5 +1,5 @@
 /*
- * hark/backend.h — the backend C API, version 1.
+ * hark/backend.h — the backend C API, version 1.2.
  *
  * A backend is a shared object named libhark_<backend>.so, found in the
  * model's folder, then in --backend-directory. The server dlopen()s it with
@@ -36,7 +36,9 @@ extern "C" {
 #endif
 
 #define HARK_BACKEND_API_MAJOR 1u
-#define HARK_BACKEND_API_MINOR 1u
+/* 1.1: sequence_fini. 1.2: histogram metrics (hark_metric_new_histogram,
+ * hark_metric_observe), hark_request_received_ns, hark_backend_log. */
+#define HARK_BACKEND_API_MINOR 2u
 #define HARK_BACKEND_API_VERSION \
   ((HARK_BACKEND_API_MAJOR << 16) | HARK_BACKEND_API_MINOR)
 
@@ -93,19 +95,70 @@ void *hark_instance_state(const hark_instance *instance);
 /*
  * Backend metrics, served on /metrics beside the engine's with the model's
  * `model` and `version` labels (e.g. a decoder pool's size and use). Create
- * them in model_init, free them in model_fini; set and add are lock-free and
- * safe from any thread. Several models may share a name (one series each);
- * a name must keep one kind. *out is owned by the caller.
+ * them in model_init, free them in model_fini; set, add and observe are
+ * lock-free and safe from any thread. Several models may share a name (one
+ * series each); a name must keep one kind (and a histogram its buckets).
+ * *out is owned by the caller.
  */
 typedef struct hark_metric hark_metric;
-typedef enum hark_metric_kind { HARK_METRIC_GAUGE = 0, HARK_METRIC_COUNTER } hark_metric_kind;
+typedef enum hark_metric_kind {
+  HARK_METRIC_GAUGE = 0,
+  HARK_METRIC_COUNTER,
+  HARK_METRIC_HISTOGRAM, /* since 1.2; from hark_metric_new: HARK_METRIC_DEFAULT_BOUNDS */
+} hark_metric_kind;
 hark_error *hark_metric_new(hark_model *model, hark_metric_kind kind,
                             const char *name, const char *help,
                             hark_metric **out);
 void hark_metric_free(hark_metric *metric); /* NULL is fine */
+/* Gauges and counters; ignored on a histogram. */
 void hark_metric_set(hark_metric *metric, double value);
 void hark_metric_add(hark_metric *metric, double delta);
+/* A gauge's or counter's value; a histogram's count of observations. */
 double hark_metric_value(const hark_metric *metric);
+
+/*
+ * Since 1.2. A Prometheus histogram: `bounds` are the buckets' upper
+ * bounds, finite and strictly increasing (copied; +Inf is implied), at
+ * most HARK_METRIC_MAX_BOUNDS of them; NULL with n_bounds 0 takes
+ * HARK_METRIC_DEFAULT_BOUNDS. Observations are lock-free.
+ */
+#define HARK_METRIC_MAX_BOUNDS 64u
+/* Seconds, for latencies from 1 ms to 10 s. */
+#define HARK_METRIC_DEFAULT_BOUNDS \
+  {0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10}
+hark_error *hark_metric_new_histogram(hark_model *model, const char *name,
+                                      const char *help, const double *bounds,
+                                      uint32_t n_bounds, hark_metric **out);
+/* Counts `value` in its bucket and adds it to the sum; ignored on gauges
+ * and counters. */
+void hark_metric_observe(hark_metric *metric, double value);
+
+/*
+ * Since 1.2. When the server accepted the request (hark_now_ns() clock):
+ * the start of its latency as the engine's own duration metrics count it.
+ */
+uint64_t hark_request_received_ns(const hark_request *req);
+
+/*
+ * Since 1.2. A line in the server's log (stderr, in its --log-format). A
+ * line written during execute carries the ids of the requests being
+ * executed (request id, sequence id), as the server's own lines do. Pass
+ * __FILE__ and __LINE__; HARK_BACKEND_LOG does.
+ */
+typedef enum hark_backend_log_level {
+  HARK_BACKEND_LOG_ERROR = 0,
+  HARK_BACKEND_LOG_WARN,
+  HARK_BACKEND_LOG_INFO,
+  HARK_BACKEND_LOG_VERBOSE,
+} hark_backend_log_level;
+bool hark_backend_log_enabled(hark_backend_log_level level);
+void hark_backend_log(hark_backend_log_level level, const char *file, int line,
+                      const char *fmt, ...) __attribute__((format(printf, 4, 5)));
+#define HARK_BACKEND_LOG(level, ...)                                  \
+  do {                                                                \
+    if (hark_backend_log_enabled(level))                              \
+      hark_backend_log(level, __FILE__, __LINE__, __VA_ARGS__);       \
+  } while (0)
 
 #ifdef __cplusplus
 }

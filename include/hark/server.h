@@ -10,7 +10,11 @@
  *
  * Models are reference counted: a request holds its model, so unloading a
  * model with requests in flight lets each of them finish (with its final
- * response) before the backend is finalized.
+ * response) before the backend is finalized. A front end that keeps a
+ * stream (a sequence) open across requests holds a reference to the
+ * version it began on for the stream's whole life: a reload then routes new
+ * work to the new version while that stream finishes on the old one, and a
+ * drain (shutdown) waits for it.
  */
 #ifndef HARK_SERVER_H
 #define HARK_SERVER_H
@@ -31,6 +35,10 @@ typedef struct hark_server hark_server;
 typedef enum hark_model_control {
   HARK_MODEL_CONTROL_NONE = 0, /* load everything at start; no load/unload */
   HARK_MODEL_CONTROL_EXPLICIT, /* load what --load-model names; API loads */
+  HARK_MODEL_CONTROL_POLL,     /* load everything, then rescan the repository
+                                  every repository_poll_secs: load new
+                                  models, reload changed ones, unload removed
+                                  ones; the load/unload API is refused */
 } hark_model_control;
 
 typedef struct hark_server_options {
@@ -44,6 +52,11 @@ typedef struct hark_server_options {
                                 0: 4096 */
   bool strict_readiness;     /* ready only if every model loaded (Triton's
                                 default) */
+  double repository_poll_secs; /* POLL: seconds between scans; 0: 15 */
+  /* How long a version replaced by a reload, or unloaded, keeps serving the
+   * requests and streams that hold it before it stops taking their next
+   * requests (UNAVAILABLE "... is unloading") and is finalized. 0: 30 s. */
+  uint32_t unload_timeout_secs;
 } hark_server_options;
 
 /* Starts the worker pool and loads the repository per the control mode.
@@ -54,7 +67,23 @@ hark_error *hark_server_new(const hark_server_options *opts, hark_server **out);
 void hark_server_free(hark_server *server);
 
 bool hark_server_is_live(const hark_server *server);
+/* False while draining, and (strict readiness) while a model failed. */
 bool hark_server_is_ready(const hark_server *server);
+
+/*
+ * Graceful shutdown. hark_server_begin_drain() is async-signal-safe (one
+ * atomic store) and idempotent: from then on readiness (server and model)
+ * is false, polling stops and repository load/unload are refused, but
+ * hark_server_infer() and hark_server_model_acquire() go on working, so
+ * the requests of streams and sequences already live finish. Front ends
+ * check hark_server_is_draining() and refuse NEW calls and streams
+ * (HTTP 503, gRPC UNAVAILABLE) with "Server is shutting down".
+ * hark_server_is_idle() is true when no request is in flight and no
+ * stream holds a model reference (see above): what the drain waits for.
+ */
+void hark_server_begin_drain(hark_server *server);
+bool hark_server_is_draining(const hark_server *server);
+bool hark_server_is_idle(hark_server *server);
 /* Extensions for /v2 metadata, NULL-terminated. */
 const char *const *hark_server_extensions(void);
 
@@ -103,9 +132,12 @@ void hark_index_free(hark_index_entry *entries, size_t n);
 /*
  * Loads (or reloads) / unloads a model, on a server thread; `done` is called
  * once, on that thread, with the outcome (owned by the callee; NULL = ok).
- * Unload completes after the in-flight requests have their finals and the
- * backend is finalized. An error returned here means `done` never runs
- * (e.g. NONE control mode refuses both).
+ * A reload answers once the new versions serve; the old ones finish their
+ * requests and live streams (up to unload_timeout_secs) in the background.
+ * Unload completes after the in-flight requests have their finals, the
+ * live streams ended (same bound) and the backend is finalized. An error
+ * returned here means `done` never runs (NONE and POLL control modes
+ * refuse both, as does a draining server).
  */
 typedef void (*hark_server_done_fn)(hark_error *err, void *userp);
 hark_error *hark_server_model_load(hark_server *server, const char *name,

@@ -114,6 +114,8 @@ struct hark_model {
   hark_sched *sched;
   void *state;
   atomic_bool ready;
+  atomic_bool retired; /* replaced or unloaded: finishing what holds it */
+  double load_secs;    /* how long loading took (nv_model_load_duration_secs) */
   hark_amodel_stats stats;
 };
 
@@ -128,6 +130,13 @@ uint32_t hark_model_queued(const hark_model *model);
  * worker or the event loop. */
 void hark_model_destroy(hark_model *model);
 void hark_model_acquire(hark_model *model);
+/* References held beyond the repository's own: requests in flight, live
+ * streams, ensembles using it as a step, passing readers. */
+int hark_model_users(hark_model *model);
+/* Waits until nothing but the repository holds the model, or until
+ * `deadline_ns`, or until *cut turns true (checked every 100 ms). True
+ * when it is unused. Blocks: never on a worker or the event loop. */
+bool hark_model_wait_unused(hark_model *model, uint64_t deadline_ns, const atomic_bool *cut);
 hark_pool *hark_server_pool(hark_server *server);
 uint32_t hark_server_default_max_queue(hark_server *server);
 

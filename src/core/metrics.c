@@ -4,7 +4,8 @@
  * The hot path only adds to atomic counters (hark_stats_record_final and
  * hark_model_execute); nothing is formatted until a scrape, which walks the
  * loaded models and prints Triton's metric families plus latency
- * histograms, which, unlike Triton's summaries, aggregate across replicas.
+ * histograms, which, unlike Triton's summaries, aggregate across replicas,
+ * then the host's CPU and memory gauges and the backends' own metrics.
  */
 #include <stdarg.h>
 #include <stddef.h>
@@ -120,6 +121,7 @@ void hark_model_stats_read(const hark_model *m, hark_model_stats *out) {
 typedef struct snap {
   char *name;
   int64_t version;
+  double load_secs;
   hark_model_stats st;
 } snap;
 
@@ -139,6 +141,7 @@ static void collect(hark_model *m, void *userp) {
   snap *x = &s->v[s->n++];
   x->name = strdup(hark_model_name(m));
   x->version = hark_model_version(m);
+  x->load_secs = m->load_secs;
   hark_model_stats_read(m, &x->st);
 }
 
@@ -243,6 +246,91 @@ static void histogram(out *o, const snaps *s, const char *name, const char *help
   }
 }
 
+/* ---- the host: Triton's CPU gauges ------------------------------------------- */
+
+/* Whole-machine figures, as Triton reports them: utilization from
+ * /proc/stat's tick counters over the window since an earlier scrape (at
+ * least CPU_WINDOW_NS back; the first scrape averages since boot), memory
+ * from /proc/meminfo (used = MemTotal - MemAvailable). */
+#define CPU_WINDOW_NS 1000000000ull
+
+typedef struct cpu_ticks {
+  unsigned long long idle, total;
+} cpu_ticks;
+
+static pthread_mutex_t cpu_lock = PTHREAD_MUTEX_INITIALIZER;
+static cpu_ticks cpu_base;
+static uint64_t cpu_base_ns;
+
+static bool read_cpu_ticks(cpu_ticks *ticks) {
+  FILE *f = fopen("/proc/stat", "r");
+  if (!f) return false;
+  unsigned long long v[8] = {0};
+  int n = fscanf(f, "cpu %llu %llu %llu %llu %llu %llu %llu %llu", &v[0], &v[1], &v[2], &v[3],
+                 &v[4], &v[5], &v[6], &v[7]);
+  fclose(f);
+  if (n < 4) return false;
+  /* user nice system idle iowait irq softirq steal; guest time is in user */
+  ticks->idle = v[3] + v[4];
+  ticks->total = 0;
+  for (int i = 0; i < 8; i++) ticks->total += v[i];
+  return true;
+}
+
+static bool cpu_utilization(double *value) {
+  cpu_ticks now;
+  if (!read_cpu_ticks(&now)) return false;
+  uint64_t t = hark_now_ns();
+  pthread_mutex_lock(&cpu_lock);
+  unsigned long long dt = now.total - cpu_base.total, di = now.idle - cpu_base.idle;
+  double u = now.total > cpu_base.total && di <= dt ? 1.0 - (double)di / (double)dt : 0.0;
+  if (!cpu_base_ns || t - cpu_base_ns >= CPU_WINDOW_NS) {
+    cpu_base = now;
+    cpu_base_ns = t;
+  }
+  pthread_mutex_unlock(&cpu_lock);
+  *value = u < 0 ? 0 : u > 1 ? 1 : u;
+  return true;
+}
+
+static bool read_meminfo(unsigned long long *total, unsigned long long *used) {
+  FILE *f = fopen("/proc/meminfo", "r");
+  if (!f) return false;
+  char line[256];
+  unsigned long long kb, mem_total = 0, mem_avail = 0;
+  bool have_total = false, have_avail = false;
+  while (fgets(line, sizeof line, f) && !(have_total && have_avail)) {
+    if (sscanf(line, "MemTotal: %llu kB", &kb) == 1) {
+      mem_total = kb;
+      have_total = true;
+    } else if (sscanf(line, "MemAvailable: %llu kB", &kb) == 1) {
+      mem_avail = kb;
+      have_avail = true;
+    }
+  }
+  fclose(f);
+  if (!have_total || !have_avail) return false;
+  *total = mem_total * 1024;
+  *used = (mem_total > mem_avail ? mem_total - mem_avail : 0) * 1024;
+  return true;
+}
+
+static void host_gauges(out *o) {
+  double u;
+  if (cpu_utilization(&u))
+    emit(o,
+         "# HELP nv_cpu_utilization CPU utilization rate [0.0 - 1.0]\n"
+         "# TYPE nv_cpu_utilization gauge\nnv_cpu_utilization %.6f\n", u);
+  unsigned long long total, used;
+  if (read_meminfo(&total, &used))
+    emit(o,
+         "# HELP nv_cpu_memory_total_bytes CPU total memory (RAM), in bytes\n"
+         "# TYPE nv_cpu_memory_total_bytes gauge\nnv_cpu_memory_total_bytes %llu\n"
+         "# HELP nv_cpu_memory_used_bytes CPU used memory (RAM), in bytes\n"
+         "# TYPE nv_cpu_memory_used_bytes gauge\nnv_cpu_memory_used_bytes %llu\n",
+         total, used);
+}
+
 char *hark_server_metrics_render(hark_server *server) {
   snaps s = {0};
   hark_server_model_foreach(server, collect, &s);
@@ -274,6 +362,13 @@ char *hark_server_metrics_render(hark_server *server) {
          g_out_us);
   family(&o, &s, "nv_inference_pending_request_count", "gauge",
          "Instantaneous number of pending requests awaiting execution per-model.", g_pending);
+  emit(&o, "# HELP nv_model_load_duration_secs Model load time in seconds\n"
+           "# TYPE nv_model_load_duration_secs gauge\n");
+  for (size_t i = 0; i < s.n; i++) {
+    emit(&o, "nv_model_load_duration_secs{");
+    labels(&o, &s.v[i]);
+    emit(&o, "} %.6f\n", s.v[i].load_secs);
+  }
   histogram(&o, &s, "hark_inference_request_duration_us",
             "Inference request duration in microseconds, from acceptance to final response",
             offsetof(hark_model_stats, request_duration));
@@ -282,6 +377,7 @@ char *hark_server_metrics_render(hark_server *server) {
             offsetof(hark_model_stats, queue_duration));
   for (size_t i = 0; i < s.n; i++) free(s.v[i].name);
   free(s.v);
+  host_gauges(&o);
   char *custom = hark_metrics_custom_render();
   if (custom) emit(&o, "%s", custom);
   free(custom);

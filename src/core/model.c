@@ -6,10 +6,15 @@
  * scheduler start; destroy runs it backwards, after the scheduler has
  * drained and every reference (each request holds one) is gone. The
  * repository (server.c) holds one reference while the version is loaded.
+ * A replaced or unloaded version is first "retired": still ready, no longer
+ * found by name, it serves what holds it (a live stream keeps its version)
+ * until hark_model_wait_unused() says it is unused or its time is up.
  */
+#include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "core/core.h"
 #include "util/log.h"
@@ -50,6 +55,29 @@ void hark_model_release(hark_model *m) {
   int left = atomic_fetch_sub(&m->refs, 1) - 1;
   if (left <= 1) pthread_cond_broadcast(&m->released);
   pthread_mutex_unlock(&m->lock);
+}
+
+int hark_model_users(hark_model *m) { return atomic_load(&m->refs) - 1; }
+
+bool hark_model_wait_unused(hark_model *m, uint64_t deadline_ns, const atomic_bool *cut) {
+  pthread_mutex_lock(&m->lock);
+  for (;;) {
+    if (atomic_load(&m->refs) <= 1) break;
+    uint64_t now = hark_now_ns();
+    if (now >= deadline_ns || (cut && atomic_load(cut))) break;
+    uint64_t slice = deadline_ns - now < 100000000ull ? deadline_ns - now : 100000000ull;
+    /* The condition variable uses the realtime clock: wait a slice from now. */
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    uint64_t ns = (uint64_t)ts.tv_nsec + slice;
+    ts.tv_sec += (time_t)(ns / 1000000000ull);
+    ts.tv_nsec = (long)(ns % 1000000000ull);
+    int rc = pthread_cond_timedwait(&m->released, &m->lock, &ts);
+    if (rc != 0 && rc != ETIMEDOUT) break;
+  }
+  bool unused = atomic_load(&m->refs) <= 1;
+  pthread_mutex_unlock(&m->lock);
+  return unused;
 }
 
 static hark_error *instances_create(hark_model *m) {

@@ -5,20 +5,30 @@
  * numbered version folders. The server keeps one entry per model name with
  * the versions currently loaded. Loading builds every new version beside
  * the old ones and swaps them in under the lock, so a reload never leaves a
- * gap; the old versions are then destroyed, which waits for their requests.
+ * gap: new requests and new streams get the new versions at once. The old
+ * versions are "retired" on a thread of their own: still ready, they serve
+ * what holds them (requests in flight, streams that began on them) until
+ * nothing does or unload_timeout passes, then they are destroyed, which
+ * refuses their later requests and waits for the running ones. Reloading a
+ * model reloads the ensembles that use it, so they let go of the old one.
  * Load and unload run on short-lived threads of their own (rare, slow,
- * may block), never on the event loop or the worker pool.
+ * may block), never on the event loop or the worker pool. In POLL control
+ * mode a thread rescans the repository: new folders load, removed ones
+ * unload, and a folder whose signature (names, sizes and mtimes of its
+ * files, config.pbtxt's content) changed reloads. Draining (shutdown)
+ * turns readiness off and stops polling; requests keep being served. The
+ * folders themselves are read by repo_fs.c.
  */
-#include <dirent.h>
 #include <dlfcn.h>
 #include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/stat.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "core/core.h"
+#include "core/repo_fs.h"
 #include "util/log.h"
 
 typedef struct model_entry {
@@ -29,6 +39,8 @@ typedef struct model_entry {
   char *reason;
   bool busy;             /* a load or unload is running */
   bool failed;           /* the last load failed */
+  bool have_sig;         /* sig is the folder as last loaded (or tried) */
+  uint64_t sig;
 } model_entry;
 
 struct hark_server {
@@ -44,8 +56,18 @@ struct hark_server {
   uint32_t n_entries;
   hark_backend **backends;
   uint32_t n_backends;
-  uint32_t ops_running;
+  uint32_t ops_running;   /* load/unload threads */
+  uint32_t retire_running; /* retire threads */
+  hark_model **retired;    /* retired versions not yet destroyed */
+  uint32_t n_retired;
+  uint64_t unload_timeout_ns;
+  uint64_t poll_ns;
+  pthread_t poll_thread;
+  bool poll_started, poll_stop;
+  pthread_cond_t poll_cv;
   atomic_bool live;
+  atomic_bool draining;
+  atomic_bool cut; /* shutting down: retirements stop waiting */
 };
 
 hark_pool *hark_server_pool(hark_server *s) { return s->pool; }
@@ -57,90 +79,6 @@ static const char *const extensions[] = {"classification", "model_repository",
                                          "system_shared_memory", "statistics",
                                          "binary_tensor_data", "parameters", NULL};
 const char *const *hark_server_extensions(void) { return extensions; }
-
-/* ---- files ------------------------------------------------------------------ */
-
-static char *read_file(const char *path, size_t *len) {
-  FILE *f = fopen(path, "rb");
-  if (!f) return NULL;
-  char *buf = NULL;
-  if (fseek(f, 0, SEEK_END) == 0) {
-    long size = ftell(f);
-    if (size >= 0 && size < (64 << 20) && fseek(f, 0, SEEK_SET) == 0) {
-      buf = malloc((size_t)size + 1);
-      if (buf) {
-        *len = fread(buf, 1, (size_t)size, f);
-        buf[*len] = '\0';
-      }
-    }
-  }
-  fclose(f);
-  return buf;
-}
-
-static bool is_dir(const char *path) {
-  struct stat st;
-  return stat(path, &st) == 0 && S_ISDIR(st.st_mode);
-}
-
-/* A model name names one folder directly under the repository. */
-static bool name_is_safe(const char *name) {
-  return name && *name && strcmp(name, ".") != 0 && strcmp(name, "..") != 0 &&
-         !strchr(name, '/') && strlen(name) < 256;
-}
-
-static int cmp_i64(const void *a, const void *b) {
-  int64_t x = *(const int64_t *)a, y = *(const int64_t *)b;
-  return (x > y) - (x < y);
-}
-
-/* Numbered version folders of a model, ascending. */
-static int64_t *list_versions(const char *path, uint32_t *n) {
-  *n = 0;
-  DIR *d = opendir(path);
-  if (!d) return NULL;
-  int64_t *v = NULL;
-  uint32_t cap = 0;
-  struct dirent *e;
-  while ((e = readdir(d))) {
-    char *end;
-    errno = 0;
-    long long x = strtoll(e->d_name, &end, 10);
-    if (!e->d_name[0] || *end || errno || x < 0) continue;
-    char sub[4096];
-    snprintf(sub, sizeof sub, "%s/%s", path, e->d_name);
-    if (!is_dir(sub)) continue;
-    if (*n == cap) {
-      cap = cap ? cap * 2 : 8;
-      int64_t *g = realloc(v, cap * sizeof *v);
-      if (!g) break;
-      v = g;
-    }
-    v[(*n)++] = x;
-  }
-  closedir(d);
-  if (*n) qsort(v, *n, sizeof *v, cmp_i64);
-  return v;
-}
-
-/* Applies the version policy in place; returns how many remain. */
-static uint32_t apply_policy(const hark_version_policy *p, int64_t *v, uint32_t n) {
-  if (p->kind == HARK_VERSION_ALL) return n;
-  if (p->kind == HARK_VERSION_LATEST) {
-    uint32_t keep = p->latest_num_versions ? p->latest_num_versions : 1;
-    if (keep >= n) return n;
-    memmove(v, v + (n - keep), keep * sizeof *v);
-    return keep;
-  }
-  uint32_t k = 0;
-  for (uint32_t i = 0; i < n; i++)
-    for (uint32_t j = 0; j < p->n_versions; j++)
-      if (v[i] == p->versions[j]) {
-        v[k++] = v[i];
-        break;
-      }
-  return k;
-}
 
 /* ---- backends --------------------------------------------------------------- */
 
@@ -196,7 +134,7 @@ static hark_error *backend_get(hark_server *s, const char *model_path, const cha
       *out = s->backends[i];
       return NULL;
     }
-  if (!name_is_safe(name))
+  if (!hark_repo_name_is_safe(name))
     return hark_error_new(HARK_ERR_INVALID_ARG, "invalid backend name '%s'", name);
   char cand[3][4096];
   snprintf(cand[0], sizeof cand[0], "%s/libhark_%s.so", model_path, name);
@@ -275,7 +213,7 @@ static model_entry *entry_claim(hark_server *s, const char *name) {
   return e;
 }
 
-/* ---- load / unload ---------------------------------------------------------- */
+/* ---- building versions ------------------------------------------------------ */
 
 static hark_error *versions_create(hark_server *s, const char *path, const char *name,
                                    const char *text, size_t len, hark_model ***out,
@@ -286,8 +224,8 @@ static hark_error *versions_create(hark_server *s, const char *path, const char 
   hark_error *err = hark_model_config_parse(text, len, file, name, &cfg);
   if (err) return err;
   uint32_t n;
-  int64_t *versions = list_versions(path, &n);
-  n = apply_policy(&cfg->version_policy, versions, n);
+  int64_t *versions = hark_repo_list_versions(path, &n);
+  n = hark_repo_apply_policy(&cfg->version_policy, versions, n);
   if (n == 0) {
     free(versions);
     hark_model_config_free(cfg);
@@ -323,18 +261,141 @@ static hark_error *versions_create(hark_server *s, const char *path, const char 
   return NULL;
 }
 
+/* ---- retiring old versions -------------------------------------------------- */
+
+static void retired_remove(hark_server *s, hark_model *m) {
+  pthread_mutex_lock(&s->lock);
+  for (uint32_t i = 0; i < s->n_retired; i++)
+    if (s->retired[i] == m) {
+      s->retired[i] = s->retired[--s->n_retired];
+      break;
+    }
+  pthread_mutex_unlock(&s->lock);
+}
+
+/* Lets each version finish what holds it (up to the unload timeout, cut
+ * short at shutdown), then destroys it. */
+static void retire_finish(hark_server *s, hark_model **old, uint32_t n, uint64_t deadline) {
+  for (uint32_t i = 0; i < n; i++) {
+    int users = hark_model_users(old[i]);
+    if (!hark_model_wait_unused(old[i], deadline, &s->cut))
+      HARK_WARN("model '%s' version %lld: %d request(s) or stream(s) still used it after %.0f s "
+                "(--model-unload-timeout-secs); their next requests are refused",
+                old[i]->name, (long long)old[i]->version, hark_model_users(old[i]),
+                (double)s->unload_timeout_ns / 1e9);
+    else if (users > 0)
+      HARK_INFO("model '%s' version %lld: its live requests and streams finished; unloading",
+                old[i]->name, (long long)old[i]->version);
+    retired_remove(s, old[i]);
+    hark_model_destroy(old[i]);
+  }
+}
+
+typedef struct retire_job {
+  hark_server *server;
+  hark_model **old;
+  uint32_t n;
+  uint64_t deadline;
+} retire_job;
+
+static void *retire_run(void *arg) {
+  retire_job *job = arg;
+  hark_server *s = job->server;
+  retire_finish(s, job->old, job->n, job->deadline);
+  free(job->old);
+  free(job);
+  pthread_mutex_lock(&s->lock);
+  s->retire_running--;
+  pthread_cond_broadcast(&s->changed);
+  pthread_mutex_unlock(&s->lock);
+  return NULL;
+}
+
+/* Marks versions taken out of their entry as retired and lists them (for
+ * hark_server_is_idle) until they are destroyed. */
+static void retire_add(hark_server *s, hark_model **old, uint32_t n) {
+  pthread_mutex_lock(&s->lock);
+  hark_model **g = realloc(s->retired, (s->n_retired + n + 1) * sizeof *g);
+  if (!g) abort();
+  s->retired = g;
+  for (uint32_t i = 0; i < n; i++) {
+    atomic_store(&old[i]->retired, true);
+    g[s->n_retired++] = old[i];
+  }
+  pthread_mutex_unlock(&s->lock);
+}
+
+/* Takes `old` (an array of n retired versions): they stay ready for what
+ * holds them until `deadline` and are destroyed on a thread of their own
+ * (here, if no thread can be started). */
+static void retire_async(hark_server *s, hark_model **old, uint32_t n, uint64_t deadline) {
+  if (!n) {
+    free(old);
+    return;
+  }
+  pthread_mutex_lock(&s->lock);
+  s->retire_running++;
+  pthread_mutex_unlock(&s->lock);
+  retire_job *job = malloc(sizeof *job);
+  pthread_t t;
+  pthread_attr_t attr;
+  pthread_attr_init(&attr);
+  pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
+  if (job) *job = (retire_job){s, old, n, deadline};
+  int rc = job ? pthread_create(&t, &attr, retire_run, job) : ENOMEM;
+  pthread_attr_destroy(&attr);
+  if (rc != 0) {
+    free(job);
+    HARK_WARN("cannot start a thread to retire model versions (%s): retiring inline",
+              strerror(rc));
+    retire_finish(s, old, n, deadline);
+    free(old);
+    pthread_mutex_lock(&s->lock);
+    s->retire_running--;
+    pthread_cond_broadcast(&s->changed);
+    pthread_mutex_unlock(&s->lock);
+  }
+}
+
+/* ---- load / unload ---------------------------------------------------------- */
+
+/* Names of the loaded ensembles with a step on `name` (they hold its old
+ * version for validation): reloading them makes them let go of it. */
+static char **dependents(hark_server *s, const char *name, uint32_t *n) {
+  *n = 0;
+  char **out = NULL;
+  pthread_mutex_lock(&s->lock);
+  for (uint32_t i = 0; i < s->n_entries; i++) {
+    model_entry *e = &s->entries[i];
+    if (!e->n_versions || strcmp(e->name, name) == 0) continue;
+    const hark_model_config *cfg = e->versions[e->n_versions - 1]->config;
+    bool uses = false;
+    for (uint32_t k = 0; k < cfg->n_ensemble_steps && !uses; k++)
+      uses = strcmp(cfg->ensemble_steps[k].model_name, name) == 0;
+    if (!uses) continue;
+    char **g = realloc(out, (*n + 1) * sizeof *g);
+    if (!g) break;
+    out = g;
+    out[(*n)++] = strdup(e->name);
+  }
+  pthread_mutex_unlock(&s->lock);
+  return out;
+}
+
 static hark_error *model_load(hark_server *s, const char *name) {
-  if (!name_is_safe(name))
+  if (!hark_repo_name_is_safe(name))
     return hark_error_new(HARK_ERR_INVALID_ARG, "invalid model name '%s'", name ? name : "");
   char path[4096], file[4096];
   snprintf(path, sizeof path, "%s/%s", s->repo, name);
   snprintf(file, sizeof file, "%s/config.pbtxt", path);
   model_entry *e = entry_claim(s, name);
   uint64_t t0 = hark_now_ns();
+  /* Taken before reading: a change made while loading shows at the next scan. */
+  uint64_t sig = hark_repo_signature(path);
   hark_error *err = NULL;
   size_t len = 0;
-  char *text = is_dir(path) ? read_file(file, &len) : NULL;
-  if (!is_dir(path))
+  char *text = hark_repo_is_dir(path) ? hark_repo_read_file(file, &len) : NULL;
+  if (!hark_repo_is_dir(path))
     err = hark_error_new(HARK_ERR_NOT_FOUND, "failed to load '%s': no model folder %s", name, path);
   else if (!text)
     err = hark_error_new(HARK_ERR_INVALID_ARG, "failed to load '%s': cannot read %s: %s", name,
@@ -349,10 +410,14 @@ static hark_error *model_load(hark_server *s, const char *name) {
     err = versions_create(s, path, name, text, len, &fresh, &n_fresh);
   }
   free(text);
+  double secs = (double)(hark_now_ns() - t0) / 1e9;
+  for (uint32_t i = 0; i < n_fresh; i++) fresh[i]->load_secs = secs;
   pthread_mutex_lock(&s->lock);
   e = entry_find(s, name);
   hark_model **old = NULL;
   uint32_t n_old = 0;
+  e->sig = sig;
+  e->have_sig = true;
   if (err) {
     /* The old versions, if any, go on serving. */
     entry_set_reason(e, hark_error_message(err));
@@ -372,17 +437,31 @@ static hark_error *model_load(hark_server *s, const char *name) {
   pthread_mutex_unlock(&s->lock);
   if (err) {
     HARK_ERROR("failed to load model '%s': %s", name, hark_error_message(err));
-  } else {
-    for (uint32_t i = 0; i < n_fresh; i++)
-      HARK_INFO("loaded model '%s' version %lld (%.1f ms)", name, (long long)fresh[i]->version,
-                (double)(hark_now_ns() - t0) / 1e6);
+    return err;
   }
-  for (uint32_t i = 0; i < n_old; i++) hark_model_destroy(old[i]);
-  free(old);
-  return err;
+  for (uint32_t i = 0; i < n_fresh; i++)
+    HARK_INFO("%s model '%s' version %lld (%.1f ms)", n_old ? "reloaded" : "loaded", name,
+              (long long)fresh[i]->version, secs * 1e3);
+  retire_add(s, old, n_old);
+  retire_async(s, old, n_old, hark_now_ns() + s->unload_timeout_ns);
+  if (n_old) {
+    uint32_t n_dep;
+    char **deps = dependents(s, name, &n_dep);
+    for (uint32_t i = 0; i < n_dep; i++) {
+      hark_error *derr = model_load(s, deps[i]);
+      hark_error_free(derr); /* logged; the ensemble's old version serves on */
+      free(deps[i]);
+    }
+    free(deps);
+  }
+  return NULL;
 }
 
-static hark_error *model_unload(hark_server *s, const char *name) {
+/* Takes the model out of service. With `wait`, returns once its versions
+ * are destroyed (or, if something still holds them after the unload
+ * timeout, once they refuse new work and are left to finish on their own);
+ * without, retires them in the background. */
+static hark_error *model_unload(hark_server *s, const char *name, bool wait) {
   pthread_mutex_lock(&s->lock);
   bool known = entry_find(s, name) != NULL;
   pthread_mutex_unlock(&s->lock);
@@ -394,10 +473,25 @@ static hark_error *model_unload(hark_server *s, const char *name) {
   uint32_t n_old = e->n_versions;
   e->versions = NULL;
   e->n_versions = 0;
+  e->have_sig = false; /* the same folder added back loads again */
   e->state = "UNLOADING";
   pthread_mutex_unlock(&s->lock);
-  for (uint32_t i = 0; i < n_old; i++) hark_model_destroy(old[i]);
-  free(old);
+  retire_add(s, old, n_old);
+  uint64_t deadline = hark_now_ns() + s->unload_timeout_ns;
+  bool unused = true;
+  for (uint32_t i = 0; wait && i < n_old; i++)
+    unused &= hark_model_wait_unused(old[i], deadline, &s->cut);
+  if (wait && unused) {
+    for (uint32_t i = 0; i < n_old; i++) {
+      retired_remove(s, old[i]);
+      hark_model_destroy(old[i]);
+    }
+    free(old);
+  } else {
+    /* In the background; after a wait its deadline has passed, so what
+     * still holds the versions is refused from now on. */
+    retire_async(s, old, n_old, deadline);
+  }
   pthread_mutex_lock(&s->lock);
   e = entry_find(s, name);
   e->state = "UNAVAILABLE";
@@ -408,33 +502,6 @@ static hark_error *model_unload(hark_server *s, const char *name) {
   pthread_mutex_unlock(&s->lock);
   if (n_old) HARK_INFO("unloaded model '%s'", name);
   return NULL;
-}
-
-/* Model folders of the repository, sorted. */
-static char **repo_scan(const char *repo, uint32_t *n) {
-  *n = 0;
-  DIR *d = opendir(repo);
-  if (!d) return NULL;
-  char **names = NULL;
-  struct dirent *e;
-  while ((e = readdir(d))) {
-    if (e->d_name[0] == '.') continue;
-    char path[4096];
-    snprintf(path, sizeof path, "%s/%s", repo, e->d_name);
-    if (!is_dir(path)) continue;
-    char **g = realloc(names, (*n + 1) * sizeof *g);
-    if (!g) break;
-    names = g;
-    names[(*n)++] = strdup(e->d_name);
-  }
-  closedir(d);
-  for (uint32_t i = 1; i < *n; i++) /* few names: insertion sort */
-    for (uint32_t j = i; j > 0 && strcmp(names[j - 1], names[j]) > 0; j--) {
-      char *t = names[j];
-      names[j] = names[j - 1];
-      names[j - 1] = t;
-    }
-  return names;
 }
 
 /* Ensembles need their steps loaded first: load in passes until a pass
@@ -458,10 +525,91 @@ static void load_names(hark_server *s, char **names, uint32_t n) {
   free(done);
 }
 
+/* ---- polling ---------------------------------------------------------------- */
+
+static bool name_in(char **names, uint32_t n, const char *name) {
+  for (uint32_t i = 0; i < n; i++)
+    if (strcmp(names[i], name) == 0) return true;
+  return false;
+}
+
+/* One scan: loads new and changed model folders, unloads removed ones. A
+ * folder whose last load failed is tried again only once it changes. */
+static void poll_once(hark_server *s) {
+  uint32_t n;
+  char **names = hark_repo_scan(s->repo, &n);
+  char **load = calloc(n ? n : 1, sizeof *load);
+  uint32_t n_load = 0;
+  for (uint32_t i = 0; i < n; i++) {
+    char path[4096];
+    snprintf(path, sizeof path, "%s/%s", s->repo, names[i]);
+    uint64_t sig = hark_repo_signature(path);
+    pthread_mutex_lock(&s->lock);
+    model_entry *e = entry_find(s, names[i]);
+    bool changed = !e || !e->have_sig || e->sig != sig;
+    pthread_mutex_unlock(&s->lock);
+    if (changed && load) load[n_load++] = names[i];
+  }
+  char **gone = NULL;
+  uint32_t n_gone = 0;
+  pthread_mutex_lock(&s->lock);
+  for (uint32_t i = 0; i < s->n_entries; i++) {
+    model_entry *e = &s->entries[i];
+    if ((!e->n_versions && !e->have_sig) || name_in(names, n, e->name)) continue;
+    char **g = realloc(gone, (n_gone + 1) * sizeof *g);
+    if (!g) break;
+    gone = g;
+    gone[n_gone++] = strdup(e->name);
+  }
+  pthread_mutex_unlock(&s->lock);
+  for (uint32_t i = 0; i < n_gone; i++) {
+    HARK_INFO("model '%s' was removed from the repository: unloading", gone[i]);
+    hark_error_free(model_unload(s, gone[i], false));
+    free(gone[i]);
+  }
+  free(gone);
+  for (uint32_t i = 0; i < n_load; i++)
+    HARK_INFO("model '%s' is new or changed in the repository: loading", load[i]);
+  if (n_load) load_names(s, load, n_load);
+  free(load);
+  for (uint32_t i = 0; i < n; i++) free(names[i]);
+  free(names);
+}
+
+static void *poll_run(void *arg) {
+  hark_server *s = arg;
+  pthread_mutex_lock(&s->lock);
+  while (!s->poll_stop) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    uint64_t ns = (uint64_t)ts.tv_nsec + s->poll_ns;
+    ts.tv_sec += (time_t)(ns / 1000000000ull);
+    ts.tv_nsec = (long)(ns % 1000000000ull);
+    int rc = 0;
+    while (!s->poll_stop && rc != ETIMEDOUT) rc = pthread_cond_timedwait(&s->poll_cv, &s->lock, &ts);
+    if (s->poll_stop) break;
+    pthread_mutex_unlock(&s->lock);
+    if (!atomic_load(&s->draining)) poll_once(s);
+    pthread_mutex_lock(&s->lock);
+  }
+  pthread_mutex_unlock(&s->lock);
+  return NULL;
+}
+
+static void poll_stop(hark_server *s) {
+  if (!s->poll_started) return;
+  pthread_mutex_lock(&s->lock);
+  s->poll_stop = true;
+  pthread_cond_broadcast(&s->poll_cv);
+  pthread_mutex_unlock(&s->lock);
+  pthread_join(s->poll_thread, NULL);
+  s->poll_started = false;
+}
+
 /* ---- server ----------------------------------------------------------------- */
 
 hark_error *hark_server_new(const hark_server_options *opts, hark_server **out) {
-  if (!opts->model_repository || !is_dir(opts->model_repository))
+  if (!opts->model_repository || !hark_repo_is_dir(opts->model_repository))
     return hark_error_new(HARK_ERR_INVALID_ARG, "model repository '%s' is not a folder",
                           opts->model_repository ? opts->model_repository : "(none)");
   hark_server *s = calloc(1, sizeof *s);
@@ -472,8 +620,17 @@ hark_error *hark_server_new(const hark_server_options *opts, hark_server **out) 
   s->control = opts->model_control;
   s->strict_readiness = opts->strict_readiness;
   s->default_max_queue = opts->max_queue_size ? opts->max_queue_size : 4096;
+  s->unload_timeout_ns =
+      (uint64_t)(opts->unload_timeout_secs ? opts->unload_timeout_secs : 30) * 1000000000ull;
+  double poll = opts->repository_poll_secs > 0 ? opts->repository_poll_secs : 15.0;
+  s->poll_ns = (uint64_t)(poll * 1e9);
   pthread_mutex_init(&s->lock, NULL);
   pthread_cond_init(&s->changed, NULL);
+  pthread_condattr_t ca;
+  pthread_condattr_init(&ca);
+  pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
+  pthread_cond_init(&s->poll_cv, &ca);
+  pthread_condattr_destroy(&ca);
   uint32_t threads = opts->worker_threads;
   if (!threads) {
     long cores = sysconf(_SC_NPROCESSORS_ONLN);
@@ -486,8 +643,8 @@ hark_error *hark_server_new(const hark_server_options *opts, hark_server **out) 
   }
   atomic_store(&s->live, true);
   uint32_t n;
-  char **names = repo_scan(s->repo, &n);
-  if (s->control == HARK_MODEL_CONTROL_NONE) {
+  char **names = hark_repo_scan(s->repo, &n);
+  if (s->control != HARK_MODEL_CONTROL_EXPLICIT) {
     load_names(s, names, n);
   } else {
     bool all = false;
@@ -500,13 +657,25 @@ hark_error *hark_server_new(const hark_server_options *opts, hark_server **out) 
   }
   for (uint32_t i = 0; i < n; i++) free(names[i]);
   free(names);
+  if (s->control == HARK_MODEL_CONTROL_POLL) {
+    int rc = pthread_create(&s->poll_thread, NULL, poll_run, s);
+    if (rc != 0) {
+      hark_server_free(s);
+      return hark_error_new(HARK_ERR_INTERNAL, "cannot start the repository poll thread: %s",
+                            strerror(rc));
+    }
+    s->poll_started = true;
+    HARK_INFO("polling the model repository every %.3g s", poll);
+  }
   *out = s;
   return NULL;
 }
 
 void hark_server_free(hark_server *s) {
   if (!s) return;
+  poll_stop(s);
   atomic_store(&s->live, false);
+  atomic_store(&s->cut, true); /* retired versions stop waiting for their users */
   pthread_mutex_lock(&s->lock);
   while (s->ops_running) pthread_cond_wait(&s->changed, &s->lock);
   pthread_mutex_unlock(&s->lock);
@@ -522,6 +691,11 @@ void hark_server_free(hark_server *s) {
         }
       }
     }
+  /* Retired versions may have waited on the ensembles just destroyed. */
+  pthread_mutex_lock(&s->lock);
+  while (s->retire_running) pthread_cond_wait(&s->changed, &s->lock);
+  pthread_mutex_unlock(&s->lock);
+  free(s->retired);
   for (uint32_t i = 0; i < s->n_entries; i++) {
     free(s->entries[i].name);
     free(s->entries[i].reason);
@@ -533,6 +707,7 @@ void hark_server_free(hark_server *s) {
   free(s->backends);
   pthread_mutex_destroy(&s->lock);
   pthread_cond_destroy(&s->changed);
+  pthread_cond_destroy(&s->poll_cv);
   free(s->repo);
   free(s->backend_dir);
   free(s);
@@ -540,8 +715,23 @@ void hark_server_free(hark_server *s) {
 
 bool hark_server_is_live(const hark_server *s) { return atomic_load(&s->live); }
 
+void hark_server_begin_drain(hark_server *s) { atomic_store(&s->draining, true); }
+
+bool hark_server_is_draining(const hark_server *s) { return atomic_load(&s->draining); }
+
+bool hark_server_is_idle(hark_server *s) {
+  pthread_mutex_lock(&s->lock);
+  int64_t pending = 0;
+  for (uint32_t i = 0; i < s->n_entries; i++)
+    for (uint32_t v = 0; v < s->entries[i].n_versions; v++)
+      pending += atomic_load(&s->entries[i].versions[v]->stats.pending);
+  for (uint32_t i = 0; i < s->n_retired; i++) pending += atomic_load(&s->retired[i]->stats.pending);
+  pthread_mutex_unlock(&s->lock);
+  return pending <= 0;
+}
+
 bool hark_server_is_ready(const hark_server *s) {
-  if (!atomic_load(&s->live)) return false;
+  if (!atomic_load(&s->live) || atomic_load(&s->draining)) return false;
   if (!s->strict_readiness) return true;
   hark_server *m = (hark_server *)s;
   pthread_mutex_lock(&m->lock);
@@ -602,6 +792,12 @@ hark_error *hark_server_infer(hark_server *s, hark_request *req) {
   hark_model *m = req->model;
   if (!atomic_load(&s->live))
     return hark_error_new(HARK_ERR_UNAVAILABLE, "Server is shutting down");
+  if (!atomic_load(&m->ready) && atomic_load(&m->retired))
+    return hark_error_new(HARK_ERR_UNAVAILABLE,
+                          "model '%s' version %lld is unloading: it was reloaded or unloaded "
+                          "and the streams that began on it had %.0f s to finish "
+                          "(--model-unload-timeout-secs)",
+                          m->name, (long long)m->version, (double)s->unload_timeout_ns / 1e9);
   if (!atomic_load(&m->ready))
     return hark_error_new(HARK_ERR_UNAVAILABLE, "model '%s' version %lld is not ready", m->name,
                           (long long)m->version);
@@ -619,7 +815,7 @@ hark_error *hark_server_infer(hark_server *s, hark_request *req) {
 hark_error *hark_server_repository_index(hark_server *s, bool ready_only, hark_index_entry **out,
                                          size_t *n_out) {
   uint32_t n_names;
-  char **names = repo_scan(s->repo, &n_names);
+  char **names = hark_repo_scan(s->repo, &n_names);
   pthread_mutex_lock(&s->lock);
   for (uint32_t i = 0; i < n_names; i++) (void)entry_get(s, names[i]);
   size_t cap = 0, n = 0;
@@ -627,9 +823,10 @@ hark_error *hark_server_repository_index(hark_server *s, bool ready_only, hark_i
   hark_index_entry *list = calloc(cap ? cap : 1, sizeof *list);
   for (uint32_t i = 0; i < s->n_entries; i++) {
     model_entry *e = &s->entries[i];
+    /* A failed reload leaves the old versions READY: say why it failed. */
     for (uint32_t v = 0; v < e->n_versions; v++)
       list[n++] = (hark_index_entry){strdup(e->name), e->versions[v]->version, "READY",
-                                     strdup("")};
+                                     strdup(e->failed ? e->reason : "")};
     if (!e->n_versions && !ready_only)
       list[n++] = (hark_index_entry){strdup(e->name), -1, e->state, strdup(e->reason)};
   }
@@ -659,7 +856,8 @@ typedef struct repo_op {
 
 static void *repo_op_run(void *arg) {
   repo_op *op = arg;
-  hark_error *err = op->load ? model_load(op->server, op->name) : model_unload(op->server, op->name);
+  hark_error *err =
+      op->load ? model_load(op->server, op->name) : model_unload(op->server, op->name, true);
   op->done(err, op->userp);
   hark_server *s = op->server;
   free(op->name);
@@ -677,9 +875,13 @@ static hark_error *repo_op_start(hark_server *s, const char *name, bool load,
     return hark_error_new(HARK_ERR_UNAVAILABLE,
                           "explicit model load / unload is not allowed in model control mode "
                           "'none'; start harkd with --model-control-mode=explicit");
-  if (!name_is_safe(name))
+  if (s->control == HARK_MODEL_CONTROL_POLL)
+    return hark_error_new(HARK_ERR_UNSUPPORTED,
+                          "explicit model load / unload is not allowed if polling is enabled");
+  if (!hark_repo_name_is_safe(name))
     return hark_error_new(HARK_ERR_INVALID_ARG, "invalid model name '%s'", name ? name : "");
-  if (!atomic_load(&s->live)) return hark_error_new(HARK_ERR_UNAVAILABLE, "Server is shutting down");
+  if (!atomic_load(&s->live) || atomic_load(&s->draining))
+    return hark_error_new(HARK_ERR_UNAVAILABLE, "Server is shutting down");
   repo_op *op = calloc(1, sizeof *op);
   *op = (repo_op){s, strdup(name), load, done, userp};
   pthread_mutex_lock(&s->lock);

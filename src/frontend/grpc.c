@@ -9,6 +9,10 @@
  * message, which grpc_kserve.c's handler turns into a reply — at once, or
  * from an engine worker thread when the request completes.
  *
+ * Draining (SIGTERM): new streams, and new ModelInfer / Recognize calls,
+ * are refused with UNAVAILABLE while the open ones finish; metadata and
+ * health go on answering (health: NOT_SERVING).
+ *
  * Stopping: shutdown_and_notify + cancel_all_calls, then the loop keeps
  * running until every call struct is gone (engine requests in flight hold
  * theirs until their final), and only then shuts the queue down.
@@ -79,6 +83,8 @@ static void call_free(hark_grpc_call *c) {
     hark_grpc_job_free(j);
   }
   if (c->write_bb) grpc_byte_buffer_destroy(c->write_bb);
+  if (c->svc_free) c->svc_free(c->svc);
+  if (c->stream_begun) atomic_fetch_sub(&g->open_streams, 1);
   pthread_mutex_destroy(&c->mu);
   free(c);
   atomic_fetch_sub(&g->live_calls, 1);
@@ -131,7 +137,10 @@ static void on_new(hark_grpc_call *c, bool ok) {
   const char *path = (const char *)GRPC_SLICE_START_PTR(c->details.method);
   size_t len = GRPC_SLICE_LENGTH(c->details.method);
   c->method = hark_grpc_method_find(path, len);
-  if (c->method && c->method->streaming) {
+  if (c->method && c->method->streaming && hark_server_is_draining(g->server)) {
+    /* A drain lets the streams already open finish; new ones go elsewhere. */
+    hark_grpc_reply(c, NULL, GRPC_STATUS_UNAVAILABLE, "Server is shutting down");
+  } else if (c->method && c->method->streaming) {
     hark_grpc_stream_begin(c);
   } else if (!c->method) {
     char msg[256];
@@ -197,6 +206,7 @@ static void on_close(hark_grpc_call *c, bool ok) {
   }
   hark_grpc_stream_closed_locked(c);
   pthread_mutex_unlock(&c->mu);
+  if (c->method && c->method->closed) c->method->closed(c);
   hark_grpc_call_unref(c);
 }
 
@@ -287,9 +297,14 @@ hark_error *hark_grpc_new(hark_server *server, const hark_grpc_options *opts, ha
   if (!g) return hark_error_new(HARK_ERR_INTERNAL, "out of memory");
   g->server = server;
   g->max_message_bytes = opts->max_message_bytes ? opts->max_message_bytes : DEFAULT_MAX_MESSAGE;
+  g->speech_model = opts->speech_model && *opts->speech_model ? opts->speech_model : "asr";
+  g->max_streams = opts->max_streams ? opts->max_streams : 1024;
+  g->stream_backlog_limit = opts->stream_backlog_limit;
+  atomic_init(&g->speech_streams, 0);
   if (g->max_message_bytes > INT_MAX) g->max_message_bytes = INT_MAX;
   atomic_init(&g->stopping, false);
   atomic_init(&g->live_calls, 0);
+  atomic_init(&g->open_streams, 0);
   grpc_init();
   grpc_arg args[2] = {
       {.type = GRPC_ARG_INTEGER, .key = GRPC_ARG_MAX_RECEIVE_MESSAGE_LENGTH,
@@ -329,6 +344,10 @@ hark_error *hark_grpc_new(hark_server *server, const hark_grpc_options *opts, ha
 }
 
 int hark_grpc_port(const hark_grpc *g) { return g->port; }
+
+bool hark_grpc_is_idle(const hark_grpc *g) {
+  return !g || atomic_load(&((hark_grpc *)g)->open_streams) == 0;
+}
 
 void hark_grpc_free(hark_grpc *g) {
   if (!g) return;

@@ -63,6 +63,12 @@ typedef struct hark_grpc_method {
   const ProtobufCMessageDescriptor *request;
   void (*handle)(hark_grpc_call *c, ProtobufCMessage *msg);
   bool streaming; /* bidirectional: handle() runs once per message */
+  /* Streams only, optional, queue thread. half_close: the client sent its
+   * last message (cleanly); a job appended now is answered before the
+   * status. closed: the call is over, whether it finished, failed or was
+   * cancelled (c->cancelled says which). */
+  void (*half_close)(hark_grpc_call *c);
+  void (*closed)(hark_grpc_call *c);
 } hark_grpc_method;
 
 struct hark_grpc {
@@ -77,6 +83,11 @@ struct hark_grpc {
   bool cq_shut;               /* queue thread only */
   hark_grpc_tag shutdown_tag; /* fn NULL: the server's shutdown notice */
   atomic_long live_calls;     /* hark_grpc_call structs not yet freed */
+  atomic_long open_streams;   /* streaming calls begun and not yet freed */
+  /* Speech streams (grpc_riva.c). */
+  const char *speech_model;
+  uint32_t max_streams, stream_backlog_limit;
+  atomic_uint speech_streams;
 };
 
 struct hark_grpc_call {
@@ -98,12 +109,16 @@ struct hark_grpc_call {
   hark_grpc_job *unary; /* ModelInfer: its job until the final */
   /* ModelStreamInfer (grpc_stream.c); all guarded by mu. */
   hark_grpc_tag t_write;
+  bool stream_begun; /* counted in g->open_streams */
   hark_grpc_job *head, *tail; /* in arrival order */
   uint32_t n_jobs;
   grpc_byte_buffer *write_bb; /* the one write in flight */
   bool writing, reading, read_done, md_sent, status_sent;
   grpc_status_code stream_code; /* the final status of a stream */
   char stream_details[160];
+  /* A service's own state for the call, freed with it. */
+  void *svc;
+  void (*svc_free)(void *svc);
 };
 
 /* ---- grpc.c ---------------------------------------------------------------- */
@@ -134,12 +149,20 @@ const hark_grpc_method *hark_grpc_method_find(const char *path, size_t len);
 /* "" -> -1 (newest); digits -> the version; else INVALID_ARG. */
 hark_error *hark_grpc_parse_version(const char *s, int64_t *out);
 
+/* ---- grpc_riva.c ------------------------------------------------------------------ */
+
+/* The Riva speech method served at `path` (len bytes), or NULL. */
+const hark_grpc_method *hark_grpc_riva_method_find(const char *path, size_t len);
+
 /* ---- grpc_infer.c ---------------------------------------------------------------- */
 
 void hark_grpc_model_infer(hark_grpc_call *c, ProtobufCMessage *msg);
 /* ModelStreamInfer: one message of the stream, queued in order. */
 void hark_grpc_stream_infer(hark_grpc_call *c, ProtobufCMessage *msg);
 void hark_grpc_job_free(hark_grpc_job *j);
+/* Adds a packed reply to a stream job (c->mu held); false (bb freed) when
+ * out of memory. */
+bool hark_grpc_job_add_out(hark_grpc_job *j, grpc_byte_buffer *bb);
 
 /* ---- grpc_stream.c ---------------------------------------------------------------- */
 
@@ -152,5 +175,10 @@ void hark_grpc_stream_append_locked(hark_grpc_call *c, hark_grpc_job *j);
 void hark_grpc_stream_pump(hark_grpc_call *c);
 /* The call is over (c->mu held): frees what waits to be written. */
 void hark_grpc_stream_closed_locked(hark_grpc_call *c);
+/* Ends the stream with `code` once the replies before it are written, and
+ * reads no more (the first failure wins). Any thread; c->mu not held. */
+void hark_grpc_stream_fail(hark_grpc_call *c, grpc_status_code code, const char *details);
+/* True once the stream is failing (c->mu held). */
+bool hark_grpc_stream_failed_locked(const hark_grpc_call *c);
 
 #endif

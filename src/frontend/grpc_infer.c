@@ -375,17 +375,22 @@ static void job_push_locked(hark_grpc_job *j, const hark_response *resp, const c
     bb = hark_grpc_pack(&er.base, c->g->max_message_bytes, &size);
     if (!bb) return;
   }
+  hark_grpc_job_add_out(j, bb);
+}
+
+bool hark_grpc_job_add_out(hark_grpc_job *j, grpc_byte_buffer *bb) {
   if (j->n_out == j->cap_out) {
     size_t cap = j->cap_out ? j->cap_out * 2 : 2;
     grpc_byte_buffer **p = realloc(j->out, cap * sizeof *p);
     if (!p) {
       grpc_byte_buffer_destroy(bb);
-      return;
+      return false;
     }
     j->out = p;
     j->cap_out = cap;
   }
   j->out[j->n_out++] = bb;
+  return true;
 }
 
 /* The engine's callback for a stream job, on a worker thread. */
@@ -483,6 +488,11 @@ static hark_error *submit(hark_grpc_call *c, hark_grpc_job *j, ProtobufCMessage 
 }
 
 void hark_grpc_model_infer(hark_grpc_call *c, ProtobufCMessage *msg) {
+  if (hark_server_is_draining(c->g->server)) {
+    free_message(msg);
+    hark_grpc_reply(c, NULL, GRPC_STATUS_UNAVAILABLE, "Server is shutting down");
+    return;
+  }
   hark_grpc_job *j = job_new(c);
   if (!j) {
     free_message(msg);

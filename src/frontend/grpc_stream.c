@@ -1,7 +1,8 @@
 /*
- * grpc_stream.c — ModelStreamInfer, the bidirectional stream: reads
- * requests one message at a time, hands each to grpc_infer.c as a job in
- * arrival order, and writes the jobs' replies strictly in that order, one
+ * grpc_stream.c — bidirectional streams (ModelStreamInfer, Riva's
+ * StreamingRecognize): reads one message at a time, hands each to the
+ * method's handler, which queues jobs in arrival order (grpc_infer.c,
+ * grpc_riva.c), and writes the jobs' replies strictly in that order, one
  * write in flight at a time (gRPC allows no more).
  *
  * Reads run on the queue thread; writes start from whichever thread made
@@ -9,15 +10,16 @@
  * most HARK_GRPC_STREAM_MAX_PENDING jobs wait at once: past that, reading
  * pauses until the oldest is written, so a client that sends faster than
  * the model answers is slowed by HTTP/2 flow control, not by our memory.
- * When the client half-closes, the stream ends with OK after the last
- * reply; a malformed message ends it with INVALID_ARGUMENT.
+ * When the client half-closes, the method may queue a last job
+ * (half_close), and the stream ends with OK after the last reply; a
+ * malformed message, or a handler's hark_grpc_stream_fail, ends it with
+ * that status after the replies already queued.
  */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "frontend/grpc_impl.h"
-#include "grpc_service.pb-c.h"
 
 static void on_stream_read(hark_grpc_call *c, bool ok);
 static void on_write(hark_grpc_call *c, bool ok);
@@ -32,6 +34,8 @@ static void start_read_locked(hark_grpc_call *c) {
 }
 
 void hark_grpc_stream_begin(hark_grpc_call *c) {
+  atomic_fetch_add(&c->g->open_streams, 1); /* until the call is freed */
+  c->stream_begun = true;
   c->t_read = (hark_grpc_tag){on_stream_read, c};
   c->t_write = (hark_grpc_tag){on_write, c};
   c->stream_code = GRPC_STATUS_OK;
@@ -68,6 +72,21 @@ static void sweep_done_locked(hark_grpc_call *c) {
 }
 
 void hark_grpc_stream_closed_locked(hark_grpc_call *c) { sweep_done_locked(c); }
+
+bool hark_grpc_stream_failed_locked(const hark_grpc_call *c) {
+  return c->stream_code != GRPC_STATUS_OK;
+}
+
+void hark_grpc_stream_fail(hark_grpc_call *c, grpc_status_code code, const char *details) {
+  pthread_mutex_lock(&c->mu);
+  if (c->stream_code == GRPC_STATUS_OK) {
+    c->stream_code = code;
+    snprintf(c->stream_details, sizeof c->stream_details, "%s", details ? details : "");
+  }
+  c->read_done = true;
+  pthread_mutex_unlock(&c->mu);
+  hark_grpc_stream_pump(c);
+}
 
 /* The end of the stream: its status, once every reply is out. */
 static void send_status_locked(hark_grpc_call *c) {
@@ -152,27 +171,30 @@ static void on_stream_read(hark_grpc_call *c, bool ok) {
     if (grpc_byte_buffer_reader_init(&reader, c->recv)) {
       grpc_slice s = grpc_byte_buffer_reader_readall(&reader);
       grpc_byte_buffer_reader_destroy(&reader);
-      msg = protobuf_c_message_unpack(&inference__model_infer_request__descriptor, NULL,
-                                      GRPC_SLICE_LENGTH(s), GRPC_SLICE_START_PTR(s));
+      msg = protobuf_c_message_unpack(c->method->request, NULL, GRPC_SLICE_LENGTH(s),
+                                      GRPC_SLICE_START_PTR(s));
       grpc_slice_unref(s);
     }
     malformed = !msg;
   }
+  bool half_closed = ok && !c->recv;
   if (c->recv) grpc_byte_buffer_destroy(c->recv);
   c->recv = NULL;
+  /* Still `reading`, so no status can go out before the last job is in. */
+  if (half_closed && c->method->half_close) c->method->half_close(c);
   pthread_mutex_lock(&c->mu);
   c->reading = false;
   if (!msg) { /* half-closed, cancelled, or malformed: read no more */
     c->read_done = true;
-    if (malformed) {
+    if (malformed && c->stream_code == GRPC_STATUS_OK) {
       c->stream_code = GRPC_STATUS_INVALID_ARGUMENT;
-      snprintf(c->stream_details, sizeof c->stream_details,
-               "malformed inference.ModelInferRequest message");
+      snprintf(c->stream_details, sizeof c->stream_details, "malformed %s message",
+               c->method->request->name);
     }
   }
   pthread_mutex_unlock(&c->mu);
   if (msg) {
-    hark_grpc_stream_infer(c, msg);
+    c->method->handle(c, msg);
     pthread_mutex_lock(&c->mu);
     if (c->n_jobs < HARK_GRPC_STREAM_MAX_PENDING) start_read_locked(c);
     pthread_mutex_unlock(&c->mu);

@@ -16,7 +16,8 @@
  * connection and the engine: a connection that closes first only marks it
  * orphaned (a loop-thread field), and the loop frees it when it is drained.
  * Every request gets exactly one reply; keep-alive connections then wait
- * for the next one. The routes and their handlers live in http_routes.c;
+ * for the next one. Shutdown drains: new infer requests and streams get
+ * 503 while what is live finishes, up to the exit timeout. The routes and their handlers live in http_routes.c;
  * WebSocket upgrades (Vosk's streaming protocol) are handed to ws.c, whose
  * engine requests complete through the same list.
  */
@@ -31,7 +32,9 @@
 #include "util/log.h"
 
 #define WRITE_CHUNK (256u * 1024u)
-#define SHUTDOWN_GRACE_NS (10ull * 1000000000ull)
+#define SHUTDOWN_GRACE_NS (5ull * 1000000000ull)
+#define STOP_GRACE_NS (1ull * 1000000000ull)
+#define DEFAULT_EXIT_TIMEOUT_SECS 30
 
 const char *const HARK_HTTP_JSON = "application/json";
 
@@ -385,6 +388,15 @@ static int on_http_request(struct lws *wsi, http_conn *c, const char *path) {
     hark_http_reply_error(wsi, c, hark_error_new(HARK_ERR_NOT_FOUND, "Not Found"));
     return 0;
   }
+  /* Draining: no new work (answered before the body is read, so the
+   * connection closes after it); probes, metadata and metrics still answer. */
+  if (c->rt.kind == R_INFER && hark_server_is_draining(http->server)) {
+    c->close_after = true;
+    hark_http_reply_error(wsi, c,
+                          hark_error_new(HARK_ERR_UNAVAILABLE,
+                                         "Server is shutting down: not accepting new requests"));
+    return 0;
+  }
   if (c->rt.kind == R_STREAM) {
     hark_http_reply_error_status(
         wsi, c, 426,
@@ -492,6 +504,7 @@ hark_error *hark_http_new(hark_server *server, const hark_http_options *opts, ha
   if (!http->opts.max_input_size) http->opts.max_input_size = 64u << 20;
   if (http->opts.body_timeout_secs <= 0) http->opts.body_timeout_secs = 30;
   atomic_init(&http->stop, false);
+  atomic_init(&http->draining, false);
   pthread_mutex_init(&http->lock, NULL);
   pthread_cond_init(&http->idle, NULL);
   lws_set_log_level(LLL_ERR | LLL_WARN, lws_log_to_hark);
@@ -536,24 +549,66 @@ static void on_tick(lws_sorted_usec_list_t *sul) {
   lws_sul_schedule(http->ctx, 0, &http->tick, on_tick, 100 * LWS_US_PER_MS);
 }
 
-static bool busy(hark_http *http) {
-  bool streams = hark_ws_close_all(http); /* tells them to go, once */
+/* Requests in the engine, replies not yet written, or (with streams)
+ * streams still open. */
+static bool has_work(hark_http *http, bool streams) {
   pthread_mutex_lock(&http->lock);
   bool b = http->outstanding > 0 || http->done_head;
   pthread_mutex_unlock(&http->lock);
-  return b || http->replying > 0 || streams;
+  return b || http->replying > 0 || (streams && http->streams);
+}
+
+static bool busy(hark_http *http) {
+  bool streams = hark_ws_close_all(http); /* tells them to go, once */
+  return has_work(http, false) || streams;
+}
+
+/* Draining: true once everything live has finished or the exit timeout
+ * passed. */
+static bool drained(hark_http *http, uint64_t *deadline) {
+  uint64_t now = hark_now_ns();
+  if (!*deadline) {
+    int secs = http->opts.exit_timeout_secs < 0   ? 0
+               : http->opts.exit_timeout_secs > 0 ? http->opts.exit_timeout_secs
+                                                  : DEFAULT_EXIT_TIMEOUT_SECS;
+    *deadline = now + (uint64_t)secs * 1000000000ull;
+    lws_sul_schedule(http->ctx, 0, &http->tick, on_tick, 100 * LWS_US_PER_MS);
+    HARK_INFO("draining: not ready, refusing new requests and streams; waiting up to %d s for "
+              "%u stream(s) and the requests in flight",
+              secs, http->n_streams);
+  }
+  if (!has_work(http, true) && (!http->opts.drain_idle ||
+                                http->opts.drain_idle(http->opts.drain_idle_userp))) {
+    HARK_INFO("drained: every stream and request finished");
+    return true;
+  }
+  if (now < *deadline) return false;
+  HARK_WARN("exit timeout: closing %u stream(s) still open", http->n_streams);
+  return true;
 }
 
 void hark_http_run(hark_http *http) {
-  while (!atomic_load(&http->stop))
+  uint64_t drain_deadline = 0;
+  while (!atomic_load(&http->stop)) {
     if (lws_service(http->ctx, 0) < 0) break;
-  /* Let requests in flight finish and their replies go out (new requests
-   * get 503), for a while. */
-  uint64_t deadline = hark_now_ns() + SHUTDOWN_GRACE_NS;
+    if (atomic_load(&http->draining) && drained(http, &drain_deadline)) break;
+  }
+  /* Close what streams are left (1001) and let requests in flight finish
+   * and their replies go out (new requests get 503), for a while; briefly
+   * when told to stop at once. */
+  uint64_t deadline =
+      hark_now_ns() + (atomic_load(&http->stop) ? STOP_GRACE_NS : SHUTDOWN_GRACE_NS);
+  atomic_store(&http->stop, true);
   lws_sul_schedule(http->ctx, 0, &http->tick, on_tick, 100 * LWS_US_PER_MS);
   while (busy(http) && hark_now_ns() < deadline)
     if (lws_service(http->ctx, 0) < 0) break;
   lws_sul_cancel(&http->tick);
+}
+
+void hark_http_drain(hark_http *http) {
+  hark_server_begin_drain(http->server);
+  atomic_store(&http->draining, true);
+  if (http->ctx) lws_cancel_service(http->ctx);
 }
 
 void hark_http_stop(hark_http *http) {

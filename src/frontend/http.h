@@ -30,15 +30,33 @@ typedef struct hark_http_options {
    * that long means the streams already admitted would fall behind. 0
    * means the default, 4 per instance of the model. */
   uint32_t stream_backlog_limit;
+  /* Graceful shutdown (hark_http_drain): how long live streams and
+   * requests get to finish (Triton's --exit-timeout-secs; 0: 30; negative:
+   * none), and what
+   * else must be idle before the drain ends early (NULL: nothing). */
+  int exit_timeout_secs;
+  bool (*drain_idle)(void *userp);
+  void *drain_idle_userp;
 } hark_http_options;
 
 /* Binds the ports (failing with a clear error if one is taken). Does not
  * take ownership of `server`, which must outlive the front end. */
 hark_error *hark_http_new(hark_server *server, const hark_http_options *opts,
                           hark_http **out);
-/* Serves until hark_http_stop(). */
+/* Serves until hark_http_stop(), or, after hark_http_drain(), until
+ * nothing is left to finish (no stream open, no request in flight, and
+ * opts.drain_idle agrees) or exit_timeout_secs have passed. Then it closes
+ * the streams still open (1001 "server shutting down"), lets their last
+ * replies and close handshakes out (a few seconds at most) and returns. */
 void hark_http_run(hark_http *http);
-/* Thread- and async-signal-safe: makes hark_http_run() return soon. */
+/* Thread- and async-signal-safe: begins the server's drain
+ * (hark_server_begin_drain: readiness off) and wakes the loop. New infer
+ * requests get 503 and new WebSocket streams are refused with 503, both
+ * with "Server is shutting down"; health, metadata and metrics answer as
+ * usual; live streams go on sending audio and getting their results. */
+void hark_http_drain(hark_http *http);
+/* Thread- and async-signal-safe: makes hark_http_run() return soon,
+ * draining or not. */
 void hark_http_stop(hark_http *http);
 void hark_http_free(hark_http *http);
 

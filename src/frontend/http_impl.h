@@ -102,6 +102,7 @@ struct hark_http {
   struct lws_context *ctx;
   struct lws_vhost *vh_http, *vh_metrics;
   atomic_bool stop;
+  atomic_bool draining;        /* hark_http_drain was called */
   lws_sorted_usec_list_t tick; /* wakes the loop while shutting down */
   uint32_t replying;           /* loop thread: connections writing a reply */
   pthread_mutex_t lock;        /* guards the fields below */

@@ -291,7 +291,7 @@ static void get_model_doc(struct lws *wsi, http_conn *c) {
   hark_model *model;
   hark_error *err = hark_server_model_acquire(http->server, c->rt.model, c->rt.version, &model);
   if (c->rt.kind == R_MODEL_READY) {
-    bool ready = !err && hark_model_is_ready(model);
+    bool ready = !err && hark_model_is_ready(model) && !hark_server_is_draining(http->server);
     hark_error_free(err);
     if (!err) hark_model_release(model);
     hark_http_reply_text(wsi, c, ready ? 200 : 400, NULL, NULL, 0);

@@ -21,6 +21,12 @@
  * ALTERNATIVES and ALTERNATIVE_CONFIDENCE) arrives on a worker, travels to
  * the loop on http.c's completion list, and is formatted there.
  *
+ * A stream keeps a reference to the model version its first request ran
+ * on, and sends every later request there: a reload swaps in a new
+ * version for new streams while this one finishes on the old (which the
+ * server keeps for it up to --model-unload-timeout-secs). While the server
+ * drains, new streams are refused (503) and live ones go on.
+ *
  * A stream outlives its connection while a request is in the engine; a
  * client that vanishes mid-utterance gets an END sent on its behalf so the
  * backend frees its decoder at once. Only the loop thread touches streams.
@@ -31,7 +37,9 @@
 #include <string.h>
 #include <strings.h>
 
+#include "frontend/asr_result.h"
 #include "frontend/http_impl.h"
+#include "frontend/stream_admit.h"
 #include "frontend/ws_text.h"
 #include "util/log.h"
 
@@ -67,7 +75,8 @@ struct ws_stream {
   struct lws *wsi;            /* NULL once the connection is gone */
   ws_stream *prev, *next;     /* http->streams, while connected */
   char *model;
-  int64_t version;            /* -1 until the first request pins one */
+  int64_t version;            /* as asked for; -1: the newest */
+  hark_model *pinned;         /* the version the first request ran on (a reference) */
   uint64_t corr_id;
   /* settings */
   int sample_rate, max_alternatives;
@@ -93,6 +102,19 @@ struct ws_stream {
 };
 
 static _Atomic uint64_t next_corr_id = 1;
+
+/* A stream's id in logs, "ws-<n>": its correlation id without the high bit.
+ * Its requests carry it as their id, so the workers' lines name it too. */
+static void stream_id(const ws_stream *s, char *buf, size_t cap) {
+  snprintf(buf, cap, "ws-%llu", (unsigned long long)(s->corr_id & ~CORR_ID_BIT));
+}
+
+#define WS_LOG(s, level, ...)                 \
+  do {                                        \
+    char sid_[32];                            \
+    stream_id(s, sid_, sizeof sid_);          \
+    HARK_LOG_STREAM(level, sid_, __VA_ARGS__); \
+  } while (0)
 
 static size_t max_message(const hark_http *http) {
   return http->opts.ws_max_message_bytes ? http->opts.ws_max_message_bytes : DEFAULT_MAX_MESSAGE;
@@ -161,30 +183,6 @@ static const char *speech_model(const hark_http *http) {
   return http->opts.speech_model ? http->opts.speech_model : DEFAULT_SPEECH_MODEL;
 }
 
-/* True when the model already has more work waiting than it can turn
- * around: admitting another stream would make every admitted stream late,
- * so the new one is told to come back (Triton answers a full queue the
- * same way). The limit defaults to 4 requests per instance. */
-static bool overloaded(const hark_model *model, uint32_t limit, char *msg, size_t len) {
-  if (!limit) {
-    const hark_model_config *cfg = hark_model_get_config(model);
-    uint32_t instances = 0;
-    for (uint32_t i = 0; i < cfg->n_instance_groups; i++) instances += cfg->instance_groups[i].count;
-    limit = 4 * (instances ? instances : 1);
-  }
-  hark_model_stats *st = malloc(sizeof *st);
-  if (!st) return false;
-  hark_model_stats_read(model, st);
-  uint64_t pending = st->pending;
-  free(st);
-  if (pending <= limit) return false;
-  snprintf(msg, len,
-           "model '%s' is overloaded: %llu requests waiting (limit %u, "
-           "--stream-backlog-limit); try again later",
-           hark_model_name(model), (unsigned long long)pending, limit);
-  return true;
-}
-
 static uint32_t max_streams(const hark_http *http) {
   return http->opts.max_streams ? http->opts.max_streams : DEFAULT_MAX_STREAMS;
 }
@@ -204,8 +202,8 @@ int hark_ws_confirm_upgrade(struct lws *wsi, const char *upgrade) {
   } else if (!ok) {
     ret = refuse(wsi, 404,
                  "Not Found: stream on / or /v2/models/{model}[/versions/{version}]/stream");
-  } else if (atomic_load(&http->stop)) {
-    ret = refuse(wsi, 503, "Server is shutting down");
+  } else if (atomic_load(&http->stop) || hark_server_is_draining(http->server)) {
+    ret = refuse(wsi, 503, "Server is shutting down: not accepting new streams");
   } else if (http->n_streams >= max_streams(http)) {
     snprintf(msg, sizeof msg,
              "too many streams: the server serves at most %u at once (--max-streams)",
@@ -219,7 +217,8 @@ int hark_ws_confirm_upgrade(struct lws *wsi, const char *upgrade) {
       ret = refuse(wsi, hark_code_http_status(hark_error_code(err)), hark_error_message(err));
       hark_error_free(err);
     } else {
-      ret = overloaded(model, http->opts.stream_backlog_limit, msg, sizeof msg)
+      ret = hark_stream_model_overloaded(model, http->opts.stream_backlog_limit, msg,
+                                           sizeof msg)
                 ? refuse(wsi, 503, msg)
                 : 0;
       hark_model_release(model);
@@ -251,6 +250,7 @@ static void outs_free(ws_stream *s) {
 }
 
 static void stream_free(ws_stream *s) {
+  hark_model_release(s->pinned);
   items_free(s);
   outs_free(s);
   free(s->msg);
@@ -297,12 +297,15 @@ int hark_ws_established(struct lws *wsi, http_conn *c) {
   http->streams = s;
   http->n_streams++;
   c->ws = s;
+  WS_LOG(s, HARK_LOG_VERBOSE, "ws: stream opened on model '%s'", s->model);
   return 0;
 }
 
 /* Stops taking input and closes once the replies already made are out. */
 static void stream_close(ws_stream *s, int code, const char *reason) {
   if (s->closing || !s->wsi) return;
+  WS_LOG(s, code == HARK_WS_CLOSE_INTERNAL ? HARK_LOG_WARN : HARK_LOG_VERBOSE,
+         "ws: closing the stream: %d %s", code, reason ? reason : "");
   s->closing = true;
   s->close_code = code;
   snprintf(s->close_reason, sizeof s->close_reason, "%s", reason ? reason : "");
@@ -349,8 +352,9 @@ static void set_int_param(hark_request *req, const char *key, long v) {
  * engine. On error nothing reached the engine and `it` is freed. */
 static hark_error *submit(ws_stream *s, ws_item *it) {
   hark_http *http = s->http;
-  hark_model *model;
-  hark_error *err = hark_server_model_acquire(http->server, s->model, s->version, &model);
+  hark_model *model = s->pinned;
+  hark_error *err = NULL;
+  if (!model) err = hark_server_model_acquire(http->server, s->model, s->version, &model);
   if (err) {
     free(it->mem);
     free(it);
@@ -358,8 +362,7 @@ static hark_error *submit(ws_stream *s, ws_item *it) {
   }
   hark_request *req = hark_request_new(model);
   bool batched = hark_model_get_config(model)->max_batch_size > 0;
-  int64_t version = hark_model_version(model);
-  hark_model_release(model); /* the request holds its own reference */
+  if (!s->pinned) s->pinned = model; /* kept (released in stream_free) if accepted */
   uint32_t flags = 0;
   if (!s->seq_started) {
     flags |= HARK_REQUEST_SEQUENCE_START;
@@ -372,6 +375,9 @@ static hark_error *submit(ws_stream *s, ws_item *it) {
   if (it->kind == ITEM_RESET) hark_request_set_parameter(req, "flush", "true");
   hark_request_set_flags(req, flags);
   hark_request_set_correlation_id(req, s->corr_id);
+  char sid[32];
+  stream_id(s, sid, sizeof sid);
+  hark_request_set_id(req, sid);
   uint32_t n = (uint32_t)it->len;
   memcpy(it->mem, &(uint32_t){n}, 4); /* the BYTES element's length, little-endian */
   static const int64_t shape1[1] = {1}, shape2[2] = {1, 1};
@@ -384,6 +390,10 @@ static hark_error *submit(ws_stream *s, ws_item *it) {
   if (!err && !call) err = hark_error_new(HARK_ERR_INTERNAL, "out of memory");
   if (err) {
     hark_request_free(req);
+    if (!s->seq_started) {
+      hark_model_release(s->pinned);
+      s->pinned = NULL;
+    }
     return err;
   }
   call->ws = s;
@@ -395,10 +405,13 @@ static hark_error *submit(ws_stream *s, ws_item *it) {
     hark_http_outstanding_add(http, -1);
     hark_request_free(req);
     hark_http_call_free(call);
+    if (!s->seq_started) {
+      hark_model_release(s->pinned);
+      s->pinned = NULL;
+    }
     return err;
   }
-  s->version = version; /* the whole stream stays on one version */
-  s->seq_started = true;
+  s->seq_started = true; /* the whole stream stays on s->pinned */
   if (flags & HARK_REQUEST_SEQUENCE_END) s->seq_ended = true;
   s->inflight = call;
   return NULL;
@@ -416,7 +429,8 @@ static void send_end(ws_stream *s) {
   it->kind = ITEM_END;
   hark_error *err = submit(s, it);
   if (err) {
-    HARK_VERBOSE("ws: cannot end the sequence of a closed stream: %s", hark_error_message(err));
+    WS_LOG(s, HARK_LOG_VERBOSE, "ws: cannot end the sequence of a closed stream: %s",
+           hark_error_message(err));
     hark_error_free(err);
   }
 }
@@ -476,89 +490,44 @@ static void enqueue(ws_stream *s, item_kind kind, char *mem, size_t len) {
 
 /* ---- replies ----------------------------------------------------------------- */
 
-/* BYTES element `i` of `t`, bounds-checked. */
-static bool bytes_at(const hark_tensor *t, uint32_t i, const char **p, uint32_t *len) {
-  if (!t || t->datatype != HARK_TYPE_BYTES) return false;
-  const char *d = t->data, *end = d + t->byte_size;
-  for (uint32_t k = 0;; k++) {
-    uint32_t n;
-    if ((size_t)(end - d) < 4) return false;
-    memcpy(&n, d, 4);
-    d += 4;
-    if ((size_t)(end - d) < n) return false;
-    if (k == i) {
-      *p = d;
-      *len = n;
-      return true;
-    }
-    d += n;
-  }
-}
-
-static uint32_t count_of(const hark_tensor *t, size_t elem) {
-  if (!t) return 0;
-  int64_t n = hark_shape_count(t->shape, t->ndims);
-  if (n < 0) return 0;
-  if (elem && (size_t)n * elem > t->byte_size) n = (int64_t)(t->byte_size / elem);
-  return (uint32_t)n;
-}
-
-static float fp32_at(const hark_tensor *t, uint32_t i, float dflt) {
-  if (!t || t->datatype != HARK_TYPE_FP32 || i >= count_of(t, 4)) return dflt;
-  float v;
-  memcpy(&v, (const char *)t->data + 4 * (size_t)i, 4);
-  return isfinite(v) ? v : dflt;
-}
-
 static bool put_num(hark_kserve_buf *b, double v) {
   char num[48];
   int n = snprintf(num, sizeof num, "%.6f", isfinite(v) ? v : 0.0);
   return hark_kserve_buf_put(b, num, (size_t)n);
 }
 
-static bool put_words(hark_kserve_buf *b, const hark_response *resp) {
-  const hark_tensor *w = hark_response_output_by_name(resp, "WORDS"),
-                    *st = hark_response_output_by_name(resp, "WORD_START"),
-                    *en = hark_response_output_by_name(resp, "WORD_END"),
-                    *cf = hark_response_output_by_name(resp, "WORD_CONF");
+static bool put_words(hark_kserve_buf *b, const hark_asr_result *r) {
   bool ok = hark_kserve_buf_puts(b, "[");
-  uint32_t n = count_of(w, 0);
-  for (uint32_t i = 0; ok && i < n; i++) {
+  for (uint32_t i = 0; ok && i < r->n_words; i++) {
     const char *p;
     uint32_t len;
-    if (!bytes_at(w, i, &p, &len)) break;
+    float start, end, conf;
+    if (!hark_asr_result_word(r, i, &p, &len, &start, &end, &conf)) break;
     ok = (i == 0 || hark_kserve_buf_puts(b, ",")) && hark_kserve_buf_puts(b, "{\"conf\": ") &&
-         put_num(b, fp32_at(cf, i, 1.0f)) && hark_kserve_buf_puts(b, ", \"end\": ") &&
-         put_num(b, fp32_at(en, i, 0.0f)) && hark_kserve_buf_puts(b, ", \"start\": ") &&
-         put_num(b, fp32_at(st, i, 0.0f)) && hark_kserve_buf_puts(b, ", \"word\": ") &&
-         hark_kserve_buf_put_jstr(b, p, len) && hark_kserve_buf_puts(b, "}");
+         put_num(b, conf) && hark_kserve_buf_puts(b, ", \"end\": ") && put_num(b, end) &&
+         hark_kserve_buf_puts(b, ", \"start\": ") && put_num(b, start) &&
+         hark_kserve_buf_puts(b, ", \"word\": ") && hark_kserve_buf_put_jstr(b, p, len) &&
+         hark_kserve_buf_puts(b, "}");
   }
   return ok && hark_kserve_buf_puts(b, "]");
-}
-
-static uint32_t word_count(const hark_response *resp) {
-  return count_of(hark_response_output_by_name(resp, "WORDS"), 0);
 }
 
 /* Vosk's alternatives: the n-best texts (ALTERNATIVES, best first; the
  * transcript alone when absent), each with its confidence, the best with
  * its words. */
-static bool put_alternatives(hark_kserve_buf *b, const ws_stream *s, const hark_response *resp,
-                             const char *text, uint32_t text_len) {
-  const hark_tensor *alts = hark_response_output_by_name(resp, "ALTERNATIVES"),
-                    *acf = hark_response_output_by_name(resp, "ALTERNATIVE_CONFIDENCE");
-  float conf = fp32_at(hark_response_output_by_name(resp, "CONFIDENCE"), 0, 1.0f);
-  uint32_t n = alts ? count_of(alts, 0) : 1;
+static bool put_alternatives(hark_kserve_buf *b, const ws_stream *s, const hark_asr_result *r) {
+  uint32_t n = r->alts ? r->n_alternatives : 1;
   if (n > (uint32_t)s->max_alternatives) n = (uint32_t)s->max_alternatives;
   bool ok = hark_kserve_buf_puts(b, "{\"alternatives\": [");
   for (uint32_t i = 0; ok && i < n; i++) {
-    const char *p = text;
-    uint32_t len = text_len;
-    if (alts && !bytes_at(alts, i, &p, &len)) break;
-    ok = (i == 0 || hark_kserve_buf_puts(b, ", ")) && hark_kserve_buf_puts(b, "{\"confidence\": ") &&
-         put_num(b, fp32_at(acf, i, i == 0 ? conf : 0.0f));
-    if (ok && i == 0 && s->words && word_count(resp))
-      ok = hark_kserve_buf_puts(b, ", \"result\": ") && put_words(b, resp);
+    const char *p;
+    uint32_t len;
+    float conf;
+    if (!hark_asr_result_alternative(r, i, &p, &len, &conf)) break;
+    ok = (i == 0 || hark_kserve_buf_puts(b, ", ")) &&
+         hark_kserve_buf_puts(b, "{\"confidence\": ") && put_num(b, conf);
+    if (ok && i == 0 && s->words && r->n_words)
+      ok = hark_kserve_buf_puts(b, ", \"result\": ") && put_words(b, r);
     ok = ok && hark_kserve_buf_puts(b, ", \"text\": ") && hark_kserve_buf_put_jstr(b, p, len) &&
          hark_kserve_buf_puts(b, "}");
   }
@@ -569,25 +538,21 @@ static bool put_alternatives(hark_kserve_buf *b, const ws_stream *s, const hark_
  * or eof always answers with a final, as Vosk's FinalResult does. */
 static bool format_reply(hark_kserve_buf *b, const ws_stream *s, const hark_response *resp,
                          bool force_final) {
-  const char *text = "";
-  uint32_t text_len = 0;
-  if (resp) bytes_at(hark_response_output_by_name(resp, "TRANSCRIPT"), 0, &text, &text_len);
-  const hark_tensor *fin = resp ? hark_response_output_by_name(resp, "IS_FINAL") : NULL;
-  bool final = force_final ||
-               (fin && fin->datatype == HARK_TYPE_BOOL && fin->byte_size >= 1 &&
-                ((const unsigned char *)fin->data)[0]);
+  hark_asr_result r;
+  hark_asr_result_read(resp, &r);
+  bool final = force_final || r.is_final;
   if (!hark_kserve_buf_reserve(b, LWS_PRE + 64)) return false;
   b->len = LWS_PRE;
   if (!final)
     return hark_kserve_buf_puts(b, "{\"partial\": ") &&
-           hark_kserve_buf_put_jstr(b, text, text_len) && hark_kserve_buf_puts(b, "}");
-  if (s->max_alternatives > 0 && resp) return put_alternatives(b, s, resp, text, text_len);
+           hark_kserve_buf_put_jstr(b, r.text, r.text_len) && hark_kserve_buf_puts(b, "}");
+  if (s->max_alternatives > 0 && resp) return put_alternatives(b, s, &r);
   bool ok = hark_kserve_buf_puts(b, "{");
-  if (ok && resp && s->words && word_count(resp))
-    ok = hark_kserve_buf_puts(b, "\"result\": ") && put_words(b, resp) &&
+  if (ok && s->words && r.n_words)
+    ok = hark_kserve_buf_puts(b, "\"result\": ") && put_words(b, &r) &&
          hark_kserve_buf_puts(b, ", ");
   return ok && hark_kserve_buf_puts(b, "\"text\": ") &&
-         hark_kserve_buf_put_jstr(b, text, text_len) && hark_kserve_buf_puts(b, "}");
+         hark_kserve_buf_put_jstr(b, r.text, r.text_len) && hark_kserve_buf_puts(b, "}");
 }
 
 static void queue_reply(ws_stream *s, const hark_response *resp, bool force_final) {
@@ -784,6 +749,8 @@ void hark_ws_closed(hark_http *http, http_conn *c) {
   ws_stream *s = c->ws;
   (void)http;
   if (!s) return;
+  WS_LOG(s, HARK_LOG_VERBOSE, "ws: connection closed%s",
+         s->inflight ? " (a request is still in the engine)" : "");
   c->ws = NULL;
   unlink_stream(s);
   s->wsi = NULL;

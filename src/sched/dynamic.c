@@ -274,7 +274,10 @@ static void dyn_pump(dyn_sched *s) {
 static void dyn_execute(void *arg) {
   dyn_instance *di = arg;
   dyn_sched *s = di->s;
+  hark_log_context saved;
+  hark_sched_log_batch(s->model, di->instance, di->batch, di->n, &saved);
   hark_model_execute(s->model, di->instance, di->batch, di->n);
+  hark_sched_log_restore(&saved);
   pthread_mutex_lock(&s->lock);
   di->busy = false;
   di->n = 0;

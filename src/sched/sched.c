@@ -5,8 +5,11 @@
  * present and the default scheduler (one request per execution) when not.
  * The public calls dispatch through the scheduler's ops table.
  */
+#include <inttypes.h>
+#include <stdio.h>
 #include <string.h>
 
+#include "hark/backend.h"
 #include "sched/sched_impl.h"
 
 hark_error *hark_sched_new(hark_model *model, hark_server *server, hark_pool *pool,
@@ -34,3 +37,52 @@ void hark_sched_free(hark_sched *sched) {
 }
 
 uint32_t hark_sched_queued(const hark_sched *sched) { return sched->ops->queued(sched); }
+
+/* A comma-separated list of ids in a fixed buffer; "..." once full. */
+typedef struct id_list {
+  char *buf;
+  size_t cap, len;
+  bool full;
+} id_list;
+
+static void join_id(id_list *l, const char *id) {
+  if (!*id || l->full) return;
+  size_t n = strlen(id), sep = l->len ? 1 : 0;
+  if (l->len + sep + n + 1 > l->cap) {
+    const char *more = sep ? ",..." : "...";
+    size_t m = strlen(more);
+    if (l->len + m + 1 <= l->cap) {
+      memcpy(l->buf + l->len, more, m);
+      l->len += m;
+    }
+    l->buf[l->len] = '\0';
+    l->full = true;
+    return;
+  }
+  if (sep) l->buf[l->len++] = ',';
+  memcpy(l->buf + l->len, id, n);
+  l->len += n;
+  l->buf[l->len] = '\0';
+}
+
+void hark_sched_log_batch(hark_model *model, hark_instance *instance, hark_request **reqs,
+                          uint32_t n, hark_log_context *saved) {
+  hark_log_context_save(saved);
+  char ids[HARK_LOG_ID_MAX] = "", seqs[sizeof saved->sequence_id] = "";
+  id_list li = {ids, sizeof ids, 0, false}, ls = {seqs, sizeof seqs, 0, false};
+  for (uint32_t i = 0; i < n; i++) {
+    join_id(&li, hark_request_id(reqs[i]));
+    const char *cs = hark_request_correlation_id_str(reqs[i]);
+    char num[24];
+    uint64_t cid = hark_request_correlation_id(reqs[i]);
+    if (!cs && cid) {
+      snprintf(num, sizeof num, "%" PRIu64, cid);
+      cs = num;
+    }
+    if (cs) join_id(&ls, cs);
+  }
+  hark_log_context_set(ids, seqs);
+  HARK_VERBOSE("model '%s' version %lld: executing %u request%s on instance %s",
+               hark_model_name(model), (long long)hark_model_version(model), n,
+               n == 1 ? "" : "s", hark_instance_name(instance));
+}

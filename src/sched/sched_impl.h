@@ -18,6 +18,7 @@
 #include <stdint.h>
 
 #include "sched/sched.h"
+#include "util/log.h"
 
 /* ---- embedded pool tasks (pool.c) ------------------------------------------ */
 
@@ -58,6 +59,21 @@ void hark_pool_timer_disarm(hark_pool *pool, hark_timer *timer);
  * holding a lock fn takes. After it returns fn will not run unless the
  * timer is armed again. */
 void hark_pool_timer_cancel(hark_pool *pool, hark_timer *timer);
+
+/* ---- log context (sched.c) -------------------------------------------------- */
+
+/*
+ * Around one batch's execute on a worker: saves the thread's log context in
+ * *saved and names the batch's requests in it (their ids, else nothing;
+ * their sequences' correlation ids), so every line the engine and the
+ * backend log meanwhile carries them; logs the batch at verbose level. Call
+ * before the execute (the requests may be gone after it), restore after.
+ */
+void hark_sched_log_batch(hark_model *model, hark_instance *instance,
+                          hark_request **requests, uint32_t n, hark_log_context *saved);
+static inline void hark_sched_log_restore(const hark_log_context *saved) {
+  hark_log_context_restore(saved);
+}
 
 /* ---- schedulers (sched.c, dynamic.c, sequence.c, ensemble.c) ----------------- */
 

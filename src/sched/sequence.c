@@ -351,7 +351,10 @@ static void seq_execute(void *arg) {
   }
   seq_sched *outer = tls_executing;
   tls_executing = s;
+  hark_log_context saved;
+  hark_sched_log_batch(s->model, si->instance, si->reqs, si->n, &saved);
   hark_model_execute(s->model, si->instance, si->reqs, si->n);
+  hark_sched_log_restore(&saved);
   tls_executing = outer;
 
   pthread_mutex_lock(&s->lock);

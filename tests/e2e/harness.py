@@ -3,7 +3,7 @@
 Used by every end-to-end test. Only the Python standard library: the client
 side must be independent of hark's own code.
 """
-import contextlib
+import ctypes
 import http.client
 import json
 import os
@@ -11,7 +11,6 @@ import shutil
 import signal
 import socket
 import subprocess
-import sys
 import tempfile
 import time
 import unittest
@@ -20,6 +19,13 @@ SOURCE_DIR = os.environ.get("HARK_SOURCE_DIR",
                             os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
 BIN_DIR = os.environ.get("HARK_BIN_DIR", os.path.join(SOURCE_DIR, "build", "bin"))
 MODELS = os.path.join(SOURCE_DIR, "models")
+
+
+def die_with_parent():
+    """preexec_fn: the child gets SIGKILL if the test process dies, however
+    it dies (a ctest timeout kills it with SIGKILL, skipping every cleanup)."""
+    libc = ctypes.CDLL("libc.so.6", use_errno=True)
+    libc.prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
 
 
 def free_port():
@@ -41,7 +47,8 @@ class Harkd:
         cmd = [os.path.join(BIN_DIR, "harkd"), "--model-repository", repo,
                "--http-port", str(self.http_port), "--metrics-port", str(self.metrics_port),
                "--grpc-port", str(self.grpc_port), "--http-address", "127.0.0.1", *args]
-        self.proc = subprocess.Popen(cmd, stdout=self.log, stderr=subprocess.STDOUT)
+        self.proc = subprocess.Popen(cmd, stdout=self.log, stderr=subprocess.STDOUT,
+                                     preexec_fn=die_with_parent)
         self.wait_live()
         if wait_ready:
             self.wait_ready()

@@ -6,7 +6,9 @@ grpc_tools.protoc into a temporary folder, and the client is Debian's
 python3-grpcio: nothing of hark's C code is on the client side.
 """
 import os
+import queue
 import shutil
+import signal
 import struct
 import sys
 import tempfile
@@ -24,6 +26,7 @@ _STUB_DIR = tempfile.mkdtemp(prefix="hark-grpc-stubs-")
 _rc = protoc.main(["grpc_tools.protoc", f"-I{PROTO_DIR}", f"--python_out={_STUB_DIR}",
                    f"--grpc_python_out={_STUB_DIR}",
                    os.path.join(PROTO_DIR, "grpc_service.proto"),
+                   os.path.join(PROTO_DIR, "model_config.proto"),
                    os.path.join(PROTO_DIR, "health.proto")])
 if _rc != 0:
     raise RuntimeError(f"grpc_tools.protoc failed ({_rc})")
@@ -32,6 +35,8 @@ import grpc_service_pb2 as pb  # noqa: E402
 import grpc_service_pb2_grpc as pb_grpc  # noqa: E402
 import health_pb2  # noqa: E402
 import health_pb2_grpc  # noqa: E402
+import model_config_pb2 as mc  # noqa: E402
+from google.protobuf import json_format  # noqa: E402
 
 # datatype -> (struct code, contents field, sample values)
 TYPES = {
@@ -81,6 +86,39 @@ def simple_request(a, b, raw=False, **kw):
         else:
             t.contents.int_contents.extend(data)
     return req
+
+
+def _plain(v):
+    """JSON-ish values with protobuf's int64-as-string turned into ints."""
+    if isinstance(v, dict):
+        return {k: _plain(x) for k, x in v.items()}
+    if isinstance(v, list):
+        return [_plain(x) for x in v]
+    if isinstance(v, str) and v.lstrip("-").isdigit():
+        return int(v)
+    return v
+
+
+def assert_config_matches(test, cfg, doc, path="config"):
+    """Every field of GET /v2/models/{m}/config has the same value in the
+    gRPC ModelConfig `cfg` (message or its dict form)."""
+    if hasattr(cfg, "DESCRIPTOR"):
+        cfg = _plain(json_format.MessageToDict(cfg, preserving_proto_field_name=True,
+                                               including_default_value_fields=True))
+    doc = _plain(doc)
+    if isinstance(doc, dict):
+        test.assertIsInstance(cfg, dict, path)
+        for k, v in doc.items():
+            test.assertIn(k, cfg, f"{path}.{k} is missing over gRPC")
+            assert_config_matches(test, cfg[k], v, f"{path}.{k}")
+    elif isinstance(doc, list):
+        test.assertEqual(len(cfg), len(doc), path)
+        for i, (a, b) in enumerate(zip(cfg, doc)):
+            assert_config_matches(test, a, b, f"{path}[{i}]")
+    elif isinstance(doc, float):
+        test.assertAlmostEqual(cfg, doc, places=5, msg=path)
+    else:
+        test.assertEqual(cfg, doc, path)
 
 
 class GrpcTest(harness.ServerTest):
@@ -150,9 +188,57 @@ class TestHealthAndMetadata(GrpcTest):
         self.assertCode(grpc.StatusCode.INVALID_ARGUMENT, self.stub.ModelMetadata,
                         pb.ModelMetadataRequest(name="simple", version="x1"))
 
-    def test_model_config_unimplemented(self):
-        self.assertCode(grpc.StatusCode.UNIMPLEMENTED, self.stub.ModelConfig,
-                        pb.ModelConfigRequest(name="simple"))
+    def test_model_config_matches_http(self):
+        for name in ("simple", "asr", "simple_ensemble", "accumulate", "accumulate_implicit"):
+            with self.subTest(model=name):
+                cfg = self.stub.ModelConfig(pb.ModelConfigRequest(name=name), timeout=30).config
+                _, doc = self.server.json("GET", f"/v2/models/{name}/config")
+                assert_config_matches(self, cfg, doc)
+                self.assertEqual(cfg.name, name)
+                self.assertEqual([t.name for t in cfg.input], [t["name"] for t in doc["input"]])
+        cfg = self.stub.ModelConfig(pb.ModelConfigRequest(name="simple", version="1"), timeout=30).config
+        self.assertEqual((cfg.backend, cfg.max_batch_size), ("simple", 8))
+        self.assertEqual(cfg.WhichOneof("scheduling_choice"), "dynamic_batching")
+        self.assertEqual(cfg.input[0].data_type, mc.TYPE_INT32)
+        self.assertEqual(list(cfg.input[0].dims), [16])
+        self.assertEqual(cfg.instance_group[0].kind, mc.ModelInstanceGroup.KIND_CPU)
+        self.assertEqual(cfg.version_policy.latest.num_versions, 1)
+
+    def test_model_config_asr_ensemble_sequence(self):
+        asr = self.stub.ModelConfig(pb.ModelConfigRequest(name="asr"), timeout=30).config
+        self.assertEqual(asr.WhichOneof("scheduling_choice"), "sequence_batching")
+        self.assertEqual(asr.sequence_batching.WhichOneof("strategy_choice"), "oldest")
+        self.assertEqual(asr.sequence_batching.oldest.max_candidate_sequences, 4096)
+        self.assertEqual(asr.sequence_batching.max_sequence_idle_microseconds, 60000000)
+        self.assertEqual(asr.parameters["silence_ms"].string_value, "500")
+        self.assertEqual(asr.input[0].data_type, mc.TYPE_STRING)
+        self.assertEqual((asr.instance_group[0].count, asr.instance_group[0].kind),
+                         (2, mc.ModelInstanceGroup.KIND_CPU))
+        ens = self.stub.ModelConfig(pb.ModelConfigRequest(name="simple_ensemble"), timeout=30).config
+        self.assertEqual((ens.platform, ens.WhichOneof("scheduling_choice")),
+                         ("ensemble", "ensemble_scheduling"))
+        steps = ens.ensemble_scheduling.step
+        self.assertEqual([(s.model_name, s.model_version) for s in steps], [("simple", -1)] * 2)
+        self.assertEqual(dict(steps[0].output_map), {"OUTPUT0": "SUM", "OUTPUT1": "DIFF"})
+        self.assertEqual(dict(steps[1].input_map), {"INPUT0": "SUM", "INPUT1": "DIFF"})
+        imp = self.stub.ModelConfig(pb.ModelConfigRequest(name="accumulate_implicit"),
+                                    timeout=30).config.sequence_batching
+        self.assertEqual(imp.WhichOneof("strategy_choice"), "direct")
+        start, corrid = imp.control_input
+        self.assertEqual((start.name, start.control[0].kind, list(start.control[0].int32_false_true)),
+                         ("START", mc.ModelSequenceBatching.Control.CONTROL_SEQUENCE_START, [0, 1]))
+        self.assertEqual((corrid.control[0].kind, corrid.control[0].data_type),
+                         (mc.ModelSequenceBatching.Control.CONTROL_SEQUENCE_CORRID, mc.TYPE_UINT64))
+        self.assertEqual((imp.state[0].input_name, imp.state[0].output_name), ("SUM_IN", "SUM_OUT"))
+        self.assertEqual(imp.state[0].initial_state[0].WhichOneof("state_data"), "zero_data")
+
+    def test_model_config_errors(self):
+        self.assertCode(grpc.StatusCode.NOT_FOUND, self.stub.ModelConfig,
+                        pb.ModelConfigRequest(name="nope"))
+        self.assertCode(grpc.StatusCode.NOT_FOUND, self.stub.ModelConfig,
+                        pb.ModelConfigRequest(name="simple", version="9"))
+        self.assertCode(grpc.StatusCode.INVALID_ARGUMENT, self.stub.ModelConfig,
+                        pb.ModelConfigRequest(name="simple", version="x1"))
 
     def test_repository_index(self):
         r = self.stub.RepositoryIndex(pb.RepositoryIndexRequest(), timeout=30)
@@ -431,6 +517,56 @@ parameters {{ key: "execute_delay_us" value: {{ string_value: "300000" }} }}
 """
 
 
+PRIORITY_MODEL = """
+name: "prio"
+backend: "simple"
+max_batch_size: 8
+version_policy { specific { versions: [ 1 ] } }
+input [ { name: "INPUT0" data_type: TYPE_INT32 dims: [ 16 ] },
+        { name: "INPUT1" data_type: TYPE_INT32 dims: [ 16 ] } ]
+output [ { name: "OUTPUT0" data_type: TYPE_INT32 dims: [ 16 ] },
+         { name: "OUTPUT1" data_type: TYPE_INT32 dims: [ 16 ] } ]
+instance_group [ { count: 3 kind: KIND_CPU } ]
+dynamic_batching {
+  preferred_batch_size: [ 2, 4 ]
+  max_queue_delay_microseconds: 700
+  preserve_ordering: true
+  priority_levels: 3
+  default_priority_level: 2
+  default_queue_policy { max_queue_size: 9 default_timeout_microseconds: 1234
+                         allow_timeout_override: true }
+  priority_queue_policy [
+    { key: 1 value: { timeout_action: DELAY default_timeout_microseconds: 500 } },
+    { key: 3 value: { max_queue_size: 4 } }
+  ]
+}
+parameters { key: "note" value: { string_value: "hello" } }
+"""
+
+
+class TestModelConfigDynamic(GrpcTest):
+    REPO = {"prio": PRIORITY_MODEL}
+
+    def test_priorities_and_queue_policies(self):
+        cfg = self.stub.ModelConfig(pb.ModelConfigRequest(name="prio"), timeout=30).config
+        _, doc = self.server.json("GET", "/v2/models/prio/config")
+        assert_config_matches(self, cfg, doc)
+        db = cfg.dynamic_batching
+        self.assertEqual(list(db.preferred_batch_size), [2, 4])
+        self.assertEqual((db.max_queue_delay_microseconds, db.preserve_ordering), (700, True))
+        self.assertEqual((db.priority_levels, db.default_priority_level), (3, 2))
+        self.assertEqual((db.default_queue_policy.max_queue_size,
+                          db.default_queue_policy.default_timeout_microseconds,
+                          db.default_queue_policy.allow_timeout_override), (9, 1234, True))
+        self.assertEqual(sorted(db.priority_queue_policy.keys()), [1, 3])
+        self.assertEqual(db.priority_queue_policy[1].timeout_action, mc.ModelQueuePolicy.DELAY)
+        self.assertEqual(db.priority_queue_policy[1].default_timeout_microseconds, 500)
+        self.assertEqual(db.priority_queue_policy[3].max_queue_size, 4)
+        self.assertEqual(list(cfg.version_policy.specific.versions), [1])
+        self.assertEqual(cfg.instance_group[0].count, 3)
+        self.assertEqual(cfg.parameters["note"].string_value, "hello")
+
+
 class TestQueuePolicy(GrpcTest):
     REPO = {
         "reject": slow_model("reject", "timeout_action: REJECT "
@@ -530,25 +666,43 @@ class TestShutdownWithCallsInFlight(unittest.TestCase):
 
 
 class TestShutdownWithOpenStream(unittest.TestCase):
-    def test_sigterm_with_open_stream(self):
-        server = harness.Harkd(grpc=True)
-        release = threading.Event()
+    def test_sigterm_drains_then_closes_an_open_stream(self):
+        server = harness.Harkd(grpc=True, args=("--exit-timeout-secs", "2"))
+        more = queue.Queue()
+        a = list(range(16))
+        channel = grpc.insecure_channel(f"127.0.0.1:{server.grpc_port}")
         try:
-            channel = grpc.insecure_channel(f"127.0.0.1:{server.grpc_port}")
             stub = pb_grpc.GRPCInferenceServiceStub(channel)
-            a = list(range(16))
 
             def gen():
                 yield simple_request(a, a, raw=True)
-                release.wait(30)  # the client keeps the stream open
+                while (item := more.get(timeout=30)) is not None:
+                    yield item  # the client keeps the stream open
             it = stub.ModelStreamInfer(gen(), timeout=60)
             self.assertEqual(next(it).error_message, "")
+            server.proc.send_signal(signal.SIGTERM)
+            time.sleep(0.3)
+            # draining: new streams and calls go elsewhere...
+            for call in (lambda: next(stub.ModelStreamInfer(
+                             iter([simple_request(a, a, raw=True)]), timeout=10)),
+                         lambda: stub.ModelInfer(simple_request(a, a, raw=True), timeout=10)):
+                with self.assertRaises(grpc.RpcError) as ctx:
+                    call()
+                self.assertEqual(ctx.exception.code(), grpc.StatusCode.UNAVAILABLE)
+                self.assertIn("shutting down", ctx.exception.details())
+            # ...while the open one is still served
+            more.put(simple_request(a, a, raw=True))
+            self.assertEqual(next(it).error_message, "")
+            # it never ends: closed once --exit-timeout-secs is over
+            t0 = time.time()
+            with self.assertRaises(grpc.RpcError):
+                next(it)
+            self.assertLess(time.time() - t0, 10)
+            self.assertEqual(server.proc.wait(10), 0)
         finally:
-            server.stop()  # must not hang on the open stream
-            release.set()
-        with self.assertRaises(grpc.RpcError):
-            next(it)
-        channel.close()
+            more.put(None)
+            server.stop()
+            channel.close()
 
 
 def tearDownModule():

@@ -2,7 +2,6 @@
 the real harkd: batches form under concurrency, full queues answer 503,
 queue timeouts reject (or delay), priorities jump the queue, and every
 request gets exactly one response."""
-import json
 import threading
 import time
 import unittest

@@ -9,7 +9,6 @@ import json
 import os
 import struct
 import subprocess
-import unittest
 import wave
 
 import websockets

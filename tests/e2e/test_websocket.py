@@ -352,8 +352,10 @@ class Backlog(WsTest):
 
 class Shutdown(unittest.TestCase):
     def test_open_streams_closed_on_shutdown(self):
+        # A stream that sends nothing after SIGTERM is closed with a reason
+        # once the drain's --exit-timeout-secs is over.
         repo = make_repo({"echo_asr": ECHO_CONFIG})
-        server = Harkd(repo, ("--speech-model", "echo_asr"))
+        server = Harkd(repo, ("--speech-model", "echo_asr", "--exit-timeout-secs", "1"))
         try:
             async def go():
                 ws = await websockets.connect(f"ws://127.0.0.1:{server.http_port}/")

@@ -144,7 +144,7 @@ static char *stream_file(ps_pool *pool, int i) {
   snprintf(path, sizeof path, DATA "%s.wav", files[i]);
   blob b = read_file(path);
   char err[256];
-  ps_stream *st = ps_stream_new(pool, 16000, err, sizeof err);
+  ps_stream *st = ps_stream_new(pool, 16000, NULL, err, sizeof err);
   assert_non_null(st);
   char *text = stream_bytes(pool, st, b.bytes, b.len, 3200, 1, NULL);
   assert_false(ps_stream_has_decoder(st));
@@ -273,7 +273,7 @@ static void test_multi_utterance_stream(void **state) {
   const char *kv[] = {"decoder_pool_size", "2", NULL};
   ps_pool *pool = make_pool(kv);
   char err[256];
-  ps_stream *st = ps_stream_new(pool, 16000, err, sizeof err);
+  ps_stream *st = ps_stream_new(pool, 16000, NULL, err, sizeof err);
   double last_end = 0;
   char *got = stream_bytes(pool, st, b.bytes, b.len, 3200, 1, &last_end);
   printf("    continuous: %s\n    hark:       %s\n    last word ends at %.2f s of %.2f s\n",
@@ -347,8 +347,8 @@ static void test_pool_exhaustion_waits_then_unavailable(void **state) {
   blob a = read_file(DATA "sense_and_sensibility_01_austen_64kb-0880.wav");
   blob b = read_file(DATA "sense_and_sensibility_01_austen_64kb-0930.wav");
   char err[256] = "";
-  ps_stream *sa = ps_stream_new(pool, 16000, err, sizeof err);
-  ps_stream *sb = ps_stream_new(pool, 16000, err, sizeof err);
+  ps_stream *sa = ps_stream_new(pool, 16000, NULL, err, sizeof err);
+  ps_stream *sb = ps_stream_new(pool, 16000, NULL, err, sizeof err);
   size_t off_a = feed_until_decoder(sa, &a);
   /* B reaches speech while A holds the only decoder: B's chunks keep being
    * answered (empty partials) without blocking, until B has waited
@@ -387,7 +387,7 @@ static void test_pool_exhaustion_waits_then_unavailable(void **state) {
   ps_stream_free(sa);
   ps_stream_free(sb);
   /* The buffer bound: more than max_buffered_ms queued is refused. */
-  ps_stream *sc = ps_stream_new(pool, 16000, err, sizeof err);
+  ps_stream *sc = ps_stream_new(pool, 16000, NULL, err, sizeof err);
   uint8_t *big = calloc(1, 16000 * 2 * 11);
   ps_result r;
   ps_result_init(&r, 0);
@@ -405,10 +405,10 @@ static void test_flush_and_bad_input(void **state) {
   (void)state;
   ps_pool *pool = make_pool(NULL);
   char err[256] = "";
-  assert_null(ps_stream_new(pool, 7999, err, sizeof err));
+  assert_null(ps_stream_new(pool, 7999, NULL, err, sizeof err));
   assert_non_null(strstr(err, "outside"));
-  assert_null(ps_stream_new(pool, 48001, err, sizeof err));
-  ps_stream *st = ps_stream_new(pool, 16000, err, sizeof err);
+  assert_null(ps_stream_new(pool, 48001, NULL, err, sizeof err));
+  ps_stream *st = ps_stream_new(pool, 16000, NULL, err, sizeof err);
   ps_result r;
   ps_result_init(&r, 0);
   uint8_t odd[3] = {0};
@@ -425,7 +425,7 @@ static void test_flush_and_bad_input(void **state) {
   blob b = read_file(DATA "sense_and_sensibility_01_austen_64kb-0880.wav");
   uint32_t bad = 96000;
   memcpy(b.bytes + 24, &bad, 4);
-  st = ps_stream_new(pool, 16000, err, sizeof err);
+  st = ps_stream_new(pool, 16000, NULL, err, sizeof err);
   ps_result_init(&r, 0);
   assert_int_equal(ps_stream_feed(st, b.bytes, 44 + 3200, 0, &r, err, sizeof err), PS_INVALID);
   ps_result_fini(&r);
@@ -433,7 +433,7 @@ static void test_flush_and_bad_input(void **state) {
   bad = 16000;
   memcpy(b.bytes + 24, &bad, 4);
   /* Flush in the middle: a final now, the stream goes on. */
-  st = ps_stream_new(pool, 16000, err, sizeof err);
+  st = ps_stream_new(pool, 16000, NULL, err, sizeof err);
   size_t half = 44 + ((b.len - 44) / 2 & ~(size_t)1);
   ps_result_init(&r, 0);
   assert_int_equal(ps_stream_feed(st, b.bytes, half, PS_FEED_FLUSH, &r, err, sizeof err), PS_OK);
@@ -528,7 +528,7 @@ static void test_resampled_input_and_wer(void **state) {
       int16_t *x = resample_file(i, rates[k], &n);
       audio += k == 0 ? (double)n / 8000 : 0;
       char err[256];
-      ps_stream *st = ps_stream_new(pool, rates[k], err, sizeof err);
+      ps_stream *st = ps_stream_new(pool, rates[k], NULL, err, sizeof err);
       assert_non_null(st);
       char *t = stream_bytes(pool, st, (const uint8_t *)x, n * 2, rates[k] / 10 * 2, 1, NULL);
       int nr2;
@@ -564,12 +564,13 @@ static void test_memory(void **state) {
   long r1 = rss_kib();
   ps_decoder_t *d[4];
   for (int i = 0; i < 4; i++) d[i] = ps_pool_acquire(pool, 0);
+  for (int i = 0; i < 4; i++) assert_non_null(d[i]);
   long r2 = rss_kib();
   assert_null(ps_pool_acquire(pool, 0));
   for (int i = 0; i < 4; i++) ps_pool_release(pool, d[i]);
   ps_stream *st[200];
   char err[256];
-  for (int i = 0; i < 200; i++) st[i] = ps_stream_new(pool, 16000, err, sizeof err);
+  for (int i = 0; i < 200; i++) st[i] = ps_stream_new(pool, 16000, NULL, err, sizeof err);
   long r3 = rss_kib();
   for (int i = 0; i < 200; i++) ps_stream_free(st[i]);
   printf("    first decoder %ld KiB, each further decoder %ld KiB, idle stream %ld KiB\n",
