@@ -8,10 +8,14 @@
 # metadata, so `hark perf` can drive it too). Then, for ROUNDS rounds and
 # alternating the two servers, it runs: wrk -t2 -c16 posting the same JSON
 # body; hark perf at concurrency 16; and hark perf at concurrency 1 against
-# hark for its p99. Reports the medians and the hark/nginx ratios (goals:
-# ratio >= 0.5, p99 at concurrency 1 < 1 ms) as a markdown snippet.
+# hark for its p99. harkd runs with its default --http-thread-count (one
+# event loop per core); with ONE_LOOP=1 (the default) a second harkd with
+# --http-thread-count 1 gets the same wrk run each round, for comparison.
+# Reports the medians and the hark/nginx ratios (goals: ratio >= 0.5, p99
+# at concurrency 1 < 1 ms) as a markdown snippet.
 #
-# Env: BUILD_DIR (default ./build), ROUNDS (3), DURATION seconds per run (5).
+# Env: BUILD_DIR (default ./build), ROUNDS (3), DURATION seconds per run (5),
+# ONE_LOOP (1; 0 skips the one-loop comparison).
 # shellcheck source=bench/lib.sh
 source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 
@@ -19,10 +23,15 @@ ROUNDS=${ROUNDS:-3}
 DURATION=${DURATION:-5}
 PERF_INTERVAL_MS=$((DURATION * 1000))
 PERF_WARMUP_MS=${PERF_WARMUP_MS:-1000}
+ONE_LOOP=${ONE_LOOP:-1}
 WORKERS=$(nproc)
 INFER_PATH=/v2/models/simple/infer
 
 bench_need "$HARKD" "$HARK" wrk nginx curl "$PY"
+if ((ONE_LOOP)); then
+  bench_start_harkd --http-thread-count 1
+  HARK1_URL=$HARKD_URL
+fi
 bench_start_harkd
 
 # The request body: the zero-valued `simple` request hark perf also sends.
@@ -118,16 +127,21 @@ run_perf() {
   [[ $(bench_json "$out" 'd["results"][0]["errors"]') == 0 ]] || bench_log "warning: hark perf $3 saw errors"
 }
 
-bench_log "warming both servers up"
+bench_log "warming the servers up"
 run_wrk "$HARKD_URL" 1 >/dev/null
 run_wrk "$NGINX_URL" 1 >/dev/null
+((ONE_LOOP)) && run_wrk "$HARK1_URL" 1 >/dev/null
 
-declare -a WRK_H WRK_N WRK_R PERF_H PERF_N PERF_R P50_C1 P99_C1 THR_C1
+declare -a WRK_H WRK_N WRK_R WRK_1 WRK_1R PERF_H PERF_N PERF_R P50_C1 P99_C1 THR_C1
 for ((r = 1; r <= ROUNDS; r++)); do
   bench_log "round $r/$ROUNDS: wrk hark, wrk nginx, perf hark c16, perf nginx c16, perf hark c1 (${DURATION}s each)"
   WRK_H+=("$(run_wrk "$HARKD_URL" "$DURATION")")
   WRK_N+=("$(run_wrk "$NGINX_URL" "$DURATION")")
   WRK_R+=("$(bench_ratio "${WRK_H[-1]}" "${WRK_N[-1]}" 3)")
+  if ((ONE_LOOP)); then
+    WRK_1+=("$(run_wrk "$HARK1_URL" "$DURATION")")
+    WRK_1R+=("$(bench_ratio "${WRK_1[-1]}" "${WRK_N[-1]}" 3)")
+  fi
   run_perf "$HARKD_URL" 16 hark16
   run_perf "$NGINX_URL" 16 nginx16
   run_perf "$HARKD_URL" 1 hark1
@@ -137,19 +151,23 @@ for ((r = 1; r <= ROUNDS; r++)); do
   P50_C1+=("$(bench_json "$BENCH_TMP/hark1.json" 'd["results"][0]["latency_us"]["p50"]')")
   P99_C1+=("$(bench_json "$BENCH_TMP/hark1.json" 'd["results"][0]["latency_us"]["p99"]')")
   THR_C1+=("$(bench_json "$BENCH_TMP/hark1.json" 'd["results"][0]["throughput_infer_per_sec"]')")
-  bench_log "  wrk: hark ${WRK_H[-1]} req/s, nginx ${WRK_N[-1]} req/s (${WRK_R[-1]}); hark perf c16: hark ${PERF_H[-1]}, nginx ${PERF_N[-1]} (${PERF_R[-1]}); c1 p99 ${P99_C1[-1]} us"
+  bench_log "  wrk: hark ${WRK_H[-1]} req/s, nginx ${WRK_N[-1]} req/s (${WRK_R[-1]})${WRK_1:+, hark one loop ${WRK_1[-1]}}; hark perf c16: hark ${PERF_H[-1]}, nginx ${PERF_N[-1]} (${PERF_R[-1]}); c1 p99 ${P99_C1[-1]} us"
 done
 
+verdict() { awk -v v="$1" -v g="$2" -v op="$3" 'BEGIN { ok = op == ">=" ? v >= g : v < g; print ok ? "met" : "NOT met" }'; }
 wrk_h=$(bench_median "${WRK_H[@]}")
 wrk_n=$(bench_median "${WRK_N[@]}")
 wrk_r=$(bench_median "${WRK_R[@]}")
+one_row=""
+if ((ONE_LOOP)); then
+  one_row="| wrk -t2 -c16, ${DURATION}s, hark --http-thread-count 1 | $(bench_median "${WRK_1[@]}") | $wrk_n | $(bench_median "${WRK_1R[@]}") | $(verdict "$(bench_median "${WRK_1R[@]}")" 0.5 ">=") |"
+fi
 perf_h=$(bench_median "${PERF_H[@]}")
 perf_n=$(bench_median "${PERF_N[@]}")
 perf_r=$(bench_median "${PERF_R[@]}")
 p50=$(bench_median "${P50_C1[@]}")
 p99=$(bench_median "${P99_C1[@]}")
 thr1=$(bench_median "${THR_C1[@]}")
-verdict() { awk -v v="$1" -v g="$2" -v op="$3" 'BEGIN { ok = op == ">=" ? v >= g : v < g; print ok ? "met" : "NOT met" }'; }
 
 cat <<EOF
 
@@ -158,16 +176,18 @@ cat <<EOF
 $(bench_machine). Command: \`$(bench_command ROUNDS DURATION)\`.
 Median of $ROUNDS rounds, servers alternated; ratio = median of the per-round hark/nginx ratios.
 Body: \`simple\` JSON request ($(wc -c <"$BODY") bytes); nginx replays hark's $(wc -c <"$REPLY")-byte reply ($CTYPE), $WORKERS workers.
+harkd: default \`--http-thread-count\` ($WORKERS event loops on this machine) unless the row says otherwise.
 
 | load generator | hark req/s | nginx req/s | hark / nginx | goal ≥ 0.5 |
 | --- | ---: | ---: | ---: | --- |
 | wrk -t2 -c16, ${DURATION}s | $wrk_h | $wrk_n | $wrk_r | $(verdict "$wrk_r" 0.5 ">=") |
+${one_row}
 | hark perf, concurrency 16, ${DURATION}s | $perf_h | $perf_n | $perf_r | $(verdict "$perf_r" 0.5 ">=") |
 
 | hark perf against hark, concurrency 1 | infer/s | p50 µs | p99 µs | goal p99 < 1000 µs |
 | --- | ---: | ---: | ---: | --- |
 | simple, JSON | $thr1 | $p50 | $p99 | $(verdict "$p99" 1000 "<") |
 
-Per round (wrk hark/nginx req/s; hark perf c16 hark/nginx; c1 p99 µs):
-$(for ((i = 0; i < ROUNDS; i++)); do echo "- ${WRK_H[i]} / ${WRK_N[i]}; ${PERF_H[i]} / ${PERF_N[i]}; ${P99_C1[i]}"; done)
+Per round (wrk hark/nginx req/s$( ((ONE_LOOP)) && echo ", hark one loop"); hark perf c16 hark/nginx; c1 p99 µs):
+$(for ((i = 0; i < ROUNDS; i++)); do echo "- ${WRK_H[i]} / ${WRK_N[i]}$( ((ONE_LOOP)) && echo ", ${WRK_1[i]}"); ${PERF_H[i]} / ${PERF_N[i]}; ${P99_C1[i]}"; done)
 EOF

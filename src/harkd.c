@@ -1,7 +1,8 @@
 /*
  * harkd — the hark server. Parses Triton-style flags, builds the engine on
  * the model repository, starts the gRPC front end (its own thread) and runs
- * the HTTP front end's event loop on the main thread until SIGINT/SIGTERM.
+ * the HTTP front end's event loops (--http-thread-count, one of them on the
+ * main thread) until SIGINT/SIGTERM.
  * The first signal drains: readiness turns false, new requests and streams
  * get 503, live ones get --exit-timeout-secs to finish, then the rest are
  * closed and the process exits 0. A second signal stops waiting.
@@ -60,6 +61,8 @@ static void usage(FILE *f) {
           "  --backend-directory DIR     where libhark_<backend>.so live\n"
           "  --http-max-input-size BYTES largest request body (default 67108864)\n"
           "  --http-body-timeout-secs N  drop a client that stalls mid-request (default 30)\n"
+          "  --http-thread-count N       event loops serving the HTTP port (default: one\n"
+          "                              per core, at most 16)\n"
           "  --worker-threads N          CPU worker pool size (default: one per core)\n"
           "  --max-queue-size N          per-model queue cap when config sets none (4096)\n"
           "  --speech-model NAME         the model a WebSocket on / and a Riva stream naming\n"
@@ -95,7 +98,8 @@ int main(int argc, char **argv) {
   enum { O_REPO = 1, O_HTTP, O_GRPC, O_METRICS, O_ADDR, O_MODE, O_LOAD, O_STRICT, O_BACKENDS,
          O_MAXIN, O_BODYTO, O_WORKERS, O_QUEUE, O_VERBOSE, O_SPEECH, O_STREAMS, O_WSMAX,
          O_WSIDLE, O_GRPC_ADDR, O_GRPC_MAX, O_BACKLOG, O_HELP, O_LOG_INFO, O_LOG_WARN,
-         O_LOG_ERROR, O_LOG_FORMAT, O_POLL_SECS, O_EXIT_TIMEOUT, O_UNLOAD_TIMEOUT };
+         O_LOG_ERROR, O_LOG_FORMAT, O_POLL_SECS, O_EXIT_TIMEOUT, O_UNLOAD_TIMEOUT,
+         O_HTTP_THREADS };
   static const struct option opts[] = {
       {"model-repository", required_argument, 0, O_REPO},
       {"model-store", required_argument, 0, O_REPO},
@@ -112,6 +116,7 @@ int main(int argc, char **argv) {
       {"backend-directory", required_argument, 0, O_BACKENDS},
       {"http-max-input-size", required_argument, 0, O_MAXIN},
       {"http-body-timeout-secs", required_argument, 0, O_BODYTO},
+      {"http-thread-count", required_argument, 0, O_HTTP_THREADS},
       {"worker-threads", required_argument, 0, O_WORKERS},
       {"max-queue-size", required_argument, 0, O_QUEUE},
       {"log-verbose", required_argument, 0, O_VERBOSE},
@@ -191,6 +196,9 @@ int main(int argc, char **argv) {
       break;
     case O_BODYTO:
       ho.body_timeout_secs = (int)parse_num("--http-body-timeout-secs", optarg, 1, 3600);
+      break;
+    case O_HTTP_THREADS:
+      ho.threads = (unsigned)parse_num("--http-thread-count", optarg, 1, HARK_HTTP_MAX_THREADS);
       break;
     case O_WORKERS: so.worker_threads = (uint32_t)parse_num("--worker-threads", optarg, 1, 1024); break;
     case O_QUEUE: so.max_queue_size = (uint32_t)parse_num("--max-queue-size", optarg, 1, 1 << 24); break;

@@ -1,8 +1,9 @@
 /*
  * http.h — the HTTP/1.1 front end (libwebsockets): KServe v2 REST and
  * Vosk-compatible WebSocket speech streams on the HTTP port, and the
- * Prometheus exposition on the metrics port, all served by one event loop
- * on the thread that calls hark_http_run().
+ * Prometheus exposition on the metrics port. The HTTP port is served by
+ * `threads` event loops, each on its own thread (one of them the thread
+ * that calls hark_http_run()), sharing the port; the metrics port by one.
  */
 #ifndef HARK_HTTP_H
 #define HARK_HTTP_H
@@ -10,6 +11,8 @@
 #include "hark/server.h"
 
 typedef struct hark_http hark_http;
+
+#define HARK_HTTP_MAX_THREADS 16
 
 typedef struct hark_http_options {
   const char *address;      /* bind address; NULL = all interfaces */
@@ -19,6 +22,9 @@ typedef struct hark_http_options {
                                --http-max-input-size, default 64 MiB) */
   int body_timeout_secs;    /* a client that stalls mid-request longer than
                                this is dropped; default 30 */
+  unsigned threads;         /* event loops serving the HTTP port (Triton's
+                               --http-thread-count); 0: one per core, at
+                               most HARK_HTTP_MAX_THREADS */
   /* WebSocket streams (ws.c); 0/NULL means the default. */
   const char *speech_model;    /* the model a WebSocket on "/" streams to;
                                   "asr" */
@@ -39,18 +45,21 @@ typedef struct hark_http_options {
   void *drain_idle_userp;
 } hark_http_options;
 
-/* Binds the ports (failing with a clear error if one is taken). Does not
+/* Binds the ports (failing with a clear error if one is taken, by another
+ * process too, although the loops share the HTTP port). Does not
  * take ownership of `server`, which must outlive the front end. */
 hark_error *hark_http_new(hark_server *server, const hark_http_options *opts,
                           hark_http **out);
-/* Serves until hark_http_stop(), or, after hark_http_drain(), until
- * nothing is left to finish (no stream open, no request in flight, and
+/* Starts the other loops' threads and serves on this one until
+ * hark_http_stop(), or, after hark_http_drain(), until nothing is left to
+ * finish on any loop (no stream open, no request in flight, and
  * opts.drain_idle agrees) or exit_timeout_secs have passed. Then it closes
  * the streams still open (1001 "server shutting down"), lets their last
- * replies and close handshakes out (a few seconds at most) and returns. */
+ * replies and close handshakes out (a few seconds at most), joins the
+ * other loops' threads and returns. */
 void hark_http_run(hark_http *http);
 /* Thread- and async-signal-safe: begins the server's drain
- * (hark_server_begin_drain: readiness off) and wakes the loop. New infer
+ * (hark_server_begin_drain: readiness off) and wakes the loops. New infer
  * requests get 503 and new WebSocket streams are refused with 503, both
  * with "Server is shutting down"; health, metadata and metrics answer as
  * usual; live streams go on sending audio and getting their results. */

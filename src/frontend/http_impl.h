@@ -2,8 +2,16 @@
  * http_impl.h — what the parts of the HTTP front end share: http.c (the
  * libwebsockets event loop, connections, request bodies, replies and the
  * completion list), http_routes.c (the KServe v2 routes and their
- * handlers) and ws.c (WebSocket speech streams). Private to src/frontend;
- * everything here runs on the loop thread unless it says otherwise.
+ * handlers) and ws.c (WebSocket speech streams). Private to src/frontend.
+ *
+ * The front end runs several event loops (http_loop), each an lws context
+ * of its own on its own thread, each with a listen socket of its own on
+ * the HTTP port (SO_REUSEPORT: the kernel spreads new connections over
+ * them). A
+ * connection, its calls and its WebSocket stream belong to the loop that
+ * accepted it; everything here runs on that loop's thread unless it says
+ * otherwise. What is global (stop, drain, the stream count) lives in
+ * hark_http and is atomic.
  */
 #ifndef HARK_HTTP_IMPL_H
 #define HARK_HTTP_IMPL_H
@@ -55,6 +63,7 @@ typedef enum conn_state {
 
 typedef struct http_call http_call;
 typedef struct ws_stream ws_stream;
+typedef struct http_loop http_loop;
 
 /* Per-connection state: lws allocates it zeroed; only the loop touches it. */
 typedef struct http_conn {
@@ -76,7 +85,7 @@ typedef struct http_conn {
 
 /* One engine operation (infer, load, unload) and its reply. */
 struct http_call {
-  hark_http *http;
+  http_loop *loop; /* the loop that owns the connection: it gets the reply */
   struct lws *wsi; /* loop thread only; NULL once the client is gone */
   http_call *next; /* completion list */
   /* Read by the worker while the request lives. */
@@ -96,26 +105,44 @@ struct http_call {
   hark_error *ws_err;
 };
 
+/* One event loop: an lws context (info.user points here) with a vhost on
+ * the HTTP port (fed by a listen socket of its own when there are several
+ * loops) and, on loop 0 only, the metrics vhost. */
+struct http_loop {
+  hark_http *http;
+  unsigned index;
+  struct lws_context *ctx;
+  struct lws_vhost *vh_http, *vh_metrics;
+  int listen_fd;               /* with several loops: ours (lws closes it) */
+  pthread_t thread;            /* loops 1..n-1; loop 0 runs on hark_http_run's */
+  lws_sorted_usec_list_t tick; /* wakes the loop while shutting down */
+  _Atomic uint32_t replying;   /* connections writing a reply (loop 0 reads it) */
+  pthread_mutex_t lock;        /* guards the fields below */
+  pthread_cond_t idle;
+  http_call *done_head, *done_tail; /* completion list */
+  uint32_t outstanding; /* this loop's calls the engine has not finished */
+  bool ctx_alive;       /* lws_cancel_service may be called */
+  /* WebSocket streams (ws.c), loop thread only. */
+  ws_stream *streams;              /* open connections' streams */
+  lws_sorted_usec_list_t ws_sweep; /* idle check, once a second */
+  bool ws_closing_all;             /* shutting down: streams told to go */
+};
+
 struct hark_http {
   hark_server *server;
   hark_http_options opts;
-  struct lws_context *ctx;
-  struct lws_vhost *vh_http, *vh_metrics;
-  atomic_bool stop;
-  atomic_bool draining;        /* hark_http_drain was called */
-  lws_sorted_usec_list_t tick; /* wakes the loop while shutting down */
-  uint32_t replying;           /* loop thread: connections writing a reply */
-  pthread_mutex_t lock;        /* guards the fields below */
-  pthread_cond_t idle;
-  http_call *done_head, *done_tail;
-  uint32_t outstanding; /* calls the engine has not finished */
-  bool ctx_alive;       /* lws_cancel_service may be called */
-  /* WebSocket streams (ws.c), loop thread only. */
-  ws_stream *streams;             /* open connections' streams */
-  uint32_t n_streams;
-  lws_sorted_usec_list_t ws_sweep; /* idle check, once a second */
-  bool ws_closing_all;            /* shutting down: streams told to go */
+  atomic_bool stop;        /* every loop winds down (new requests get 503) */
+  atomic_bool stop_now;    /* hark_http_stop: without the drain's grace */
+  atomic_bool draining;    /* hark_http_drain was called */
+  _Atomic uint32_t n_streams; /* open WebSocket streams, all loops */
+  unsigned n_loops;
+  http_loop **loops; /* each its own allocation: no false sharing */
 };
+
+/* The loop a connection belongs to. */
+static inline http_loop *hark_http_loop_of(struct lws *wsi) {
+  return lws_context_user(lws_get_context(wsi));
+}
 
 /* ---- replies (http.c) ----------------------------------------------------- */
 
@@ -139,20 +166,22 @@ void hark_http_reply_doc(struct lws *wsi, http_conn *c, hark_kserve_buf *b, hark
 
 /* ---- calls (http.c) ------------------------------------------------------- */
 
-http_call *hark_http_call_new(hark_http *http, struct lws *wsi);
+/* A call whose reply goes to `loop` (the connection's). */
+http_call *hark_http_call_new(http_loop *loop, struct lws *wsi);
 void hark_http_call_free(http_call *call);
 /* The engine has the call: exactly one hark_http_call_push will follow. */
-void hark_http_call_started(hark_http *http, http_conn *c, http_call *call);
+void hark_http_call_started(http_loop *loop, http_conn *c, http_call *call);
 /* The engine refused it synchronously: no push will come; frees it. */
-void hark_http_call_refused(hark_http *http, http_conn *c, http_call *call);
+void hark_http_call_refused(http_loop *loop, http_conn *c, http_call *call);
 /* Any thread: the call's reply (status, ctype, out) is ready; hands it to
- * the loop. The caller must not touch the call afterwards. */
+ * its loop, waking only that one. The caller must not touch the call
+ * afterwards. */
 void hark_http_call_push(http_call *call);
 /* Any thread: makes the call's reply {"error": ...} for `err` (not taken). */
 void hark_http_call_set_error(http_call *call, hark_error *err);
 /* Counts a request the engine has (+1) or gave back synchronously (-1);
  * hark_http_call_push() counts its completion. */
-void hark_http_outstanding_add(hark_http *http, int delta);
+void hark_http_outstanding_add(http_loop *loop, int delta);
 
 /* ---- routes (http_routes.c) ------------------------------------------------ */
 
@@ -174,17 +203,18 @@ int hark_ws_confirm_upgrade(struct lws *wsi, const char *upgrade);
 int hark_ws_established(struct lws *wsi, http_conn *c);
 int hark_ws_receive(struct lws *wsi, http_conn *c, const void *in, size_t len);
 int hark_ws_writable(struct lws *wsi, http_conn *c);
-void hark_ws_closed(hark_http *http, http_conn *c);
+void hark_ws_closed(http_loop *loop, http_conn *c);
 /* A stream's request completed (drained from the completion list); takes
  * the call. hark_ws_discard is the same once the loop is gone. */
-void hark_ws_complete(hark_http *http, http_call *call);
+void hark_ws_complete(http_loop *loop, http_call *call);
 void hark_ws_discard(http_call *call);
-/* Starts the idle sweep; stops it. */
-void hark_ws_start(hark_http *http);
-void hark_ws_stop(hark_http *http);
-/* Shutting down: closes every stream (1001); true while any is open. */
-bool hark_ws_close_all(hark_http *http);
-/* After the context is gone: frees what streams are left. */
-void hark_ws_free_all(hark_http *http);
+/* Starts the loop's idle sweep; stops it. */
+void hark_ws_start(http_loop *loop);
+void hark_ws_stop(http_loop *loop);
+/* Shutting down: closes every stream of the loop (1001); true while any
+ * is open. */
+bool hark_ws_close_all(http_loop *loop);
+/* After the loop's context is gone: frees what streams are left. */
+void hark_ws_free_all(http_loop *loop);
 
 #endif

@@ -6,7 +6,8 @@
  * owns the body, and queued with hark_server_infer(); its response is
  * serialized on the worker thread that delivers it, straight into the
  * reply buffer, and handed to the loop (http.c). Model load and unload
- * finish on a server thread the same way.
+ * finish on a server thread the same way, to the loop that owns the
+ * connection.
  */
 #include <cjson/cJSON.h>
 #include <stdlib.h>
@@ -82,14 +83,15 @@ static hark_error *build_infer(http_conn *c, hark_model *model, http_call *call,
 }
 
 static void start_infer(struct lws *wsi, http_conn *c) {
-  hark_http *http = lws_context_user(lws_get_context(wsi));
+  http_loop *loop = hark_http_loop_of(wsi);
+  hark_http *http = loop->http;
   hark_model *model;
   hark_error *err = hark_server_model_acquire(http->server, c->rt.model, c->rt.version, &model);
   if (err) {
     hark_http_reply_error(wsi, c, err);
     return;
   }
-  http_call *call = hark_http_call_new(http, wsi);
+  http_call *call = hark_http_call_new(loop, wsi);
   if (!call) {
     hark_model_release(model);
     hark_http_reply_error(wsi, c, hark_error_new(HARK_ERR_INTERNAL, "out of memory"));
@@ -106,11 +108,11 @@ static void start_infer(struct lws *wsi, http_conn *c) {
     hark_http_reply_error(wsi, c, err);
     return;
   }
-  hark_http_call_started(http, c, call);
+  hark_http_call_started(loop, c, call);
   err = hark_server_infer(http->server, req);
   if (err) {
     hark_request_free(req);
-    hark_http_call_refused(http, c, call);
+    hark_http_call_refused(loop, c, call);
     hark_http_reply_error(wsi, c, err);
   }
 }
@@ -147,7 +149,7 @@ static hark_error *parse_json_object(http_conn *c, cJSON **out) {
 }
 
 static void repo_index(struct lws *wsi, http_conn *c) {
-  hark_http *http = lws_context_user(lws_get_context(wsi));
+  hark_http *http = hark_http_loop_of(wsi)->http;
   cJSON *doc;
   hark_error *err = parse_json_object(c, &doc);
   if (err) {
@@ -170,7 +172,8 @@ static void repo_index(struct lws *wsi, http_conn *c) {
 }
 
 static void repo_load_unload(struct lws *wsi, http_conn *c, bool load) {
-  hark_http *http = lws_context_user(lws_get_context(wsi));
+  http_loop *loop = hark_http_loop_of(wsi);
+  hark_http *http = loop->http;
   cJSON *doc;
   hark_error *err = parse_json_object(c, &doc);
   if (err) {
@@ -188,16 +191,16 @@ static void repo_load_unload(struct lws *wsi, http_conn *c, bool load) {
                                          "supported"));
     return;
   }
-  http_call *call = hark_http_call_new(http, wsi);
+  http_call *call = hark_http_call_new(loop, wsi);
   if (!call) {
     hark_http_reply_error(wsi, c, hark_error_new(HARK_ERR_INTERNAL, "out of memory"));
     return;
   }
-  hark_http_call_started(http, c, call);
+  hark_http_call_started(loop, c, call);
   err = load ? hark_server_model_load(http->server, c->rt.model, on_repo_done, call)
              : hark_server_model_unload(http->server, c->rt.model, on_repo_done, call);
   if (err) {
-    hark_http_call_refused(http, c, call);
+    hark_http_call_refused(loop, c, call);
     hark_http_reply_error(wsi, c, err);
   }
 }
@@ -287,7 +290,7 @@ bool hark_http_route_is_post(route_kind k) {
 /* ---- GET handlers ---------------------------------------------------------------- */
 
 static void get_model_doc(struct lws *wsi, http_conn *c) {
-  hark_http *http = lws_context_user(lws_get_context(wsi));
+  hark_http *http = hark_http_loop_of(wsi)->http;
   hark_model *model;
   hark_error *err = hark_server_model_acquire(http->server, c->rt.model, c->rt.version, &model);
   if (c->rt.kind == R_MODEL_READY) {
@@ -317,7 +320,7 @@ static void get_model_doc(struct lws *wsi, http_conn *c) {
 }
 
 void hark_http_handle_get(struct lws *wsi, http_conn *c) {
-  hark_http *http = lws_context_user(lws_get_context(wsi));
+  hark_http *http = hark_http_loop_of(wsi)->http;
   hark_kserve_buf b = {0};
   hark_error *err = NULL;
   switch (c->rt.kind) {

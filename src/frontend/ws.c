@@ -29,7 +29,11 @@
  *
  * A stream outlives its connection while a request is in the engine; a
  * client that vanishes mid-utterance gets an END sent on its behalf so the
- * backend frees its decoder at once. Only the loop thread touches streams.
+ * backend frees its decoder at once. A stream belongs to the loop that
+ * accepted its connection (http_loop): only that loop's thread touches it,
+ * its requests complete on that loop's list, and its idle sweep is that
+ * loop's. Only the count of open streams (--max-streams) is shared by the
+ * loops, an atomic.
  */
 #include <math.h>
 #include <stdio.h>
@@ -72,8 +76,9 @@ typedef struct ws_out {
 
 struct ws_stream {
   hark_http *http;
+  http_loop *loop;            /* the loop of its connection */
   struct lws *wsi;            /* NULL once the connection is gone */
-  ws_stream *prev, *next;     /* http->streams, while connected */
+  ws_stream *prev, *next;     /* loop->streams, while connected */
   char *model;
   int64_t version;            /* as asked for; -1: the newest */
   hark_model *pinned;         /* the version the first request ran on (a reference) */
@@ -187,10 +192,16 @@ static uint32_t max_streams(const hark_http *http) {
   return http->opts.max_streams ? http->opts.max_streams : DEFAULT_MAX_STREAMS;
 }
 
+static void too_many_streams(const hark_http *http, char *msg, size_t len) {
+  snprintf(msg, len, "too many streams: the server serves at most %u at once (--max-streams)",
+           max_streams(http));
+}
+
 int hark_ws_confirm_upgrade(struct lws *wsi, const char *upgrade) {
-  hark_http *http = lws_context_user(lws_get_context(wsi));
+  http_loop *loop = hark_http_loop_of(wsi);
+  hark_http *http = loop->http;
   if (strcasecmp(upgrade, "websocket") != 0) return 0;
-  if (lws_get_vhost(wsi) == http->vh_metrics) return refuse(wsi, 404, "Not Found");
+  if (lws_get_vhost(wsi) == loop->vh_metrics) return refuse(wsi, 404, "Not Found");
   route rt = {.kind = R_NONE, .version = -1};
   hark_error *err;
   bool ok = stream_route(wsi, &rt, &err);
@@ -204,10 +215,8 @@ int hark_ws_confirm_upgrade(struct lws *wsi, const char *upgrade) {
                  "Not Found: stream on / or /v2/models/{model}[/versions/{version}]/stream");
   } else if (atomic_load(&http->stop) || hark_server_is_draining(http->server)) {
     ret = refuse(wsi, 503, "Server is shutting down: not accepting new streams");
-  } else if (http->n_streams >= max_streams(http)) {
-    snprintf(msg, sizeof msg,
-             "too many streams: the server serves at most %u at once (--max-streams)",
-             max_streams(http));
+  } else if (atomic_load(&http->n_streams) >= max_streams(http)) {
+    too_many_streams(http, msg, sizeof msg);
     ret = refuse(wsi, 503, msg);
   } else {
     hark_model *model;
@@ -260,18 +269,21 @@ static void stream_free(ws_stream *s) {
 }
 
 static void unlink_stream(ws_stream *s) {
-  hark_http *http = s->http;
+  http_loop *loop = s->loop;
   if (s->prev)
     s->prev->next = s->next;
-  else if (http->streams == s)
-    http->streams = s->next;
+  else if (loop->streams == s)
+    loop->streams = s->next;
   if (s->next) s->next->prev = s->prev;
   s->prev = s->next = NULL;
-  http->n_streams--;
+  atomic_fetch_sub(&s->http->n_streams, 1);
 }
 
+static void stream_close(ws_stream *s, int code, const char *reason);
+
 int hark_ws_established(struct lws *wsi, http_conn *c) {
-  hark_http *http = lws_context_user(lws_get_context(wsi));
+  http_loop *loop = hark_http_loop_of(wsi);
+  hark_http *http = loop->http;
   route rt = {.kind = R_NONE, .version = -1};
   hark_error *err = NULL;
   if (!c || !stream_route(wsi, &rt, &err)) { /* confirmed a moment ago */
@@ -286,18 +298,26 @@ int hark_ws_established(struct lws *wsi, http_conn *c) {
     return -1;
   }
   s->http = http;
+  s->loop = loop;
   s->wsi = wsi;
   s->version = rt.version;
   s->corr_id = CORR_ID_BIT | atomic_fetch_add(&next_corr_id, 1);
   s->sample_rate = DEFAULT_SAMPLE_RATE;
   s->words = true; /* Vosk's server shows words unless told otherwise */
   s->last_rx_ns = hark_now_ns();
-  s->next = http->streams;
+  s->next = loop->streams;
   if (s->next) s->next->prev = s;
-  http->streams = s;
-  http->n_streams++;
+  loop->streams = s;
+  /* Another loop may have admitted one since this upgrade was confirmed:
+   * the count is exact here, and one too many goes at once. */
+  uint32_t open = atomic_fetch_add(&http->n_streams, 1);
   c->ws = s;
   WS_LOG(s, HARK_LOG_VERBOSE, "ws: stream opened on model '%s'", s->model);
+  if (open >= max_streams(http)) {
+    char msg[HARK_WS_REASON_MAX + 1];
+    too_many_streams(http, msg, sizeof msg);
+    stream_close(s, HARK_WS_CLOSE_TRY_LATER, msg);
+  }
   return 0;
 }
 
@@ -386,7 +406,7 @@ static hark_error *submit(ws_stream *s, ws_item *it) {
   hark_request_attach(req, it->mem, free);
   item_kind kind = it->kind;
   free(it);
-  http_call *call = err ? NULL : hark_http_call_new(http, NULL);
+  http_call *call = err ? NULL : hark_http_call_new(s->loop, NULL);
   if (!err && !call) err = hark_error_new(HARK_ERR_INTERNAL, "out of memory");
   if (err) {
     hark_request_free(req);
@@ -399,10 +419,10 @@ static hark_error *submit(ws_stream *s, ws_item *it) {
   call->ws = s;
   call->ws_kind = kind;
   hark_request_set_callback(req, on_response, call);
-  hark_http_outstanding_add(http, 1);
+  hark_http_outstanding_add(s->loop, 1);
   err = hark_server_infer(http->server, req);
   if (err) {
-    hark_http_outstanding_add(http, -1);
+    hark_http_outstanding_add(s->loop, -1);
     hark_request_free(req);
     hark_http_call_free(call);
     if (!s->seq_started) {
@@ -613,8 +633,8 @@ static void call_free(http_call *call) {
   hark_http_call_free(call);
 }
 
-void hark_ws_complete(hark_http *http, http_call *call) {
-  (void)http;
+void hark_ws_complete(http_loop *loop, http_call *call) {
+  (void)loop;
   ws_stream *s = call->ws;
   if (s->inflight == call) s->inflight = NULL;
   if (s->wsi && !s->closing) {
@@ -745,9 +765,9 @@ int hark_ws_receive(struct lws *wsi, http_conn *c, const void *in, size_t len) {
   return 0;
 }
 
-void hark_ws_closed(hark_http *http, http_conn *c) {
+void hark_ws_closed(http_loop *loop, http_conn *c) {
   ws_stream *s = c->ws;
-  (void)http;
+  (void)loop;
   if (!s) return;
   WS_LOG(s, HARK_LOG_VERBOSE, "ws: connection closed%s",
          s->inflight ? " (a request is still in the engine)" : "");
@@ -766,38 +786,39 @@ void hark_ws_closed(hark_http *http, http_conn *c) {
 /* ---- idle sweep and shutdown ---------------------------------------------------------- */
 
 static void on_sweep(lws_sorted_usec_list_t *sul) {
-  hark_http *http = lws_container_of(sul, hark_http, ws_sweep);
+  http_loop *loop = lws_container_of(sul, http_loop, ws_sweep);
+  hark_http *http = loop->http;
   int secs = http->opts.ws_idle_timeout_secs > 0 ? http->opts.ws_idle_timeout_secs
                                                   : DEFAULT_IDLE_SECS;
   uint64_t now = hark_now_ns(), limit = (uint64_t)secs * 1000000000ull;
-  for (ws_stream *s = http->streams; s; s = s->next) {
+  for (ws_stream *s = loop->streams; s; s = s->next) {
     /* Waiting on the engine or on our replies is not the client's idling. */
     if (s->closing || s->inflight || s->q_head || s->out_head || s->rx_paused) continue;
     if (now - s->last_rx_ns >= limit) stream_close(s, HARK_WS_CLOSE_GOING_AWAY, "idle timeout");
   }
-  lws_sul_schedule(http->ctx, 0, &http->ws_sweep, on_sweep, SWEEP_US);
+  lws_sul_schedule(loop->ctx, 0, &loop->ws_sweep, on_sweep, SWEEP_US);
 }
 
-void hark_ws_start(hark_http *http) {
-  lws_sul_schedule(http->ctx, 0, &http->ws_sweep, on_sweep, SWEEP_US);
+void hark_ws_start(http_loop *loop) {
+  lws_sul_schedule(loop->ctx, 0, &loop->ws_sweep, on_sweep, SWEEP_US);
 }
 
-void hark_ws_stop(hark_http *http) { lws_sul_cancel(&http->ws_sweep); }
+void hark_ws_stop(http_loop *loop) { lws_sul_cancel(&loop->ws_sweep); }
 
-bool hark_ws_close_all(hark_http *http) {
-  if (!http->ws_closing_all) {
-    http->ws_closing_all = true;
-    for (ws_stream *s = http->streams; s; s = s->next)
+bool hark_ws_close_all(http_loop *loop) {
+  if (!loop->ws_closing_all) {
+    loop->ws_closing_all = true;
+    for (ws_stream *s = loop->streams; s; s = s->next)
       stream_close(s, HARK_WS_CLOSE_GOING_AWAY, "server is shutting down");
   }
-  return http->streams != NULL;
+  return loop->streams != NULL;
 }
 
-void hark_ws_free_all(hark_http *http) {
+void hark_ws_free_all(http_loop *loop) {
   /* lws_context_destroy closed every connection, so only streams whose
    * CLOSED never came could be left: free them. */
-  while (http->streams) {
-    ws_stream *s = http->streams;
+  while (loop->streams) {
+    ws_stream *s = loop->streams;
     unlink_stream(s);
     stream_free(s);
   }

@@ -2,11 +2,13 @@
 over the limit or garbage. Each gets a clear error (or is dropped), and the
 server keeps serving everyone else."""
 import json
+import os
 import socket
+import subprocess
 import time
 import unittest
 
-from harness import Harkd, MODELS, main, simple_request
+from harness import BIN_DIR, Harkd, MODELS, main, simple_request
 
 A, B = [3] * 16, [1] * 16
 
@@ -79,6 +81,49 @@ class Robustness(unittest.TestCase):
                 pass
             s.close()
         self.assert_serving()
+
+
+class PortInUse(unittest.TestCase):
+    """The event loops share the HTTP port among themselves (SO_REUSEPORT),
+    never with another process."""
+
+    def start_fails(self, port, threads):
+        cmd = [os.path.join(BIN_DIR, "harkd"), "--model-repository", MODELS,
+               "--http-port", str(port), "--metrics-port", "-1", "--grpc-port", "-1",
+               "--http-address", "127.0.0.1", "--http-thread-count", str(threads)]
+        proc = subprocess.run(cmd, capture_output=True, timeout=60)
+        out = proc.stdout.decode() + proc.stderr.decode()
+        self.assertNotEqual(proc.returncode, 0, out)
+        self.assertIn(f"cannot listen for HTTP on 127.0.0.1:{port} (in use?)", out)
+
+    def test_second_harkd_on_a_busy_port(self):
+        for threads in ("1", "4"):
+            server = Harkd(MODELS, ("--http-thread-count", threads))
+            try:
+                for other in (1, 4):
+                    self.start_fails(server.http_port, other)
+                # The first one was not disturbed.
+                self.assertEqual(server.request("GET", "/v2/health/ready")[0], 200)
+            finally:
+                server.stop()
+
+    def test_port_held_by_another_program(self):
+        with socket.socket() as s:
+            s.bind(("127.0.0.1", 0))
+            s.listen()
+            for threads in (1, 4):
+                self.start_fails(s.getsockname()[1], threads)
+
+    def test_ipv4_address_binds_ipv4_loopback_only(self):
+        server = Harkd(MODELS, ("--http-thread-count", "4"))
+        try:
+            with open("/proc/net/tcp6") as f:
+                v6 = [line.split()[1] for line in f.readlines()[1:]]
+            self.assertFalse([a for a in v6 if int(a.split(":")[1], 16) == server.http_port],
+                             "an IPv6 socket listens on the HTTP port")
+            self.assertEqual(server.request("GET", "/v2/health/live")[0], 200)
+        finally:
+            server.stop()
 
 
 if __name__ == "__main__":

@@ -7,15 +7,18 @@ connect/disconnect cycles.
 The model is echo_asr (a sample counter with the asr model's inputs and
 outputs); HARK_WS_MODEL names another for the protocol-level tests."""
 import asyncio
+import concurrent.futures
+import http.client
 import json
 import os
+import shutil
 import socket
 import time
 import unittest
 
 import websockets
 
-from harness import Harkd, ServerTest, main, make_repo
+from harness import Harkd, ServerTest, main, make_repo, simple_request
 
 MODEL = os.environ.get("HARK_WS_MODEL", "echo_asr")
 ECHO_CONFIG = open(os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..",
@@ -371,6 +374,142 @@ class Shutdown(unittest.TestCase):
             run(go())
         finally:
             server.stop()
+
+
+SIMPLE_CONFIG = open(os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..",
+                                  "models", "simple", "config.pbtxt")).read()
+
+
+def keepalive_infers(port, k, n):
+    """n infers on one keep-alive connection, each with inputs of its own;
+    returns the mismatches (empty when every reply was its own)."""
+    bad = []
+    conn = http.client.HTTPConnection("127.0.0.1", port, timeout=30)
+    try:
+        for i in range(n):
+            a = [k * 1000 + i + j for j in range(16)]
+            b = [j - k for j in range(16)]
+            conn.request("POST", "/v2/models/simple/infer", json.dumps(simple_request(a, b)),
+                         {"Content-Type": "application/json"})
+            resp = conn.getresponse()
+            doc = json.loads(resp.read())
+            out = {o["name"]: o["data"] for o in doc.get("outputs", [])}
+            want = ([x + y for x, y in zip(a, b)], [x - y for x, y in zip(a, b)])
+            if resp.status != 200 or (out.get("OUTPUT0"), out.get("OUTPUT1")) != want:
+                bad.append((k, i, resp.status, doc))
+    finally:
+        conn.close()
+    return bad
+
+
+class ManyLoops(WsTest):
+    """Four event loops share the HTTP port: connections land on all of them
+    and each must get exactly its own replies."""
+    REPO = {"echo_asr": ECHO_CONFIG, "simple": SIMPLE_CONFIG}
+    ARGS = WsTest.ARGS + ("--http-thread-count", "4")
+
+    def test_infers_and_streams_at_once(self):
+        async def one(k):
+            async with websockets.connect(self.url()) as ws:
+                for i in range(20):
+                    await ws.send(pcm(10 + k))
+                    self.assertEqual(json.loads(await ws.recv())["partial"],
+                                     f"{(10 + k) * (i + 1)} samples")
+                await ws.send('{"eof" : 1}')
+                self.assertEqual(json.loads(await ws.recv())["text"], str((10 + k) * 20))
+                await self.expect_close(ws, 1000)
+
+        async def streams():
+            await asyncio.gather(*(one(k) for k in range(32)))
+
+        with concurrent.futures.ThreadPoolExecutor(16) as pool:
+            infers = [pool.submit(keepalive_infers, self.server.http_port, k, 50)
+                      for k in range(16)]
+            run(streams())
+            bad = [b for f in infers for b in f.result()]
+        self.assertEqual(bad, [])
+
+    def test_max_streams_across_loops(self):
+        # One --max-streams count for all loops; closed streams give it back.
+        repo = make_repo({"echo_asr": ECHO_CONFIG})
+        server = Harkd(repo, ("--speech-model", "echo_asr", "--http-thread-count", "4",
+                              "--max-streams", "6", "--stream-backlog-limit", "100000"))
+        try:
+            async def go():
+                url = f"ws://127.0.0.1:{server.http_port}/"
+                conns = [await websockets.connect(url) for _ in range(6)]
+                for ws in conns:  # every admitted stream is served
+                    await ws.send(pcm(10))
+                    self.assertEqual(json.loads(await ws.recv())["partial"], "10 samples")
+                for _ in range(8):  # a new connection lands on any loop
+                    with self.assertRaises(websockets.InvalidStatusCode) as cm:
+                        await websockets.connect(url)
+                    self.assertEqual(cm.exception.status_code, 503)
+                for ws in conns:
+                    await ws.close()
+                await asyncio.sleep(0.3)
+                again = [await websockets.connect(url) for _ in range(6)]
+                for ws in again:
+                    await ws.send(pcm(20))
+                    self.assertEqual(json.loads(await ws.recv())["partial"], "20 samples")
+                    await ws.close()
+            run(go())
+        finally:
+            server.stop()
+            shutil.rmtree(repo, ignore_errors=True)
+
+
+class ManyLoopsDrain(unittest.TestCase):
+    def test_sigterm_lets_streams_on_every_loop_finish(self):
+        repo = make_repo({"echo_asr": ECHO_CONFIG})
+        server = Harkd(repo, ("--speech-model", "echo_asr", "--http-thread-count", "4",
+                              "--exit-timeout-secs", "20", "--stream-backlog-limit", "100000"))
+        try:
+            url = f"ws://127.0.0.1:{server.http_port}/"
+
+            async def go():
+                conns = [await websockets.connect(url) for _ in range(16)]
+                for k, ws in enumerate(conns):
+                    await ws.send(pcm(10 + k))
+                    self.assertIn("partial", json.loads(await ws.recv()))
+                server.proc.terminate()
+                await asyncio.sleep(0.3)
+                # Draining: not ready, no new streams, live ones go on.
+                status, _, _ = server.request("GET", "/v2/health/ready")
+                self.assertEqual(status, 400)
+                with self.assertRaises(websockets.InvalidStatusCode) as cm:
+                    await websockets.connect(url)
+                self.assertEqual(cm.exception.status_code, 503)
+
+                async def finish(k, ws):
+                    for i in range(5):
+                        await ws.send(pcm(10 + k))
+                        self.assertEqual(json.loads(await ws.recv())["partial"],
+                                         f"{(10 + k) * (i + 2)} samples")
+                    await ws.send('{"eof" : 1}')
+                    self.assertEqual(json.loads(await ws.recv())["text"], str((10 + k) * 6))
+                    await self.expect_close(ws, 1000)
+
+                await asyncio.gather(*(finish(k, ws) for k, ws in enumerate(conns)))
+                t0 = time.time()
+                while server.proc.poll() is None and time.time() - t0 < 10:
+                    await asyncio.sleep(0.05)
+                # The drain ended when the last stream did, not at the timeout.
+                self.assertIsNotNone(server.proc.poll(), "still running after every stream ended")
+            run(go())
+            out = server.stop()
+            self.assertIn("drained: every stream and request finished", out)
+        finally:
+            if server.proc.poll() is None:
+                server.proc.kill()
+            shutil.rmtree(repo, ignore_errors=True)
+
+    async def expect_close(self, ws, code):
+        try:
+            while True:
+                await ws.recv()
+        except websockets.ConnectionClosed as e:
+            self.assertEqual(e.code, code, e.reason)
 
 
 if __name__ == "__main__":
