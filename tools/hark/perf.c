@@ -1,11 +1,13 @@
 /*
  * perf.c — `hark perf`: a closed-loop load generator for KServe v2 over
- * HTTP, modelled on Triton's perf_analyzer.
+ * HTTP or gRPC, modelled on Triton's perf_analyzer.
  *
  * It asks the server for the model's metadata (and config, for
- * max_batch_size), builds one request (perf_request.c), checks the server
- * accepts it, then for each concurrency level runs that many threads, each
- * on its own keep-alive connection, sending the same bytes back to back.
+ * max_batch_size), builds one request (perf_request.c; perf_grpc.c for
+ * gRPC), checks the server accepts it, then for each concurrency level
+ * runs that many threads, each on its own connection (an HTTP keep-alive
+ * connection, or a gRPC channel with its own TCP connection), sending the
+ * same bytes back to back.
  * A shared phase (warmup → measure → stop) decides what counts: a request
  * is measured when it completes inside the measurement window, so
  * throughput = measured successes × batch / window. The hot loop does no
@@ -28,6 +30,7 @@
 #include <cjson/cJSON.h>
 
 #include "cli.h"
+#include "grpcc.h"
 #include "httpc.h"
 #include "perf.h"
 #include "stats.h"
@@ -62,7 +65,8 @@ typedef struct first_error {
 /* What one concurrency level's threads share. */
 typedef struct level_shared {
   const perf_opts *o;
-  const perf_request *req;
+  const perf_request *req;        /* http */
+  const perf_grpc_request *greq; /* grpc */
   first_error *err;
   atomic_int phase;
   atomic_int running;
@@ -71,7 +75,8 @@ typedef struct level_shared {
 typedef struct worker {
   pthread_t tid;
   level_shared *sh;
-  httpc conn;
+  httpc conn;          /* http */
+  perf_grpc_conn *gc;  /* grpc */
   stats_series lat; /* ns of each measured success */
   uint64_t errors; /* measured failures */
 } worker;
@@ -104,20 +109,21 @@ static void usage(FILE *f) {
           "reports throughput and latency per concurrency level, like perf_analyzer.\n\n"
           "  -m, --model-name MODEL          model to load (required)\n"
           "  -x, --model-version V           model version (default: the server's choice)\n"
-          "  -u, --url HOST:PORT             server (default localhost:8000)\n"
-          "  -i, --protocol http|grpc        protocol (default http; grpc not supported yet)\n"
+          "  -u, --url HOST:PORT             server (default localhost:8000 for http, :8001 for grpc)\n"
+          "  -i, --protocol http|grpc        KServe v2 over HTTP/REST or gRPC (default http)\n"
           "      --concurrency-range S:E[:STEP]  concurrency levels S, S+STEP, ... E (default 1:1:1)\n"
           "  -p, --measurement-interval MS   measurement window per level (default 5000)\n"
           "      --warmup MS                 unmeasured load before each window (default interval/5)\n"
           "  -b, --batch-size N              batch size of each request (default 1)\n"
           "      --input-data zero|random    input values (default zero)\n"
-          "      --binary                    binary tensor extension for inputs and outputs\n"
+          "      --binary                    binary tensor extension for inputs and outputs (http;\n"
+          "                                  grpc always sends raw_input_contents)\n"
           "      --shape NAME:D1,D2,...      shape of a variable-size input, batch dim excluded\n"
           "      --request-timeout MS        give up on one request after MS (default 30000)\n"
           "      --json                      print the results as one JSON object on stdout\n"
           "  -h, --help                      this help\n\n"
           "Exit status: 0 ok; 1 server unreachable, model unknown or request rejected;\n"
-          "2 bad usage or unsupported protocol; 3 measured, but some requests failed.\n");
+          "2 bad usage; 3 measured, but some requests failed.\n");
 }
 
 static bool parse_int(const char *s, int lo, int hi, int *out) {
@@ -200,7 +206,7 @@ static int parse_one(perf_opts *o, int c, const char *arg) {
 }
 
 static int parse_opts(int argc, char **argv, perf_opts *o) {
-  *o = (perf_opts){.url = "localhost:8000", .protocol = "http", .c_start = 1, .c_end = 1, .c_step = 1,
+  *o = (perf_opts){.protocol = "http", .c_start = 1, .c_end = 1, .c_step = 1,
                    .interval_ms = 5000, .warmup_ms = -1, .timeout_ms = 30000, .batch = 1};
   optind = 1;
   opterr = 0;
@@ -213,8 +219,12 @@ static int parse_opts(int argc, char **argv, perf_opts *o) {
   }
   if (optind < argc) return bad("unexpected argument '%s'", argv[optind]);
   if (!o->model) return bad("%s", "-m MODEL is required");
+  if (strcmp(o->protocol, "http") != 0 && strcmp(o->protocol, "grpc") != 0)
+    return bad("--protocol must be http or grpc, not '%s'", o->protocol);
+  bool grpc = strcmp(o->protocol, "grpc") == 0;
+  if (!o->url) o->url = grpc ? "localhost:8001" : "localhost:8000";
   if (o->warmup_ms < 0) o->warmup_ms = o->interval_ms / 5;
-  if (httpc_split_hostport(o->url, "8000", o->host, sizeof o->host, o->port, sizeof o->port) < 0)
+  if (httpc_split_hostport(o->url, grpc ? "8001" : "8000", o->host, sizeof o->host, o->port, sizeof o->port) < 0)
     return bad("bad --url '%s' (HOST:PORT)", o->url);
   bool v6 = strchr(o->host, ':') != NULL;
   snprintf(o->hostport, sizeof o->hostport, "%s%s%s:%s", v6 ? "[" : "", o->host, v6 ? "]" : "", o->port);
@@ -309,23 +319,46 @@ static void note_error(level_shared *sh, const httpc *c, int rc, const httpc_res
   atomic_store(&e->ready, true);
 }
 
+static void note_grpc_error(level_shared *sh, const char *msg) {
+  first_error *e = sh->err;
+  if (atomic_flag_test_and_set(&e->taken)) return;
+  snprintf(e->msg, sizeof e->msg, "%s", msg);
+  atomic_store(&e->ready, true);
+}
+
+/* One request on the worker's connection: true when it succeeded; *dead
+ * when the transport failed (the caller backs off). */
+static bool one_request(worker *w, bool *dead) {
+  level_shared *sh = w->sh;
+  if (sh->greq) {
+    char msg[1024];
+    bool ok = perf_grpc_infer(w->gc, sh->greq, dead, msg, sizeof msg) == 0;
+    if (!ok && atomic_load_explicit(&sh->phase, memory_order_relaxed) != PH_STOP) note_grpc_error(sh, msg);
+    return ok;
+  }
+  httpc_response r;
+  int rc = httpc_request(&w->conn, sh->req->data, sh->req->len, &r);
+  bool ok = rc == 0 && r.status == 200;
+  if (!ok && atomic_load_explicit(&sh->phase, memory_order_relaxed) != PH_STOP) note_error(sh, &w->conn, rc, &r);
+  *dead = rc < 0;
+  return ok;
+}
+
 static void *worker_main(void *arg) {
   worker *w = arg;
   level_shared *sh = w->sh;
-  httpc_response r;
   while (atomic_load_explicit(&sh->phase, memory_order_relaxed) != PH_STOP) {
+    bool dead = false;
     uint64_t t0 = now_ns();
-    int rc = httpc_request(&w->conn, sh->req->data, sh->req->len, &r);
+    bool ok = one_request(w, &dead);
     uint64_t t1 = now_ns();
     int phase = atomic_load_explicit(&sh->phase, memory_order_relaxed);
     if (phase == PH_STOP) break;
-    bool ok = rc == 0 && r.status == 200;
-    if (!ok) note_error(sh, &w->conn, rc, &r);
     if (phase == PH_MEASURE) {
       if (ok) stats_series_push(&w->lat, t1 - t0);
       else w->errors++;
     }
-    if (rc < 0) sleep_ms(PERF_ERROR_BACKOFF_MS); /* don't spin on a dead server */
+    if (dead) sleep_ms(PERF_ERROR_BACKOFF_MS); /* don't spin on a dead server */
   }
   atomic_fetch_sub(&sh->running, 1);
   return NULL;
@@ -359,8 +392,17 @@ static void stop_workers(worker *ws, int n, level_shared *sh) {
   uint64_t deadline = now_ns() + (uint64_t)PERF_STOP_GRACE_MS * 1000000u;
   while (atomic_load(&sh->running) > 0 && now_ns() < deadline) sleep_ms(1);
   if (atomic_load(&sh->running) > 0)
-    for (int i = 0; i < n; i++) httpc_abort(&ws[i].conn);
+    for (int i = 0; i < n; i++) {
+      if (ws[i].gc) perf_grpc_conn_abort(ws[i].gc);
+      else httpc_abort(&ws[i].conn);
+    }
   for (int i = 0; i < n; i++) pthread_join(ws[i].tid, NULL);
+}
+
+static void worker_conn_free(worker *w) {
+  if (w->gc) perf_grpc_conn_free(w->gc);
+  else httpc_free(&w->conn);
+  w->gc = NULL;
 }
 
 static int start_workers(worker *ws, int n, level_shared *sh, int *started) {
@@ -368,12 +410,19 @@ static int start_workers(worker *ws, int n, level_shared *sh, int *started) {
     worker *w = &ws[*started];
     w->sh = sh;
     bool mem = stats_series_reserve(&w->lat, PERF_LAT_INITIAL) == 0;
-    if (!mem || httpc_init(&w->conn, sh->o->host, sh->o->port, sh->o->timeout_ms) < 0) {
-      fprintf(stderr, "hark perf: %s\n", mem ? w->conn.err : "out of memory");
+    if (mem && sh->greq) {
+      w->gc = perf_grpc_conn_new(sh->o->hostport, sh->o->timeout_ms);
+      mem = w->gc != NULL;
+    } else if (mem && httpc_init(&w->conn, sh->o->host, sh->o->port, sh->o->timeout_ms) < 0) {
+      fprintf(stderr, "hark perf: %s\n", w->conn.err);
+      return -1;
+    }
+    if (!mem) {
+      fprintf(stderr, "hark perf: out of memory\n");
       return -1;
     }
     if (pthread_create(&w->tid, NULL, worker_main, w) != 0) {
-      httpc_free(&w->conn);
+      worker_conn_free(w);
       fprintf(stderr, "hark perf: cannot start client thread %d\n", *started + 1);
       return -1;
     }
@@ -381,9 +430,9 @@ static int start_workers(worker *ws, int n, level_shared *sh, int *started) {
   return 0;
 }
 
-static int run_level(const perf_opts *o, const perf_request *req, first_error *err, int concurrency,
-                     level_result *res) {
-  level_shared sh = {.o = o, .req = req, .err = err};
+static int run_level(const perf_opts *o, const perf_request *req, const perf_grpc_request *greq, first_error *err,
+                     int concurrency, level_result *res) {
+  level_shared sh = {.o = o, .req = req, .greq = greq, .err = err};
   atomic_init(&sh.phase, PH_WARMUP);
   atomic_init(&sh.running, concurrency);
   worker *ws = calloc((size_t)concurrency, sizeof *ws);
@@ -405,7 +454,7 @@ static int run_level(const perf_opts *o, const perf_request *req, first_error *e
   res->concurrency = concurrency;
   if (rc == 0) summarize(ws, concurrency, t1 - t0, o->batch, res);
   for (int i = 0; i < concurrency; i++) {
-    if (i < started) httpc_free(&ws[i].conn);
+    if (i < started) worker_conn_free(&ws[i]);
     stats_series_free(&ws[i].lat);
   }
   free(ws);
@@ -419,7 +468,7 @@ static void print_settings(FILE *f, const perf_opts *o) {
   fprintf(f, "  Model: %s%s%s at %s over %s\n", o->model, o->version ? " version " : "",
           o->version ? o->version : "", o->hostport, o->protocol);
   fprintf(f, "  Batch size: %d\n  Input data: %s, %s tensors\n", o->batch, o->random ? "random" : "zero",
-          o->binary ? "binary" : "JSON");
+          strcmp(o->protocol, "grpc") == 0 ? "raw" : o->binary ? "binary" : "JSON");
   fprintf(f, "  Measurement window: %d msec after %d msec warmup\n", o->interval_ms, o->warmup_ms);
   fprintf(f, "  Concurrency: %d to %d, step %d\n\n", o->c_start, o->c_end, o->c_step);
 }
@@ -477,14 +526,15 @@ static void print_json(const perf_opts *o, const level_result *rs, int n) {
 
 /* ---- main ---------------------------------------------------------------- */
 
-static int run_all(const perf_opts *o, const perf_request *req, level_result *rs, int *n) {
+static int run_all(const perf_opts *o, const perf_request *req, const perf_grpc_request *greq, level_result *rs,
+                   int *n) {
   FILE *progress = o->json ? stderr : stdout;
   first_error err = {.taken = ATOMIC_FLAG_INIT};
   uint64_t errors = 0;
   print_settings(progress, o);
   *n = 0;
   for (int c = o->c_start; c <= o->c_end; c += o->c_step) {
-    if (run_level(o, req, &err, c, &rs[*n]) < 0) return 1;
+    if (run_level(o, req, greq, &err, c, &rs[*n]) < 0) return 1;
     print_level(progress, &rs[*n]);
     if (rs[*n].requests == rs[*n].errors) { /* nothing measured: say so, fail the run */
       fprintf(stderr, "hark perf: no request succeeded within the %d msec window at concurrency %d%s\n",
@@ -500,40 +550,77 @@ static int run_all(const perf_opts *o, const perf_request *req, level_result *rs
   return errors ? EXIT_ERRORS : 0;
 }
 
+/* One ModelInfer before the load, as probe() for HTTP. */
+static int probe_grpc(const perf_opts *o, const perf_grpc_request *req) {
+  perf_grpc_conn *c = perf_grpc_conn_new(o->hostport, o->timeout_ms);
+  char msg[1024];
+  bool dead = false;
+  int rc = c ? perf_grpc_infer(c, req, &dead, msg, sizeof msg) : -1;
+  if (!c) fprintf(stderr, "hark perf: out of memory\n");
+  else if (rc < 0 && dead) fprintf(stderr, "hark perf: server unreachable: %s\n", msg);
+  else if (rc < 0) fprintf(stderr, "hark perf: the server rejected the inference request (%s)\n", msg);
+  perf_grpc_conn_free(c);
+  return rc;
+}
+
+static int main_grpc(const perf_opts *o, perf_model *model, perf_grpc_request *req, level_result **rs, int *n) {
+  char msg[1024];
+  bool unreachable;
+  if (perf_grpc_model_load(o->hostport, o->model, o->version, o->timeout_ms, model, &unreachable, msg,
+                           sizeof msg) < 0) {
+    if (unreachable) fprintf(stderr, "hark perf: server unreachable at %s: %s\n", o->hostport, msg);
+    else fprintf(stderr, "hark perf: model '%s' is not available at %s: %s\n", o->model, o->hostport, msg);
+    return 1;
+  }
+  if (perf_model_resolve(model, o->batch, o->shapes, o->n_shapes, msg, sizeof msg) < 0) {
+    fprintf(stderr, "hark perf: model '%s': %s\n", o->model, msg);
+    return 1;
+  }
+  perf_grpc_request_build(model, o->model, o->version, o->random, req);
+  *rs = calloc((size_t)((o->c_end - o->c_start) / o->c_step + 1), sizeof **rs);
+  if (!*rs || probe_grpc(o, req) < 0) return 1;
+  return run_all(o, NULL, req, *rs, n);
+}
+
+static int main_http(const perf_opts *o, perf_model *model, perf_request *req, level_result **rs, int *n) {
+  httpc ctl;
+  if (httpc_init(&ctl, o->host, o->port, o->timeout_ms) < 0) {
+    fprintf(stderr, "hark perf: %s\n", ctl.err);
+    return 1;
+  }
+  int rc = 1;
+  if (load_model(o, &ctl, model) == 0) {
+    char path[1024];
+    model_path(o, "/infer", path, sizeof path);
+    perf_request_build(model, &(perf_body_opts){.binary = o->binary, .random = o->random}, o->hostport,
+                       path, req);
+    *rs = calloc((size_t)((o->c_end - o->c_start) / o->c_step + 1), sizeof **rs);
+    if (*rs && probe(o, &ctl, req) == 0) rc = run_all(o, req, NULL, *rs, n);
+  }
+  httpc_free(&ctl);
+  return rc;
+}
+
 int hark_perf_main(int argc, char **argv) {
   perf_opts o;
   int rc = parse_opts(argc, argv, &o);
   if (rc) return rc > 0 ? 0 : EXIT_USAGE;
-  if (strcmp(o.protocol, "http") != 0) {
-    fprintf(stderr, "hark perf: --protocol %s is not supported yet%s\n", o.protocol,
-            strcmp(o.protocol, "grpc") == 0 ? " (the gRPC front end comes later); use http" : "; use http");
-    return EXIT_USAGE;
-  }
-  httpc ctl;
-  if (httpc_init(&ctl, o.host, o.port, o.timeout_ms) < 0) {
-    fprintf(stderr, "hark perf: %s\n", ctl.err);
-    return 1;
-  }
   perf_model model = {0};
   perf_request req = {0};
+  perf_grpc_request greq = {0};
   level_result *rs = NULL;
   int n = 0;
-  rc = 1;
-  if (load_model(&o, &ctl, &model) == 0) {
-    char path[1024];
-    model_path(&o, "/infer", path, sizeof path);
-    perf_request_build(&model, &(perf_body_opts){.binary = o.binary, .random = o.random}, o.hostport,
-                       path, &req);
-    rs = calloc((size_t)((o.c_end - o.c_start) / o.c_step + 1), sizeof *rs);
-    if (rs && probe(&o, &ctl, &req) == 0) rc = run_all(&o, &req, rs, &n);
-  }
-  httpc_free(&ctl);
+  bool grpc = strcmp(o.protocol, "grpc") == 0;
+  if (grpc) grpcc_init();
+  rc = grpc ? main_grpc(&o, &model, &greq, &rs, &n) : main_http(&o, &model, &req, &rs, &n);
   if (n > 0 && (rc == 0 || rc == EXIT_ERRORS)) {
     if (o.json) print_json(&o, rs, n);
     else print_table(rs, n);
   }
   free(rs);
   free(req.data);
+  perf_grpc_request_free(&greq);
   perf_model_free(&model);
+  if (grpc) grpcc_shutdown();
   return rc;
 }

@@ -61,10 +61,55 @@ typedef struct perf_body_opts {
   bool random; /* small random values, else zeros */
 } perf_body_opts;
 
+/* Seed of the value stream, so both protocols send the same values. */
+#define PERF_RNG_SEED 0x9E3779B97F4A7C15ULL
+
+/* A resolved input's values as raw little-endian bytes (BYTES elements:
+ * 4-byte length + bytes), as the binary HTTP body carries them; *rng
+ * carries the random stream from one input to the next. Exits if memory
+ * runs out. Free with free(*data). */
+void perf_tensor_raw(const perf_tensor *t, bool random, uint64_t *rng, char **data, size_t *len);
+
 /* Builds POST `path` to host:port with the model's resolved inputs. FP16 and
  * BF16 inputs are always binary: JSON cannot carry them. Exits if memory
  * runs out. Free with free(r->data). */
 void perf_request_build(const perf_model *m, const perf_body_opts *o, const char *hostport,
                         const char *path, perf_request *r);
+
+/* ---- KServe over gRPC (perf_grpc.c) ---------------------------------------- */
+
+/* The ModelInferRequest every gRPC client sends, packed once. */
+typedef struct perf_grpc_request {
+  void *packed; /* grpc_byte_buffer *, owned; each call sends a copy */
+  size_t size;
+} perf_grpc_request;
+
+/* One client thread's connection: its own channel and completion queue. */
+typedef struct perf_grpc_conn perf_grpc_conn;
+
+/* Reads the model's metadata (ModelMetadata) and max_batch_size
+ * (ModelConfig) over gRPC into *m, as perf_model_parse does from HTTP.
+ * Returns 0; or -1 with a message in err, and *unreachable set when no
+ * server answered at `target`. */
+int perf_grpc_model_load(const char *target, const char *model, const char *version, int timeout_ms,
+                         perf_model *m, bool *unreachable, char *err, size_t errcap);
+
+/* Builds the request for the resolved model: inputs in raw_input_contents
+ * with the values perf_request_build would send. */
+void perf_grpc_request_build(const perf_model *m, const char *model, const char *version, bool random,
+                             perf_grpc_request *r);
+void perf_grpc_request_free(perf_grpc_request *r);
+
+/* NULL when out of memory. Free with perf_grpc_conn_free. */
+perf_grpc_conn *perf_grpc_conn_new(const char *target, int timeout_ms);
+void perf_grpc_conn_free(perf_grpc_conn *c);
+
+/* One ModelInfer call. Returns 0 on OK; -1 with a message in err ("STATUS:
+ * details"), and *transport set when the call never reached the model
+ * (UNAVAILABLE: the connection failed). */
+int perf_grpc_infer(perf_grpc_conn *c, const perf_grpc_request *r, bool *transport, char *err, size_t errcap);
+
+/* From another thread: cancels the call in progress, if any. Shutdown only. */
+void perf_grpc_conn_abort(perf_grpc_conn *c);
 
 #endif

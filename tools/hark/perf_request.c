@@ -9,6 +9,8 @@
  * Values are zeros or small random numbers (0..99, floats in [0,1)) so
  * arithmetic models such as `simple` never overflow; BYTES elements are
  * short strings. The random stream has a fixed seed: runs are repeatable.
+ * perf_tensor_raw() gives the same values as raw bytes, for gRPC's
+ * raw_input_contents (perf_grpc.c).
  */
 #include "perf.h"
 
@@ -353,10 +355,20 @@ static void put_input(dbuf *json, dbuf *bin, const perf_tensor *t, const perf_bo
   dbuf_printf(json, "]}");
 }
 
+void perf_tensor_raw(const perf_tensor *t, bool random, uint64_t *rng, char **data, size_t *len) {
+  dbuf b = {0};
+  const dtype *dt = find_dtype(t->datatype);
+  int64_t n = element_count(t);
+  dbuf_reserve(&b, 1);
+  for (int64_t i = 0; i < n; i++) put_binary_value(&b, dt, random, rng);
+  *data = b.p;
+  *len = b.len;
+}
+
 void perf_request_build(const perf_model *m, const perf_body_opts *o, const char *hostport,
                         const char *path, perf_request *r) {
   dbuf json = {0}, bin = {0}, req = {0};
-  uint64_t rng = 0x9E3779B97F4A7C15ULL;
+  uint64_t rng = PERF_RNG_SEED;
   dbuf_printf(&json, "{\"inputs\":[");
   for (int i = 0; i < m->n_inputs; i++) {
     if (i) dbuf_put(&json, ",", 1);

@@ -1,6 +1,8 @@
 /*
  * transcribe.c — `hark transcribe`: a streaming speech client over the
- * Vosk WebSocket protocol, modelled on Riva's streaming ASR client.
+ * Vosk WebSocket protocol (here) or Riva's gRPC StreamingRecognize
+ * (transcribe_grpc.c, the same jobs and report), modelled on Riva's
+ * streaming ASR client.
  *
  * Every file is read once into memory. A run is a list of jobs (one stream
  * each: --iterations passes over max(--parallel, files) streams, cycling
@@ -95,12 +97,16 @@ static uint64_t now_ns(void) {
 static void usage(FILE *f) {
   fprintf(f,
           "usage: hark transcribe FILE.wav... [options]\n"
-          "Streams WAV files (16-bit PCM) to harkd's Vosk-compatible WebSocket and prints the\n"
-          "transcripts, then a report like Riva's streaming client: RTFX, per-chunk latency\n"
-          "(chunk sent -> its reply) and final latency (end of audio -> final result).\n\n"
-          "  -s, --server URL          ws://HOST:PORT[/PATH] or HOST:PORT (default localhost:8000)\n"
-          "  -m, --model M             stream to /v2/models/M/stream (default: the server's\n"
-          "                            speech model at the URL's path, else /)\n"
+          "Streams WAV files (16-bit PCM) to harkd's Vosk-compatible WebSocket, or to its Riva\n"
+          "StreamingRecognize over gRPC, and prints the transcripts, then a report like Riva's\n"
+          "streaming client: RTFX, per-chunk latency (chunk sent -> its reply) and final\n"
+          "latency (end of audio -> final result).\n\n"
+          "  -s, --server URL          ws://HOST:PORT[/PATH] or HOST:PORT (default localhost:8000),\n"
+          "                            or grpc://HOST:PORT (Riva's API; port 8001 when not given)\n"
+          "  -m, --model M             stream to /v2/models/M/stream, or over gRPC ask for model M\n"
+          "                            (default: the server's speech model; WebSocket: the URL's\n"
+          "                            path, else /)\n"
+          "      --language-code L     gRPC: the language asked for (default en-US)\n"
           "      --simulate-realtime   send each chunk at real time (default: the next chunk as\n"
           "                            soon as the previous one's reply came)\n"
           "      --chunk-ms MS         audio per message (default 100)\n"
@@ -146,8 +152,17 @@ static void model_path(const char *model, char *out, size_t cap) {
 
 static int parse_server(tr_opts *o) {
   const char *s = o->server;
-  if (strncmp(s, "wss://", 6) == 0 || strncmp(s, "https://", 8) == 0)
-    return bad("'%s': TLS is not supported; use ws://", s);
+  if (strncmp(s, "wss://", 6) == 0 || strncmp(s, "https://", 8) == 0 || strncmp(s, "grpcs://", 8) == 0)
+    return bad("'%s': TLS is not supported; use ws:// or grpc://", s);
+  if (strncmp(s, "grpc://", 7) == 0) {
+    o->grpc = true;
+    s += 7;
+    if (s[strcspn(s, "/")] || httpc_split_hostport(s, "8001", o->host, sizeof o->host, o->port, sizeof o->port) < 0)
+      return bad("bad --server '%s' (grpc://HOST:PORT)", o->server);
+    bool v6 = strchr(o->host, ':') != NULL;
+    snprintf(o->hostport, sizeof o->hostport, "%s%s%s:%s", v6 ? "[" : "", o->host, v6 ? "]" : "", o->port);
+    return 0;
+  }
   if (strncmp(s, "ws://", 5) == 0) s += 5;
   else if (strncmp(s, "http://", 7) == 0) s += 7;
   if (httpc_split_hostport(s, "8000", o->host, sizeof o->host, o->port, sizeof o->port) < 0)
@@ -159,11 +174,12 @@ static int parse_server(tr_opts *o) {
   return 0;
 }
 
-enum { O_REALTIME = 256, O_CHUNK, O_INTERIM, O_WORDS, O_JSON, O_TIMEOUT, O_SILENT };
+enum { O_REALTIME = 256, O_CHUNK, O_INTERIM, O_WORDS, O_JSON, O_TIMEOUT, O_SILENT, O_LANGUAGE };
 
 static const struct option long_opts[] = {
     {"server", required_argument, NULL, 's'},
     {"model", required_argument, NULL, 'm'},
+    {"language-code", required_argument, NULL, O_LANGUAGE},
     {"simulate-realtime", no_argument, NULL, O_REALTIME},
     {"chunk-ms", required_argument, NULL, O_CHUNK},
     {"parallel", required_argument, NULL, 'p'},
@@ -182,6 +198,7 @@ static int parse_one(tr_opts *o, int c, const char *arg) {
   switch (c) {
   case 's': o->server = arg; return 0;
   case 'm': o->model = arg; return 0;
+  case O_LANGUAGE: o->language = arg; return 0;
   case 'p': return parse_int(arg, 1, TR_MAX_PARALLEL, &o->parallel) ? 0 : bad("bad --parallel '%s'", arg);
   case 'n': return parse_int(arg, 1, 1000000, &o->iterations) ? 0 : bad("bad --iterations '%s'", arg);
   case O_CHUNK: return parse_int(arg, 1, 60000, &o->chunk_ms) ? 0 : bad("bad --chunk-ms '%s'", arg);
@@ -202,7 +219,7 @@ static int parse_one(tr_opts *o, int c, const char *arg) {
 }
 
 static int parse_opts(int argc, char **argv, tr_opts *o) {
-  *o = (tr_opts){.server = "localhost:8000", .chunk_ms = 100, .parallel = 1, .iterations = 1, .timeout_s = 10};
+  *o = (tr_opts){.server = "localhost:8000", .language = "en-US", .chunk_ms = 100, .parallel = 1, .iterations = 1, .timeout_s = 10};
   optind = 1;
   opterr = 0;
   int c;
@@ -277,21 +294,20 @@ static bool job_silent(int j, double f) { return (int)((j + 1) * f + 1e-9) > (in
 
 /* ---- one stream ------------------------------------------------------------- */
 
-static const char *tag_name(const slot *s) {
-  const char *p = strrchr(s->file->path, '/');
-  return p ? p + 1 : s->file->path;
+const char *tr_file_tag(const tr_file *f) {
+  const char *p = strrchr(f->path, '/');
+  return p ? p + 1 : f->path;
 }
 
 static void fail(slot *s, int code, const char *why) { wsc_abort(&s->ws, code, why); }
 
-/* Samples per chunk of a file. */
-static size_t chunk_samples(const tr_opts *o, const tr_file *f) {
+size_t tr_chunk_samples(const tr_opts *o, const tr_file *f) {
   size_t per = (size_t)f->wav.sample_rate * (size_t)o->chunk_ms / 1000;
   return per ? per : 1;
 }
 
 static void send_chunk(slot *s) {
-  size_t per = chunk_samples(s->l->o, s->file);
+  size_t per = tr_chunk_samples(s->l->o, s->file);
   size_t off = s->sent * per, n = s->file->wav.n - off < per ? s->file->wav.n - off : per;
   const int16_t *pcm = s->job->silent ? s->l->zeros : s->file->wav.samples + off;
   s->sent_ns[s->sent] = now_ns();
@@ -331,8 +347,7 @@ static void on_open(wsc *c) {
   if (!s->l->o->realtime) send_next(s);
 }
 
-static void append_final(slot *s, const char *text) {
-  tr_job *j = s->job;
+static void append_final(tr_job *j, const char *text) {
   size_t old = j->transcript ? strlen(j->transcript) : 0, add = strlen(text);
   char *p = realloc(j->transcript, old + add + 2);
   if (!p) return;
@@ -354,29 +369,35 @@ static void print_words(const cJSON *result) {
   }
 }
 
+void tr_partial(const tr_opts *o, const tr_file *f, const tr_job *j, const char *text, char **last) {
+  if (!o->interim || o->json || (*last && strcmp(*last, text) == 0)) return;
+  free(*last);
+  *last = strdup(text);
+  if (*text) printf("%s [stream %d] partial: %s\n", tr_file_tag(f), j->id, text);
+}
+
+void tr_final(const tr_opts *o, const tr_file *f, tr_job *j, const cJSON *doc) {
+  const cJSON *text = cJSON_GetObjectItemCaseSensitive(doc, "text");
+  if (!cJSON_IsString(text) || !*text->valuestring) return; /* no words in it */
+  append_final(j, text->valuestring);
+  if (o->json) {
+    if (!j->finals) j->finals = cJSON_CreateArray();
+    cJSON_AddItemToArray(j->finals, cJSON_Duplicate(doc, true));
+    return;
+  }
+  printf("%s [stream %d] final: %s\n", tr_file_tag(f), j->id, text->valuestring);
+  if (o->words) print_words(cJSON_GetObjectItemCaseSensitive(doc, "result"));
+}
+
 /* One reply: a partial or a final (which may be the eof's). */
 static void handle_reply(slot *s, cJSON *doc) {
-  const tr_opts *o = s->l->o;
   const cJSON *partial = cJSON_GetObjectItemCaseSensitive(doc, "partial"),
               *text = cJSON_GetObjectItemCaseSensitive(doc, "text");
-  if (cJSON_IsString(partial) && o->interim && !o->json &&
-      (!s->last_partial || strcmp(s->last_partial, partial->valuestring) != 0)) {
-    free(s->last_partial);
-    s->last_partial = strdup(partial->valuestring);
-    if (*partial->valuestring) printf("%s [stream %d] partial: %s\n", tag_name(s), s->job->id, partial->valuestring);
-  }
+  if (cJSON_IsString(partial)) tr_partial(s->l->o, s->file, s->job, partial->valuestring, &s->last_partial);
   if (!cJSON_IsString(text)) return;
   free(s->last_partial);
   s->last_partial = NULL;
-  if (!*text->valuestring) return; /* an utterance with no words, or nothing after the last one */
-  append_final(s, text->valuestring);
-  if (o->json) {
-    if (!s->job->finals) s->job->finals = cJSON_CreateArray();
-    cJSON_AddItemToArray(s->job->finals, cJSON_Duplicate(doc, true));
-    return;
-  }
-  printf("%s [stream %d] final: %s\n", tag_name(s), s->job->id, text->valuestring);
-  if (o->words) print_words(cJSON_GetObjectItemCaseSensitive(doc, "result"));
+  tr_final(s->l->o, s->file, s->job, doc);
 }
 
 static void on_message(wsc *c, bool binary, const char *data, size_t len) {
@@ -432,7 +453,7 @@ static void slot_assign(loop *l, slot *s, uint64_t at) {
   if (l->next_job >= l->run->n_jobs) return;
   s->job = &l->run->jobs[l->next_job++];
   s->file = &l->run->files[s->job->file];
-  size_t per = chunk_samples(l->o, s->file);
+  size_t per = tr_chunk_samples(l->o, s->file);
   s->n_chunks = (s->file->wav.n + per - 1) / per;
   s->sent = s->replies = 0;
   s->ended = s->timed_out = false;
@@ -452,14 +473,13 @@ static void slot_connect(loop *l, slot *s, uint64_t now) {
   }
 }
 
-static void print_end(const slot *s) {
-  const tr_job *j = s->job;
+void tr_print_end(const tr_file *f, const tr_job *j) {
   if (j->status == TR_OK) {
-    printf("%s [stream %d] transcript: %s\n", tag_name(s), j->id, j->transcript ? j->transcript : "");
+    printf("%s [stream %d] transcript: %s\n", tr_file_tag(f), j->id, j->transcript ? j->transcript : "");
     return;
   }
-  printf("%s [stream %d] %s: ", tag_name(s), j->id, j->status == TR_TIMEOUT ? "timeout" : "error");
-  if (j->http_status) printf("%s\n", j->reason);
+  printf("%s [stream %d] %s: ", tr_file_tag(f), j->id, j->status == TR_TIMEOUT ? "timeout" : "error");
+  if (j->http_status || j->grpc_status) printf("%s\n", j->reason);
   else printf("close %d: %s\n", j->close_code, j->reason);
 }
 
@@ -471,7 +491,7 @@ static void slot_recycle(loop *l, slot *s, uint64_t now) {
   s->last_partial = NULL;
   if (s->job->status == TR_PENDING) s->job->status = TR_ERROR; /* cannot happen; never count it ok */
   if (s->job->status == TR_OK) l->run->audio_seconds += s->file->seconds;
-  if (!l->o->json) print_end(s);
+  if (!l->o->json) tr_print_end(s->file, s->job);
   if (s->job->status != TR_OK) l->run->ended_ns = now;
   slot_assign(l, s, now);
 }
@@ -560,23 +580,29 @@ static void run_loop(loop *l) {
 
 /* ---- main ---------------------------------------------------------------------- */
 
-static int setup(loop *l, tr_run *run, const tr_opts *o) {
-  *l = (loop){.run = run, .o = o, .epfd = -1, .chunk_ns = (uint64_t)o->chunk_ms * 1000000u};
+/* The jobs: --iterations passes over max(--parallel, files) streams. */
+static int setup_jobs(tr_run *run, const tr_opts *o) {
   int per_pass = o->parallel > o->n_files ? o->parallel : o->n_files;
   run->n_jobs = o->iterations * per_pass;
   run->jobs = calloc((size_t)run->n_jobs, sizeof *run->jobs);
+  if (!run->jobs) return -1;
+  for (int j = 0; j < run->n_jobs; j++)
+    run->jobs[j] = (tr_job){.id = j, .file = j % o->n_files, .silent = job_silent(j, o->silent_fraction)};
+  return 0;
+}
+
+static int setup(loop *l, tr_run *run, const tr_opts *o) {
+  *l = (loop){.run = run, .o = o, .epfd = -1, .chunk_ns = (uint64_t)o->chunk_ms * 1000000u};
   l->n_slots = o->parallel < run->n_jobs ? o->parallel : run->n_jobs;
   l->slots = calloc((size_t)l->n_slots, sizeof *l->slots);
   size_t max_chunk = 1;
   for (int i = 0; i < o->n_files; i++) {
-    size_t per = chunk_samples(o, &run->files[i]), n = (run->files[i].wav.n + per - 1) / per;
+    size_t per = tr_chunk_samples(o, &run->files[i]), n = (run->files[i].wav.n + per - 1) / per;
     if (n > l->max_chunks) l->max_chunks = n;
     if (per > max_chunk) max_chunk = per;
   }
   l->zeros = calloc(max_chunk, sizeof *l->zeros);
-  if (!run->jobs || !l->slots || !l->zeros) return -1;
-  for (int j = 0; j < run->n_jobs; j++)
-    run->jobs[j] = (tr_job){.id = j, .file = j % o->n_files, .silent = job_silent(j, o->silent_fraction)};
+  if (!l->slots || !l->zeros) return -1;
   for (int i = 0; i < l->n_slots; i++) {
     l->slots[i].l = l;
     l->slots[i].sent_ns = malloc((l->max_chunks + 1) * sizeof(uint64_t));
@@ -615,6 +641,14 @@ int hark_transcribe_main(int argc, char **argv) {
   rc = EXIT_USAGE;
   if (!run.files || load_files(&o, run.files) < 0) goto out;
   rc = EXIT_FAILED;
+  if (setup_jobs(&run, &o) < 0) {
+    fprintf(stderr, "hark transcribe: out of memory\n");
+    goto out;
+  }
+  if (o.grpc) {
+    if (tr_grpc_run(&run, run.files) < 0) goto out;
+    goto report;
+  }
   if (setup(&l, &run, &o) < 0) {
     fprintf(stderr, "hark transcribe: out of memory or file descriptors\n");
     goto out;
@@ -626,6 +660,7 @@ int hark_transcribe_main(int argc, char **argv) {
     slot_assign(&l, &l.slots[i], t0 + (o.realtime ? l.chunk_ns * (uint64_t)i / (uint64_t)l.n_slots : 0));
   run.started_ns = run.ended_ns = t0;
   run_loop(&l);
+report:
   tr_report(&run);
   rc = 0;
   for (int j = 0; j < run.n_jobs; j++)

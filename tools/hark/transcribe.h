@@ -1,8 +1,10 @@
 /*
  * transcribe.h — what `hark transcribe` shares between its files:
- * transcribe.c runs the streams (one epoll loop, wsc connections) and fills
- * one tr_job per stream; transcribe_report.c turns the jobs and the latency
- * series into the human report or the --json document.
+ * transcribe.c parses the options, reads the files and runs the WebSocket
+ * streams (one epoll loop, wsc connections); transcribe_grpc.c runs the
+ * same jobs over Riva's StreamingRecognize (one completion queue); both
+ * fill one tr_job per stream, and transcribe_report.c turns the jobs and
+ * the latency series into the human report or the --json document.
  */
 #ifndef HARK_TOOLS_TRANSCRIBE_H
 #define HARK_TOOLS_TRANSCRIBE_H
@@ -20,7 +22,9 @@ typedef struct tr_opts {
   const char **files; /* argv entries */
   int n_files;
   const char *server, *model;
+  const char *language; /* gRPC: RecognitionConfig.language_code */
   bool realtime, interim, words, json;
+  bool grpc; /* --server grpc://HOST:PORT: Riva's gRPC API, else Vosk's WebSocket */
   int chunk_ms, parallel, iterations, timeout_s;
   double silent_fraction;
   /* derived from --server / --model */
@@ -44,6 +48,7 @@ typedef struct tr_job {
   char *transcript; /* owned: the finals joined by spaces */
   cJSON *finals;    /* owned: each final reply as received (for --json) */
   int close_code, http_status;
+  int grpc_status; /* gRPC only: the stream's status code when not OK */
   char reason[512];
 } tr_job;
 
@@ -59,5 +64,28 @@ typedef struct tr_run {
 
 /* Prints the end-of-run report (text) or the one JSON object (--json). */
 void tr_report(tr_run *r);
+
+/* ---- shared by both protocols (transcribe.c) ---- */
+
+/* The file's name without its folder, to tag printed lines. */
+const char *tr_file_tag(const tr_file *f);
+/* Samples per --chunk-ms chunk of a file (at least 1). */
+size_t tr_chunk_samples(const tr_opts *o, const tr_file *f);
+/* A partial result: printed with --interim (text mode) when it differs
+ * from *last, which keeps the latest (owned; NULL after a final). */
+void tr_partial(const tr_opts *o, const tr_file *f, const tr_job *j, const char *text, char **last);
+/* A final result in Vosk's shape ({"text": ..., "result": [{word, start,
+ * end, conf}...]}): appended to the transcript, printed, and copied into
+ * j->finals with --json. Empty texts are skipped. */
+void tr_final(const tr_opts *o, const tr_file *f, tr_job *j, const cJSON *doc);
+/* The stream's one line when it ends (text mode). */
+void tr_print_end(const tr_file *f, const tr_job *j);
+
+/* ---- gRPC (transcribe_grpc.c) ---- */
+
+/* Runs every job of `run` over gRPC. Returns 0 when the jobs ran (each
+ * has its status), -1 (with a message) when the server cannot be reached
+ * or memory ran out. */
+int tr_grpc_run(tr_run *run, const tr_file *files);
 
 #endif

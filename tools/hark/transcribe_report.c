@@ -55,17 +55,25 @@ static void print_failures(const tr_run *r) {
     if (failed++ == 0) printf("  Failures:\n");
     if (shown++ >= TR_MAX_FAILURES_SHOWN) continue;
     printf("    %s [stream %d] %s: ", base(r->files[job->file].path), job->id, status_name(job->status));
-    if (job->http_status) printf("%s\n", job->reason);
+    if (job->http_status || job->grpc_status) printf("%s\n", job->reason);
     else printf("close %d: %s\n", job->close_code, job->reason);
   }
   if (failed > TR_MAX_FAILURES_SHOWN) printf("    ... and %d more\n", failed - TR_MAX_FAILURES_SHOWN);
 }
 
+/* The server as the user would write it. */
+static void server_url(const tr_opts *o, char *out, size_t cap) {
+  if (o->grpc) snprintf(out, cap, "grpc://%s", o->hostport);
+  else snprintf(out, cap, "ws://%s%s", o->hostport, o->path);
+}
+
 static void print_text(const tr_run *r, double wall, const stats_summary *chunk, const stats_summary *final) {
   const tr_opts *o = r->o;
   tr_counts c = count(r);
+  char url[1400];
+  server_url(o, url, sizeof url);
   printf("\n*** Run summary ***\n");
-  printf("  Server: ws://%s%s\n", o->hostport, o->path);
+  printf("  Server: %s\n", url);
   printf("  Streams: %d (ok %d, errors %d, timeouts %d); parallel %d, %d iteration%s, %d ms chunks, %s\n",
          r->n_jobs, c.ok, c.errors, c.timeouts, o->parallel, o->iterations, o->iterations == 1 ? "" : "s",
          o->chunk_ms, o->realtime ? "real-time pacing" : "next chunk on reply");
@@ -97,7 +105,8 @@ static cJSON *job_json(tr_job *job) {
   cJSON_AddItemToObject(s, "finals", job->finals ? job->finals : cJSON_CreateArray());
   job->finals = NULL; /* now the document's */
   if (job->status != TR_OK) {
-    cJSON_AddNumberToObject(s, "close_code", job->close_code);
+    if (job->grpc_status) cJSON_AddNumberToObject(s, "grpc_status", job->grpc_status);
+    else cJSON_AddNumberToObject(s, "close_code", job->close_code);
     if (job->http_status) cJSON_AddNumberToObject(s, "http_status", job->http_status);
     cJSON_AddStringToObject(s, "reason", job->reason);
   }
@@ -108,7 +117,7 @@ static void print_json(tr_run *r, double wall, const stats_summary *chunk, const
   const tr_opts *o = r->o;
   tr_counts c = count(r);
   char url[1400];
-  snprintf(url, sizeof url, "ws://%s%s", o->hostport, o->path);
+  server_url(o, url, sizeof url);
   cJSON *doc = cJSON_CreateObject(), *files = cJSON_CreateArray();
   cJSON_AddStringToObject(doc, "server", url);
   cJSON_AddBoolToObject(doc, "simulate_realtime", o->realtime);
