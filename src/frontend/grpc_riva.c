@@ -7,12 +7,15 @@
  * (ws.c): the first message's streaming_config picks the model (config.model,
  * else --speech-model) and its settings; every audio_content message then
  * becomes one request of the sequence (START on the first, with the
- * settings as parameters), submitted at once in arrival order — the
- * sequence batcher keeps them in order, grpc_stream.c writes their replies
- * in that order and pauses reading past 64 waiting. The client's
- * half-close sends END, whose final closes the stream with OK; a call
- * that ends otherwise (cancelled, past its deadline, failed) sends END on
- * its behalf, so the decoder goes back to the pool at once. With interim_results on, every audio message gets exactly one
+ * settings as parameters). As on a WebSocket, one request is in the
+ * engine at a time: the next waits in the stream and goes when the one
+ * before is done (from the worker that finished it), so the model's queue
+ * counts streams, not chunks. grpc_stream.c writes the replies in order
+ * and pauses reading past 64 waiting. The client's half-close sends END,
+ * whose final closes the stream with OK; a call that ends otherwise
+ * (cancelled, past its deadline, failed) drops its waiting audio and sends
+ * END on its behalf, so the decoder goes back to the pool at once. With
+ * interim_results on, every audio message gets exactly one
  * response (Riva's streaming benchmark client counts on it): a partial, a
  * final, or no results when there is nothing to say yet; with it off only
  * non-empty finals are sent. Any error ends the stream with its status
@@ -349,18 +352,36 @@ static void alt_set_free(alt_set *a) {
 
 /* ---- StreamingRecognize --------------------------------------------------------- */
 
+/* One request of the stream waiting for its turn in the engine. */
+typedef struct riva_item {
+  struct riva_item *next;
+  hark_grpc_job *j; /* its place among the replies; NULL: an abandoned END */
+  uint32_t flags;   /* START / END */
+  size_t n;
+  uint8_t audio[]; /* as the client sent it */
+} riva_item;
+
 typedef struct riva_stream {
   hark_grpc *g;
   riva_settings st;
   uint64_t corr_id;
   char id[32]; /* "riva-<n>": in logs, and the id of its requests */
   bool interim;
-  uint32_t n_audio;  /* audio messages so far */
-  bool seq_started, seq_ended; /* queue thread only */
+  uint32_t n_audio;            /* audio messages so far */
+  bool seq_started, seq_ended; /* queue thread only: flags of the next item */
+  /* One request in the engine at a time, as a WebSocket stream: the
+   * others wait here (c->mu), so a stream's backlog is its own and the
+   * model's queue shows streams, not chunks, to admission control. */
+  riva_item *q_head, *q_tail;
+  bool inflight;
 } riva_stream;
 
 static void stream_free(void *p) {
   riva_stream *rs = p;
+  for (riva_item *it = rs->q_head, *next; it; it = next) { /* none left, normally */
+    next = it->next;
+    free(it);
+  }
   atomic_fetch_sub(&rs->g->speech_streams, 1);
   settings_fini(&rs->st);
   free(rs);
@@ -411,12 +432,25 @@ static void stream_reply_locked(hark_grpc_call *c, hark_grpc_job *j, const hark_
   }
 }
 
+static void item_submit(hark_grpc_call *c, riva_item *it);
+
+/* The next waiting item, or none in flight any more (c->mu held). */
+static riva_item *next_item_locked(riva_stream *rs) {
+  riva_item *it = rs->q_head;
+  if (it && !(rs->q_head = it->next)) rs->q_tail = NULL;
+  if (!it) rs->inflight = false;
+  return it;
+}
+
 /* The engine's callback for a stream request, on a worker thread. The job
- * keeps the latest response in `first` until the final. */
+ * keeps the latest response in `first` until the final; then the stream's
+ * next waiting request goes to the engine. */
 static void on_stream_response(hark_response *resp, uint32_t flags, hark_error *err,
                                void *userp) {
   hark_grpc_job *j = userp;
   hark_grpc_call *c = j->c;
+  riva_stream *rs = c->svc;
+  riva_item *next = NULL;
   pthread_mutex_lock(&c->mu);
   if (resp) {
     if (j->first) hark_response_free(j->first);
@@ -434,46 +468,103 @@ static void on_stream_response(hark_response *resp, uint32_t flags, hark_error *
     if (j->first) hark_response_free(j->first);
     j->first = NULL;
     j->done = true;
+    next = next_item_locked(rs);
   }
   pthread_mutex_unlock(&c->mu);
   hark_error_free(err);
   if (final) {
+    if (next) item_submit(c, next);
     hark_grpc_stream_pump(c);
     hark_grpc_call_unref(c); /* the engine's reference */
   }
 }
 
-/* Queues a job for one request of the stream and submits it. `end`: the
- * client's half-close (no audio). Queue thread. */
-static void stream_submit(hark_grpc_call *c, const uint8_t *audio, size_t n, bool end) {
+static void on_abandoned_end(hark_response *resp, uint32_t flags, hark_error *err, void *userp) {
+  hark_response_free(resp);
+  hark_error_free(err);
+}
+
+/*
+ * Hands `it` to the engine (any thread; the stream has nothing else in
+ * flight). A stream that failed or was cancelled sends no more audio: what
+ * waits is answered with nothing (its jobs are done) — but an END still
+ * goes, so the model ends the sequence. If the engine refuses the request,
+ * the stream fails and the same happens to the rest.
+ */
+static void item_submit(hark_grpc_call *c, riva_item *it) {
   riva_stream *rs = c->svc;
-  hark_grpc_job *j = calloc(1, sizeof *j);
-  if (!j) {
+  while (it) {
+    pthread_mutex_lock(&c->mu);
+    bool skip = (c->closed || c->stream_code != GRPC_STATUS_OK) &&
+                !(it->flags & HARK_REQUEST_SEQUENCE_END);
+    pthread_mutex_unlock(&c->mu);
+    hark_error *err = NULL;
+    if (!skip) {
+      hark_response_fn fn = it->j ? on_stream_response : on_abandoned_end;
+      err = submit(c->g, &rs->st, rs->corr_id, it->flags, rs->interim, rs->id, it->audio, it->n,
+                   fn, it->j);
+      if (!err && it->j) { /* the engine has it: on_stream_response goes on */
+        free(it);
+        return;
+      }
+    }
+    if (err) {
+      HARK_LOG_STREAM(HARK_LOG_VERBOSE, rs->id, "riva: request refused: %s",
+                      hark_error_message(err));
+      hark_grpc_stream_fail(c, hark_grpc_status(hark_error_code(err)), hark_error_message(err));
+      hark_error_free(err);
+    }
+    pthread_mutex_lock(&c->mu);
+    if (it->j) it->j->done = true;
+    riva_item *next = next_item_locked(rs);
+    pthread_mutex_unlock(&c->mu);
+    if (it->j) {
+      hark_grpc_stream_pump(c);
+      hark_grpc_call_unref(c); /* the reference it held for the engine */
+    }
+    free(it);
+    it = next;
+  }
+}
+
+/* Queues one request of the stream (and its place among the replies) and
+ * submits it if nothing is in flight. `end`: the client's half-close (no
+ * audio); `reply`: false for the END of an abandoned stream. Queue thread. */
+static void stream_submit(hark_grpc_call *c, const uint8_t *audio, size_t n, bool end,
+                          bool reply) {
+  riva_stream *rs = c->svc;
+  riva_item *it = malloc(sizeof *it + n);
+  hark_grpc_job *j = reply ? calloc(1, sizeof *j) : NULL;
+  if (!it || (reply && !j)) {
+    free(it);
+    free(j);
     hark_grpc_stream_fail(c, GRPC_STATUS_INTERNAL, "out of memory");
     return;
   }
-  j->c = c;
-  j->model_version = -1;
-  j->sequence_id = end ? (const void *)rs : NULL; /* marks the END job */
-  uint32_t flags = (rs->seq_started ? 0 : HARK_REQUEST_SEQUENCE_START) |
-                   (end ? HARK_REQUEST_SEQUENCE_END : 0);
-  pthread_mutex_lock(&c->mu);
-  hark_grpc_stream_append_locked(c, j);
-  pthread_mutex_unlock(&c->mu);
-  hark_grpc_call_ref(c); /* the engine's, until the final */
-  hark_error *err = submit(c->g, &rs->st, rs->corr_id, flags, rs->interim, rs->id, audio, n,
-                           on_stream_response, j);
-  if (err) {
-    hark_grpc_call_unref(c);
-    pthread_mutex_lock(&c->mu);
-    j->done = true;
-    pthread_mutex_unlock(&c->mu);
-    hark_grpc_stream_fail(c, hark_grpc_status(hark_error_code(err)), hark_error_message(err));
-    hark_error_free(err);
-    return;
-  }
+  *it = (riva_item){.j = j, .n = n,
+                    .flags = (rs->seq_started ? 0 : HARK_REQUEST_SEQUENCE_START) |
+                             (end ? HARK_REQUEST_SEQUENCE_END : 0)};
+  if (n) memcpy(it->audio, audio, n);
   rs->seq_started = true;
   if (end) rs->seq_ended = true;
+  if (j) {
+    j->c = c;
+    j->model_version = -1;
+    j->sequence_id = end ? (const void *)rs : NULL; /* marks the END job */
+    hark_grpc_call_ref(c); /* held until the engine's final, or the item is dropped */
+  }
+  pthread_mutex_lock(&c->mu);
+  if (j) hark_grpc_stream_append_locked(c, j);
+  bool now = !rs->inflight;
+  if (now) {
+    rs->inflight = true;
+  } else {
+    if (rs->q_tail) rs->q_tail->next = it;
+    else rs->q_head = it;
+    rs->q_tail = it;
+  }
+  pthread_mutex_unlock(&c->mu);
+  if (now) item_submit(c, it);
 }
 
 static hark_error *stream_configure(hark_grpc_call *c,
@@ -544,7 +635,7 @@ static void streaming_recognize(hark_grpc_call *c, ProtobufCMessage *m) {
                             "the first message must carry streaming_config; audio came first");
     } else {
       rs->n_audio++;
-      stream_submit(c, q->audio_content.data, q->audio_content.len, false);
+      stream_submit(c, q->audio_content.data, q->audio_content.len, false, true);
     }
   } else {
     hark_grpc_stream_fail(c, GRPC_STATUS_INVALID_ARGUMENT,
@@ -559,12 +650,7 @@ static void streaming_half_close(hark_grpc_call *c) {
   pthread_mutex_lock(&c->mu);
   bool failed = hark_grpc_stream_failed_locked(c);
   pthread_mutex_unlock(&c->mu);
-  if (rs && rs->seq_started && !rs->seq_ended && !failed) stream_submit(c, NULL, 0, true);
-}
-
-static void on_abandoned_end(hark_response *resp, uint32_t flags, hark_error *err, void *userp) {
-  hark_response_free(resp);
-  hark_error_free(err);
+  if (rs && rs->seq_started && !rs->seq_ended && !failed) stream_submit(c, NULL, 0, true, true);
 }
 
 /* The call is over. If its sequence is still open (the client cancelled or
@@ -582,15 +668,8 @@ static void streaming_closed(hark_grpc_call *c) {
                   "riva: stream over after %u audio messages: %s%s%s", rs->n_audio,
                   c->cancelled ? "cancelled" : code == GRPC_STATUS_OK ? "ok" : "failed",
                   code != GRPC_STATUS_OK ? ": " : "", code != GRPC_STATUS_OK ? details : "");
-  if (!rs->seq_started || rs->seq_ended) return;
-  rs->seq_ended = true;
-  hark_error *err = submit(c->g, &rs->st, rs->corr_id, HARK_REQUEST_SEQUENCE_END, false, rs->id,
-                           NULL, 0, on_abandoned_end, NULL);
-  if (err) {
-    HARK_LOG_STREAM(HARK_LOG_VERBOSE, rs->id, "riva: cannot end the sequence: %s",
-                    hark_error_message(err));
-    hark_error_free(err);
-  }
+  /* After whatever is in flight; the audio still waiting is dropped. */
+  if (rs->seq_started && !rs->seq_ended) stream_submit(c, NULL, 0, true, false);
 }
 
 /* ---- Recognize ---------------------------------------------------------------- */
