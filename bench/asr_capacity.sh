@@ -12,13 +12,22 @@
 # and no errors. The search starts at the limit, doubles or halves until it
 # brackets N, then bisects to within 5%.
 #
+# PROTOCOL picks the client API: ws (Vosk's WebSocket, the default), grpc
+# (Riva's StreamingRecognize, `--server grpc://...`), or both: the same
+# search over each, one after the other against the same harkd in the same
+# run, and the ratio of the two capacities (the goal: gRPC within 10% of
+# WebSocket).
+#
 # Then "connected but mostly silent": SILENT_STREAMS (200) streams, 90% of
 # them sending silence, with harkd's peak RSS and the peak of every /metrics
-# series whose name mentions decoders (if the server exposes any).
+# series whose name mentions decoders (if the server exposes any); on the
+# first protocol only.
 #
 # Env: BUILD_DIR (default ./build), MODEL (asr), AUDIO_DIR, ITERATIONS (2:
 # passes per trial, so each stream slot runs ~2 files), MAX_N (1000),
-# SILENT_STREAMS (200; 0 skips that part).
+# SILENT_STREAMS (200; 0 skips that part), PROTOCOL (ws | grpc | both),
+# P99_CHUNK_MS (200), P99_FINAL_MS (500), MAX_REPLY_MS (2000: whole seconds),
+# H2H_ROUNDS (2: alternated rounds at one N after the searches, PROTOCOL=both).
 # shellcheck source=bench/lib.sh
 source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 
@@ -27,8 +36,16 @@ AUDIO_DIR=${AUDIO_DIR:-/usr/share/pocketsphinx/test/data/librivox}
 ITERATIONS=${ITERATIONS:-2}
 MAX_N=${MAX_N:-1000}
 SILENT_STREAMS=${SILENT_STREAMS:-200}
+PROTOCOL=${PROTOCOL:-ws}
+case $PROTOCOL in
+  ws | grpc) PROTOCOLS=("$PROTOCOL") ;;
+  both) PROTOCOLS=(ws grpc) ;;
+  *) bench_die "PROTOCOL must be ws, grpc or both, not '$PROTOCOL'" ;;
+esac
 PS_BARE=$BUILD_DIR/bin/ps_bare
-P99_CHUNK_MS=200 P99_FINAL_MS=500 MAX_REPLY_MS=2000
+# The bounds; overridable to compare protocols on a machine too slow or
+# busy for the real ones (say so next to the figure).
+P99_CHUNK_MS=${P99_CHUNK_MS:-200} P99_FINAL_MS=${P99_FINAL_MS:-500} MAX_REPLY_MS=${MAX_REPLY_MS:-2000}
 
 bench_need "$HARKD" "$HARK" "$PS_BARE" curl "$PY"
 shopt -s nullglob
@@ -40,17 +57,28 @@ bench_log "bare reference: ps_bare over ${#FILES[@]} files"
 timeout 600 "$PS_BARE" --json "${FILES[@]}" >"$BENCH_TMP/bare.json" || bench_die "ps_bare failed"
 BARE_PER=$(bench_json "$BENCH_TMP/bare.json" '"%.4f" % d["cpu_per_audio_second"]')
 LIMIT=$(awk -v c="$CORES" -v b="$BARE_PER" 'BEGIN { printf "%.1f\n", c / b }')
+# The library's own floor under the latency bounds: CPU per block of speech
+# (with a partial every 100 ms, as the client gets) and per utterance end.
+timeout 600 "$PS_BARE" --partial-ms 100 --json "${FILES[@]}" >"$BENCH_TMP/floor.json" || bench_die "ps_bare failed"
+FLOOR=$(bench_json "$BENCH_TMP/floor.json" \
+  '"p50 %.0f ms, p99 %.0f ms, max %.0f ms per 128 ms block; utterance end p50 %.0f ms, max %.0f ms" % (d["block_ms"]["p50"], d["block_ms"]["p99"], d["block_ms"]["max"], d["utterance_end_ms"]["p50"], d["utterance_end_ms"]["max"])')
 bench_log "ps_bare: $BARE_PER CPU s per audio s -> limit $LIMIT streams on $CORES cores"
 
-bench_start_harkd --model-control-mode explicit --load-model "$MODEL" # only what is measured
+GRPC_PORT=$(bench_free_port) # a later --grpc-port wins over lib.sh's -1
+bench_start_harkd --model-control-mode explicit --load-model "$MODEL" --grpc-port "$GRPC_PORT" # only what is measured
 HARKD_PID=$BENCH_LAST_PID
 curl -sf -o /dev/null "http://$HARKD_URL/v2/models/$MODEL/ready" || bench_die "model '$MODEL' is not ready"
 
-# transcribe OUT.json N [ARGS...]: one real-time run at --parallel N; the
-# exit status is hark's (1 when some stream failed), never fatal here.
+# server_url PROTO: what `hark transcribe --server` takes for it.
+server_url() { if [[ $1 == grpc ]]; then echo "grpc://127.0.0.1:$GRPC_PORT"; else echo "$HARKD_URL"; fi; }
+PROTO=${PROTOCOLS[0]} # the protocol of the current search
+
+# transcribe OUT.json N [ARGS...]: one real-time run at --parallel N over
+# $PROTO; the exit status is hark's (1 when some stream failed), never
+# fatal here.
 transcribe() {
   local out=$1 n=$2; shift 2
-  timeout $((ITERATIONS * 15 + 60)) "$HARK" transcribe --server "$HARKD_URL" --model "$MODEL" \
+  timeout $((ITERATIONS * 15 + 60)) "$HARK" transcribe --server "$(server_url "$PROTO")" --model "$MODEL" \
     --simulate-realtime --chunk-ms 100 --parallel "$n" --timeout-secs $((MAX_REPLY_MS / 1000)) --json "$@" \
     "${FILES[@]}" >"$out" 2>"$out.log"
 }
@@ -77,11 +105,11 @@ settle() {
   bench_log "warning: harkd still busy before the next trial"
 }
 
-declare -A SEEN # N -> "pass|fail figures"
-# trial N: 0 when N streams meet every bound.
+declare -A SEEN # PROTO:N -> "pass|fail figures"
+# trial N: 0 when N streams meet every bound over $PROTO.
 trial() {
-  local n=$1 out=$BENCH_TMP/trial-$1.json f verdict
-  if [[ -z ${SEEN[$n]:-} ]]; then
+  local n=$1 key=$PROTO:$1 out=$BENCH_TMP/trial-$PROTO-$1.json f verdict
+  if [[ -z ${SEEN[$key]:-} ]]; then
     settle
     transcribe "$out" "$n" --iterations "$ITERATIONS" || true
     if [[ -s $out ]] && f=$(figures "$out"); then
@@ -90,34 +118,73 @@ trial() {
     else
       f="no result: $(tail -c 300 "$out.log")" verdict=fail
     fi
-    SEEN[$n]="$verdict $f"
-    bench_log "  N=$n: $verdict (p99 chunk/final ms, max chunk/final ms, errors, timeouts, streams: $f)"
+    SEEN[$key]="$verdict $f"
+    bench_log "  $PROTO N=$n: $verdict (p99 chunk/final ms, max chunk/final ms, errors, timeouts, streams: $f)"
   fi
-  [[ ${SEEN[$n]} == pass* ]]
+  [[ ${SEEN[$key]} == pass* ]]
 }
 
-bench_log "searching N (p99 chunk <= $P99_CHUNK_MS ms, p99 final <= $P99_FINAL_MS ms, every reply <= $MAX_REPLY_MS ms)"
-n=$(awk -v l="$LIMIT" 'BEGIN { n = int(l); print (n < 1 ? 1 : n) }')
-lo=0 hi=0
-if trial "$n"; then
-  lo=$n
-  while ((hi == 0)); do
-    ((lo * 2 <= MAX_N)) || { hi=$((MAX_N + 1)); break; }
-    if trial $((lo * 2)); then lo=$((lo * 2)); else hi=$((lo * 2)); fi
+declare -A CAP HI # PROTO -> the largest N that passed, the smallest that failed
+# search: brackets and bisects N over $PROTO into CAP[$PROTO], HI[$PROTO].
+search() {
+  local n lo hi mid
+  bench_log "searching N over $PROTO (p99 chunk <= $P99_CHUNK_MS ms, p99 final <= $P99_FINAL_MS ms, every reply <= $MAX_REPLY_MS ms)"
+  n=$(awk -v l="$LIMIT" 'BEGIN { n = int(l); print (n < 1 ? 1 : n) }')
+  lo=0 hi=0
+  if trial "$n"; then
+    lo=$n
+    while ((hi == 0)); do
+      ((lo * 2 <= MAX_N)) || { hi=$((MAX_N + 1)); break; }
+      if trial $((lo * 2)); then lo=$((lo * 2)); else hi=$((lo * 2)); fi
+    done
+  else
+    hi=$n
+    while ((lo == 0 && hi > 1)); do
+      if trial $((hi / 2)); then lo=$((hi / 2)); else hi=$((hi / 2)); fi
+    done
+  fi
+  while ((lo > 0 && hi - lo > 1 && (hi - lo) * 20 > lo)); do
+    mid=$(((lo + hi) / 2))
+    if trial "$mid"; then lo=$mid; else hi=$mid; fi
   done
-else
-  hi=$n
-  while ((lo == 0 && hi > 1)); do
-    if trial $((hi / 2)); then lo=$((hi / 2)); else hi=$((hi / 2)); fi
-  done
-fi
-while ((lo > 0 && hi - lo > 1 && (hi - lo) * 20 > lo)); do
-  mid=$(((lo + hi) / 2))
-  if trial "$mid"; then lo=$mid; else hi=$mid; fi
-done
+  CAP[$PROTO]=$lo HI[$PROTO]=$hi
+}
+
+for PROTO in "${PROTOCOLS[@]}"; do search; done
+PROTO=${PROTOCOLS[0]}
+lo=${CAP[$PROTO]} hi=${HI[$PROTO]}
 RATIO=$(bench_ratio "$lo" "$LIMIT" 2)
 verdict=$(awk -v v="$RATIO" 'BEGIN { print (v >= 0.8 ? "met" : "NOT met") }')
-best=${SEEN[$lo]:-"none -"}
+
+# Head to head (PROTOCOL=both): the two protocols alternated at one N
+# (WebSocket's capacity, at least 1), H2H_ROUNDS rounds each, so drift on
+# a shared machine hits both alike. Rows "proto: p50 chunk, p99 chunk,
+# p99 final, errors, timeouts" per round.
+h2h_report=""
+if ((${#PROTOCOLS[@]} == 2)); then
+  H2H_ROUNDS=${H2H_ROUNDS:-2}
+  h2h_n=${CAP[ws]}
+  ((h2h_n >= 1)) || h2h_n=1
+  bench_log "head to head at N=$h2h_n, $H2H_ROUNDS rounds"
+  for ((r = 1; r <= H2H_ROUNDS; r++)); do
+    order=(ws grpc)
+    ((r % 2 == 0)) && order=(grpc ws)
+    for PROTO in "${order[@]}"; do
+      settle
+      out=$BENCH_TMP/h2h-$PROTO-$r.json
+      transcribe "$out" "$h2h_n" --iterations "$ITERATIONS" || true
+      if [[ -s $out ]]; then
+        row=$(bench_json "$out" '"%s %s %s %s %s %s/%s" % (d["chunk_latency_ms"]["p50"], d["chunk_latency_ms"]["p99"],
+          d["final_latency_ms"]["p99"], d["errors"], d["timeouts"], d["ok"], d["streams"])')
+      else
+        row="no result"
+      fi
+      bench_log "  round $r $PROTO: $row"
+      h2h_report+="| $r | $PROTO | ${row// / | } |"$'\n'
+    done
+  done
+  PROTO=${PROTOCOLS[0]}
+fi
 
 # sample_server OUT: every 0.5 s, harkd's RSS (kB) and its decoder metrics.
 sample_server() {
@@ -171,17 +238,35 @@ cat <<EOF
 
 ### Speech: real-time streams per machine
 
-$(bench_machine). Command: \`$(bench_command MODEL ITERATIONS MAX_N SILENT_STREAMS)\`.
+$(bench_machine). Command: \`$(bench_command MODEL ITERATIONS MAX_N SILENT_STREAMS PROTOCOL P99_CHUNK_MS P99_FINAL_MS MAX_REPLY_MS)\`.
 Bounds: p99 chunk latency ≤ $P99_CHUNK_MS ms, p99 final latency ≤ $P99_FINAL_MS ms, every reply ≤ $MAX_REPLY_MS ms,
 no errors; \`hark transcribe --simulate-realtime --chunk-ms 100\`, passes per trial: $ITERATIONS over
 ${#FILES[@]} LibriVox files. Limit = $CORES cores ÷ ps_bare's $BARE_PER CPU s per audio s (same run).
+The bare library's own CPU time per step a reply waits for (ps_bare --partial-ms 100, same run):
+$FLOOR — no server can answer faster than the step it waits for.
 
-| streams N | limit | N / limit | p99 chunk ms | p99 final ms | max chunk ms | max final ms |
-| ---: | ---: | ---: | ---: | ---: | ---: | ---: |
-| $lo | $LIMIT | $RATIO | $(cut -d' ' -f2 <<<"$best") | $(cut -d' ' -f3 <<<"$best") | $(cut -d' ' -f4 <<<"$best") | $(cut -d' ' -f5 <<<"$best") |
+| protocol | streams N | limit | N / limit | p99 chunk ms | p99 final ms | max chunk ms | max final ms |
+| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: |
+$(for p in "${PROTOCOLS[@]}"; do
+  b=${SEEN[$p:${CAP[$p]}]:-"none - - - -"}
+  echo "| $p | ${CAP[$p]} | $LIMIT | $(bench_ratio "${CAP[$p]}" "$LIMIT" 2) | $(cut -d' ' -f2 <<<"$b") | $(cut -d' ' -f3 <<<"$b") | $(cut -d' ' -f4 <<<"$b") | $(cut -d' ' -f5 <<<"$b") |"
+done)
 
-- Capacity: **$lo streams = ${RATIO}× the bare-library limit** (goal ≥ 0.8: $verdict)$( ((hi > MAX_N)) && echo "; the search stopped at MAX_N=$MAX_N").
-- Trials (N: verdict p99 chunk, p99 final, max chunk, max final, errors, timeouts, streams):
-$(for k in $(printf '%s\n' "${!SEEN[@]}" | sort -n); do echo "  $k: ${SEEN[$k]};"; done)
+- Capacity ($PROTO): **$lo streams = ${RATIO}× the bare-library limit** (goal ≥ 0.8: $verdict)$( ((hi > MAX_N)) && echo "; the search stopped at MAX_N=$MAX_N").
+$(if ((${#PROTOCOLS[@]} == 2)); then
+  r=$(bench_ratio "${CAP[grpc]}" "${CAP[ws]}" 2)
+  echo "- gRPC (Riva StreamingRecognize) vs WebSocket, same server, same run: **${CAP[grpc]} / ${CAP[ws]} = ${r}×** (goal: within 10%, i.e. ≥ 0.90: $(awk -v v="$r" 'BEGIN { print (v >= 0.9 ? "met" : "NOT met") }'))."
+fi)
+$(if [[ -n $h2h_report ]]; then
+  echo "- Head to head at N=$h2h_n (protocols alternated, $H2H_ROUNDS rounds, same server):"
+  echo
+  echo "| round | protocol | p50 chunk ms | p99 chunk ms | p99 final ms | errors | timeouts | ok/streams |"
+  echo "| ---: | --- | ---: | ---: | ---: | ---: | ---: | ---: |"
+  printf '%s' "$h2h_report"
+fi)
+
+- Trials (protocol:N: verdict p99 chunk, p99 final, max chunk, max final, errors, timeouts, streams):
+$(for k in $(printf '%s\n' "${!SEEN[@]}" | sort -t: -k1,1 -k2n); do echo "  $k: ${SEEN[$k]};"; done)
+- Load average after the run: $(cut -d' ' -f1-3 /proc/loadavg).
 $silent_report
 EOF

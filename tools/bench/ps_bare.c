@@ -8,9 +8,17 @@
  * every WAV file into memory, then decodes each one the way the continuous
  * tool decodes a file: 2048-sample blocks through ps_process_raw, an
  * utterance ended whenever ps_get_in_speech turns false, the last one ended
- * with the file. CPU time (getrusage: user + system) counts only the
+ * with the file. With --partial-ms N it also asks for the partial
+ * hypothesis after every N ms of audio inside an utterance, as a streaming
+ * server answering each N-ms audio message with a partial must (Vosk's
+ * protocol, Riva's interim results). CPU time (getrusage: user + system)
+ * counts only the
  * decoding, not the model load or the file reading. Prints each file's
- * transcript and the CPU seconds per second of audio (--json: one object).
+ * transcript and the CPU seconds per second of audio (--json: one object),
+ * and the CPU time of each step a streaming reply would wait for — one
+ * block (with its partial), and each utterance's end (ps_end_utt, whose
+ * -fwdflat second pass re-decodes the utterance): the floor under any
+ * server's chunk and final latency on one core.
  * One decoder serves every file, as a server's pooled decoder does, so its
  * adaptive state (cepstral mean) carries over: a file's words can differ
  * slightly from a fresh `pocketsphinx_continuous -infile` run.
@@ -44,6 +52,7 @@ typedef struct bare_opts {
   const char *hmm, *lm, *dict;
   bool json, verbose;
   int repeat;
+  int partial_ms; /* 0: no partial hypotheses */
 } bare_opts;
 
 static void usage(FILE *f) {
@@ -55,9 +64,47 @@ static void usage(FILE *f) {
           "  --lm FILE      language model (default " MODEL_DIR "/en-us.lm.bin)\n"
           "  --dict FILE    dictionary (default " MODEL_DIR "/cmudict-en-us.dict)\n"
           "  --repeat K     decode the file list K times (default 1)\n"
+          "  --partial-ms N a partial hypothesis per N ms of audio in an utterance (default 0: none)\n"
           "  --json         one JSON object on stdout\n"
           "  --verbose      keep pocketsphinx's log on stderr\n"
           "  -h, --help     this help\n");
+}
+
+/* CPU time of each decoding step, in ms: blocks and utterance ends. */
+typedef struct step_times {
+  double *ms;
+  size_t n, cap;
+} step_times;
+static step_times g_blocks, g_ends;
+
+static double thread_cpu_ms(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
+  return (double)ts.tv_sec * 1e3 + (double)ts.tv_nsec / 1e6;
+}
+
+static void step_add(step_times *t, double ms) {
+  if (t->n == t->cap) {
+    size_t cap = t->cap ? 2 * t->cap : 1024;
+    double *g = realloc(t->ms, cap * sizeof *g);
+    if (!g) return;
+    t->ms = g;
+    t->cap = cap;
+  }
+  t->ms[t->n++] = ms;
+}
+
+static int cmp_double(const void *a, const void *b) {
+  double x = *(const double *)a, y = *(const double *)b;
+  return (x > y) - (x < y);
+}
+
+/* The q-quantile (nearest rank) of t, sorting it. */
+static double step_quantile(step_times *t, double q) {
+  if (!t->n) return 0;
+  qsort(t->ms, t->n, sizeof *t->ms, cmp_double);
+  size_t i = (size_t)(q * (double)t->n + 0.999999);
+  return t->ms[i == 0 ? 0 : i > t->n ? t->n - 1 : i - 1];
 }
 
 static double now_s(void) {
@@ -147,25 +194,36 @@ static void append(char **dst, const char *hyp) {
 
 /* One file, utterance by utterance as the decoder's voice activity
  * detection splits it. */
-static int decode(ps_decoder_t *ps, bare_file *bf) {
+static int decode(ps_decoder_t *ps, bare_file *bf, int partial_ms) {
   free(bf->transcript);
   bf->transcript = NULL;
   if (ps_start_utt(ps) < 0) return -1;
   bool in_utt = false;
+  size_t every = (size_t)partial_ms * DECODER_RATE / 1000, since = 0;
   for (size_t off = 0; off < bf->n; off += BLOCK_SAMPLES) {
     size_t k = bf->n - off < BLOCK_SAMPLES ? bf->n - off : BLOCK_SAMPLES;
+    double t0 = thread_cpu_ms();
     if (ps_process_raw(ps, bf->pcm + off, k, FALSE, FALSE) < 0) return -1;
     bool speech = ps_get_in_speech(ps);
     if (speech && !in_utt) in_utt = true;
+    for (since += k; every && since >= every; since -= every)
+      if (in_utt) (void)ps_get_hyp(ps, NULL);
+    if (in_utt) step_add(&g_blocks, thread_cpu_ms() - t0);
     if (!speech && in_utt) { /* silence after speech: that utterance is over */
+      t0 = thread_cpu_ms();
       ps_end_utt(ps);
       append(&bf->transcript, ps_get_hyp(ps, NULL));
+      step_add(&g_ends, thread_cpu_ms() - t0);
       if (ps_start_utt(ps) < 0) return -1;
       in_utt = false;
     }
   }
+  double t0 = thread_cpu_ms();
   ps_end_utt(ps);
-  if (in_utt) append(&bf->transcript, ps_get_hyp(ps, NULL));
+  if (in_utt) {
+    append(&bf->transcript, ps_get_hyp(ps, NULL));
+    step_add(&g_ends, thread_cpu_ms() - t0);
+  }
   return 0;
 }
 
@@ -186,6 +244,7 @@ static int parse_opts(int argc, char **argv, bare_opts *o, int *first_file) {
     else if (v && !strcmp(a, "--lm")) o->lm = v, i++;
     else if (v && !strcmp(a, "--dict")) o->dict = v, i++;
     else if (v && !strcmp(a, "--repeat") && (o->repeat = atoi(v)) >= 1) i++;
+    else if (v && !strcmp(a, "--partial-ms") && (o->partial_ms = atoi(v)) >= 0) i++;
     else {
       fprintf(stderr, "ps_bare: bad option '%s'\n", a);
       usage(stderr);
@@ -210,6 +269,10 @@ static void report(const bare_opts *o, bare_file *files, int n, double audio, do
            "model load %.2f s\n",
            audio, n, n == 1 ? "" : "s", o->repeat, cpu, user, sys, wall, load);
     printf("CPU seconds per audio second: %.4f (RTFX per core %.1f)\n", per, per > 0 ? 1 / per : 0);
+    printf("CPU per block in speech (%zu): p50 %.1f ms, p99 %.1f ms, max %.1f ms; per utterance end "
+           "(%zu): p50 %.1f ms, max %.1f ms\n", g_blocks.n, step_quantile(&g_blocks, 0.5),
+           step_quantile(&g_blocks, 0.99), step_quantile(&g_blocks, 1.0), g_ends.n,
+           step_quantile(&g_ends, 0.5), step_quantile(&g_ends, 1.0));
     return;
   }
   printf("{\"files\": [");
@@ -221,8 +284,12 @@ static void report(const bare_opts *o, bare_file *files, int n, double audio, do
   }
   printf("], \"repeat\": %d, \"audio_seconds\": %.3f, \"cpu_seconds\": %.4f, \"user_seconds\": %.4f, "
          "\"sys_seconds\": %.4f, \"wall_seconds\": %.4f, \"load_seconds\": %.3f, "
-         "\"cpu_per_audio_second\": %.6f}\n",
-         o->repeat, audio, cpu, user, sys, wall, load, per);
+         "\"partial_ms\": %d, \"cpu_per_audio_second\": %.6f, \"block_ms\": {\"n\": %zu, "
+         "\"p50\": %.2f, \"p99\": %.2f, \"max\": %.2f}, \"utterance_end_ms\": {\"n\": %zu, "
+         "\"p50\": %.2f, \"max\": %.2f}}\n",
+         o->repeat, audio, cpu, user, sys, wall, load, o->partial_ms, per, g_blocks.n,
+         step_quantile(&g_blocks, 0.5), step_quantile(&g_blocks, 0.99), step_quantile(&g_blocks, 1.0),
+         g_ends.n, step_quantile(&g_ends, 0.5), step_quantile(&g_ends, 1.0));
 }
 
 int main(int argc, char **argv) {
@@ -250,7 +317,7 @@ int main(int argc, char **argv) {
   t0 = now_s();
   for (int r = 0; r < o.repeat; r++)
     for (int i = 0; i < n; i++) {
-      if (decode(ps, &files[i]) < 0) {
+      if (decode(ps, &files[i], o.partial_ms) < 0) {
         fprintf(stderr, "ps_bare: %s: decoding failed\n", files[i].path);
         return 1;
       }
@@ -263,5 +330,7 @@ int main(int argc, char **argv) {
   free(files);
   ps_free(ps);
   cmd_ln_free_r(config);
+  free(g_blocks.ms);
+  free(g_ends.ms);
   return 0;
 }
