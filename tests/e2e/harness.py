@@ -101,6 +101,20 @@ class Harkd:
         status, hdrs, data = self.request(method, path, body, headers, port)
         return status, (json.loads(data) if data else None)
 
+    def rss_kib(self):
+        """harkd's resident memory now."""
+        with open(f"/proc/{self.proc.pid}/status") as f:
+            for line in f:
+                if line.startswith("VmRSS:"):
+                    return int(line.split()[1])
+        return 0
+
+    def sanitized(self):
+        """True under ASan, whose quarantine holds freed memory: resident
+        memory then says nothing about leaks (LeakSanitizer does, at exit)."""
+        with open(f"/proc/{self.proc.pid}/maps") as f:
+            return "libasan" in f.read()
+
     def metrics(self):
         status, _, body = self.request("GET", "/metrics", port=self.metrics_port)
         assert status == 200, status

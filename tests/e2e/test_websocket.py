@@ -238,13 +238,6 @@ class Protocol(WsTest):
         self.assertIn("WebSocket", json.loads(body)["error"])
 
     def test_connect_disconnect_cycles(self):
-        def rss_kb():
-            with open(f"/proc/{self.server.proc.pid}/status") as f:
-                for line in f:
-                    if line.startswith("VmRSS:"):
-                        return int(line.split()[1])
-            return 0
-
         async def cycle(i):
             async with websockets.connect(self.url()) as ws:
                 await ws.send(pcm(100))
@@ -260,12 +253,10 @@ class Protocol(WsTest):
                 await cycle(base + i)
 
         run(go(100, 0), timeout=120)
-        before = rss_kb()
+        before = self.server.rss_kib()
         run(go(900, 100), timeout=240)
-        after = rss_kb()
-        with open(f"/proc/{self.server.proc.pid}/maps") as f:
-            sanitized = "libasan" in f.read()  # its quarantine holds freed memory
-        if not sanitized:
+        after = self.server.rss_kib()
+        if not self.server.sanitized():
             self.assertLess(after - before, 32 * 1024, (before, after))
         run(go(1, 1))  # still serving
 
