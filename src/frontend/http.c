@@ -434,6 +434,7 @@ static int on_http_request(struct lws *wsi, http_conn *c, const char *path) {
 }
 
 static void on_closed(http_loop *loop, http_conn *c) {
+  hark_ws_release_slot(loop->http, c); /* an upgrade that never became a stream */
   if (c->call) c->call->wsi = NULL; /* orphaned: freed when it completes */
   c->call = NULL;
   if (c->state == CONN_REPLYING)
@@ -469,7 +470,7 @@ static int on_lws_event(struct lws *wsi, enum lws_callback_reasons reason, void 
       if (loop) drain_completions(loop);
       return 0;
     case LWS_CALLBACK_HTTP_CONFIRM_UPGRADE:
-      return hark_ws_confirm_upgrade(wsi, in ? (const char *)in : "");
+      return hark_ws_confirm_upgrade(wsi, c, in ? (const char *)in : "");
     case LWS_CALLBACK_ESTABLISHED: return hark_ws_established(wsi, c);
     case LWS_CALLBACK_RECEIVE: return hark_ws_receive(wsi, c, in, len);
     case LWS_CALLBACK_SERVER_WRITEABLE: return hark_ws_writable(wsi, c);

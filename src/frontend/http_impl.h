@@ -81,6 +81,8 @@ typedef struct http_conn {
   size_t out_off;
   http_call *call; /* in the engine, or NULL */
   ws_stream *ws;   /* a WebSocket connection's stream (ws.c), or NULL */
+  bool ws_slot;    /* a --max-streams slot taken when its upgrade was
+                      accepted, not yet its stream's (ws.c) */
 } http_conn;
 
 /* One engine operation (infer, load, unload) and its reply. */
@@ -198,7 +200,9 @@ void hark_http_handle_post(struct lws *wsi, http_conn *c);
 
 /* LWS_CALLBACK_HTTP_CONFIRM_UPGRADE: refuses an upgrade it cannot serve
  * with an HTTP error (returns 1), allows it (0), or hangs up (-1). */
-int hark_ws_confirm_upgrade(struct lws *wsi, const char *upgrade);
+int hark_ws_confirm_upgrade(struct lws *wsi, http_conn *c, const char *upgrade);
+/* Gives back a slot an accepted upgrade took, if no stream has it. */
+void hark_ws_release_slot(hark_http *http, http_conn *c);
 /* The connection's WebSocket callbacks; -1 closes it. */
 int hark_ws_established(struct lws *wsi, http_conn *c);
 int hark_ws_receive(struct lws *wsi, http_conn *c, const void *in, size_t len);

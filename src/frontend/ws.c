@@ -197,7 +197,22 @@ static void too_many_streams(const hark_http *http, char *msg, size_t len) {
            max_streams(http));
 }
 
-int hark_ws_confirm_upgrade(struct lws *wsi, const char *upgrade) {
+/* Takes one of the --max-streams slots, exactly, whichever loop asks. */
+static bool take_slot(hark_http *http) {
+  uint32_t n = atomic_load(&http->n_streams);
+  do {
+    if (n >= max_streams(http)) return false;
+  } while (!atomic_compare_exchange_weak(&http->n_streams, &n, n + 1));
+  return true;
+}
+
+void hark_ws_release_slot(hark_http *http, http_conn *c) {
+  if (!c || !c->ws_slot) return;
+  c->ws_slot = false;
+  atomic_fetch_sub(&http->n_streams, 1);
+}
+
+int hark_ws_confirm_upgrade(struct lws *wsi, http_conn *c, const char *upgrade) {
   http_loop *loop = hark_http_loop_of(wsi);
   hark_http *http = loop->http;
   if (strcasecmp(upgrade, "websocket") != 0) return 0;
@@ -215,9 +230,6 @@ int hark_ws_confirm_upgrade(struct lws *wsi, const char *upgrade) {
                  "Not Found: stream on / or /v2/models/{model}[/versions/{version}]/stream");
   } else if (atomic_load(&http->stop) || hark_server_is_draining(http->server)) {
     ret = refuse(wsi, 503, "Server is shutting down: not accepting new streams");
-  } else if (atomic_load(&http->n_streams) >= max_streams(http)) {
-    too_many_streams(http, msg, sizeof msg);
-    ret = refuse(wsi, 503, msg);
   } else {
     hark_model *model;
     err = hark_server_model_acquire(http->server, rt.model ? rt.model : speech_model(http),
@@ -231,6 +243,16 @@ int hark_ws_confirm_upgrade(struct lws *wsi, const char *upgrade) {
                 ? refuse(wsi, 503, msg)
                 : 0;
       hark_model_release(model);
+      /* Accepted: the stream's slot is taken now, so the next upgrade on
+       * any loop sees it, even before this one is established. */
+      if (ret == 0 && !take_slot(http)) {
+        too_many_streams(http, msg, sizeof msg);
+        ret = refuse(wsi, 503, msg);
+      } else if (ret == 0 && c) {
+        c->ws_slot = true;
+      } else if (ret == 0) {
+        atomic_fetch_sub(&http->n_streams, 1);
+      }
     }
   }
   free(rt.model);
@@ -308,12 +330,14 @@ int hark_ws_established(struct lws *wsi, http_conn *c) {
   s->next = loop->streams;
   if (s->next) s->next->prev = s;
   loop->streams = s;
-  /* Another loop may have admitted one since this upgrade was confirmed:
-   * the count is exact here, and one too many goes at once. */
-  uint32_t open = atomic_fetch_add(&http->n_streams, 1);
+  /* The slot its upgrade took is the stream's now (unlink_stream gives it
+   * back); without one (not expected) it takes one here, or goes at once. */
+  bool over = false;
+  if (c->ws_slot) c->ws_slot = false;
+  else over = atomic_fetch_add(&http->n_streams, 1) >= max_streams(http);
   c->ws = s;
   WS_LOG(s, HARK_LOG_VERBOSE, "ws: stream opened on model '%s'", s->model);
-  if (open >= max_streams(http)) {
+  if (over) {
     char msg[HARK_WS_REASON_MAX + 1];
     too_many_streams(http, msg, sizeof msg);
     stream_close(s, HARK_WS_CLOSE_TRY_LATER, msg);
@@ -767,7 +791,7 @@ int hark_ws_receive(struct lws *wsi, http_conn *c, const void *in, size_t len) {
 
 void hark_ws_closed(http_loop *loop, http_conn *c) {
   ws_stream *s = c->ws;
-  (void)loop;
+  hark_ws_release_slot(loop->http, c); /* established without a stream */
   if (!s) return;
   WS_LOG(s, HARK_LOG_VERBOSE, "ws: connection closed%s",
          s->inflight ? " (a request is still in the engine)" : "");
