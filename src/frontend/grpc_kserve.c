@@ -168,17 +168,23 @@ static void free_io_metadata(tensor_md **list, uint32_t n) {
   free(list);
 }
 
-static void model_metadata(hark_grpc_call *c, ProtobufCMessage *msg) {
-  Inference__ModelMetadataRequest *q = (Inference__ModelMetadataRequest *)msg;
+/* The model a request names (name, version string), with a reference;
+ * NULL when it already replied with the error. Frees msg either way. */
+static hark_model *acquire_or_reply(hark_grpc_call *c, const char *name, const char *version_s,
+                                    ProtobufCMessage *msg) {
   int64_t version;
   hark_model *model = NULL;
-  hark_error *err = hark_grpc_parse_version(q->version, &version);
-  if (!err) err = hark_server_model_acquire(c->g->server, q->name, version, &model);
+  hark_error *err = hark_grpc_parse_version(version_s, &version);
+  if (!err) err = hark_server_model_acquire(c->g->server, name, version, &model);
   FREE_MSG(msg);
-  if (err) {
-    hark_grpc_reply_error(c, err);
-    return;
-  }
+  if (err) hark_grpc_reply_error(c, err);
+  return model;
+}
+
+static void model_metadata(hark_grpc_call *c, ProtobufCMessage *msg) {
+  Inference__ModelMetadataRequest *q = (Inference__ModelMetadataRequest *)msg;
+  hark_model *model = acquire_or_reply(c, q->name, q->version, msg);
+  if (!model) return;
   const hark_model_config *cfg = hark_model_get_config(model);
   bool batch = cfg->max_batch_size > 0;
   Inference__ModelMetadataResponse r = INFERENCE__MODEL_METADATA_RESPONSE__INIT;
@@ -553,15 +559,8 @@ static Inference__ModelConfig *cfg_message(cfg_pool *p, const hark_model_config 
 
 static void model_config(hark_grpc_call *c, ProtobufCMessage *msg) {
   Inference__ModelConfigRequest *q = (Inference__ModelConfigRequest *)msg;
-  int64_t version;
-  hark_model *model = NULL;
-  hark_error *err = hark_grpc_parse_version(q->version, &version);
-  if (!err) err = hark_server_model_acquire(c->g->server, q->name, version, &model);
-  FREE_MSG(msg);
-  if (err) {
-    hark_grpc_reply_error(c, err);
-    return;
-  }
+  hark_model *model = acquire_or_reply(c, q->name, q->version, msg);
+  if (!model) return;
   cfg_pool pool = {0};
   Inference__ModelConfigResponse r = INFERENCE__MODEL_CONFIG_RESPONSE__INIT;
   r.config = cfg_message(&pool, hark_model_get_config(model));

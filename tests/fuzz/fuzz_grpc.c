@@ -18,6 +18,7 @@
 #include <string.h>
 
 #include "core/core.h"
+#include "fuzz_model.h"
 #include "grpc_service.pb-c.h"
 #include "health.pb-c.h"
 #include "riva_asr.pb-c.h"
@@ -52,21 +53,7 @@ static const char CONFIG[] =
     "]\n"
     "output [ { name: \"OUTPUT0\" data_type: TYPE_INT32 dims: [ 16 ] } ]\n";
 
-static hark_model *fuzz_model(void) {
-  static hark_model *model;
-  if (model) return model;
-  model = calloc(1, sizeof *model);
-  atomic_init(&model->refs, 1);
-  pthread_mutex_init(&model->lock, NULL);
-  pthread_cond_init(&model->released, NULL);
-  model->name = strdup("fuzz");
-  model->version = 1;
-  if (hark_model_config_parse(CONFIG, sizeof CONFIG - 1, "config.pbtxt", "fuzz", &model->config))
-    abort();
-  model->stats.n_batch = 8;
-  model->stats.batch = calloc(8, sizeof *model->stats.batch);
-  return model;
-}
+static hark_model *fuzz_model(void) { return fuzz_model_from(CONFIG, sizeof CONFIG - 1); }
 
 /* Packs m, unpacks and packs again: the two encodings must be the same
  * size (the first may differ from the input: packed repeated fields).

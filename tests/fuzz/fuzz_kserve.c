@@ -14,6 +14,7 @@
 #include <string.h>
 
 #include "core/core.h"
+#include "fuzz_model.h"
 #include "frontend/kserve.h"
 
 static const char CONFIG[] =
@@ -28,21 +29,7 @@ static const char CONFIG[] =
     "]\n"
     "output [ { name: \"OUTPUT0\" data_type: TYPE_INT32 dims: [ 16 ] } ]\n";
 
-static hark_model *fuzz_model(void) {
-  static hark_model *model;
-  if (model) return model;
-  model = calloc(1, sizeof *model);
-  atomic_init(&model->refs, 1);
-  pthread_mutex_init(&model->lock, NULL);
-  pthread_cond_init(&model->released, NULL);
-  model->name = strdup("fuzz");
-  model->version = 1;
-  if (hark_model_config_parse(CONFIG, sizeof CONFIG - 1, "config.pbtxt", "fuzz", &model->config))
-    abort();
-  model->stats.n_batch = 8;
-  model->stats.batch = calloc(8, sizeof *model->stats.batch);
-  return model;
-}
+static hark_model *fuzz_model(void) { return fuzz_model_from(CONFIG, sizeof CONFIG - 1); }
 
 /* Echoes every input as an output, then writes the response. */
 static void echo(hark_request *req, const hark_kserve_request *parsed) {
