@@ -197,11 +197,6 @@ void hark_model_sequence_fini(hark_model *m, void *state) {
              m->name, m->backend ? m->backend->name : "");
 }
 
-static void astat_add(hark_astat *s, uint64_t ns) {
-  atomic_fetch_add(&s->count, 1);
-  atomic_fetch_add(&s->ns, ns);
-}
-
 void hark_model_execute(hark_model *m, hark_instance *inst, hark_request **reqs, uint32_t n) {
   uint64_t start = hark_now_ns();
   uint32_t batch = 0;
@@ -209,17 +204,20 @@ void hark_model_execute(hark_model *m, hark_instance *inst, hark_request **reqs,
     reqs[i]->exec_start_ns = start;
     batch += reqs[i]->batch_size;
   }
+  /* Per batch size: the whole execution as compute_infer (a backend's own
+   * marks refine the per-request figures, not these). The counts go up
+   * before the backend runs, since its responses can reach a client before
+   * it returns: a client that reads the statistics after its response sees
+   * its execution counted (the time follows once the backend returns). */
+  hark_abatch *b = batch >= 1 && batch <= m->stats.n_batch ? &m->stats.batch[batch - 1] : NULL;
   atomic_fetch_add(&m->stats.execution_count, 1);
-  hark_error *err = m->backend->api->instance_execute(inst, reqs, n);
-  uint64_t end = hark_now_ns();
-  if (batch >= 1 && batch <= m->stats.n_batch) {
-    /* Per batch size: the whole execution as compute_infer (a backend's
-     * own marks refine the per-request figures, not these). */
-    hark_abatch *b = &m->stats.batch[batch - 1];
-    astat_add(&b->compute_input, 0);
-    astat_add(&b->compute_infer, end - start);
-    astat_add(&b->compute_output, 0);
+  if (b) {
+    atomic_fetch_add(&b->compute_input.count, 1);
+    atomic_fetch_add(&b->compute_infer.count, 1);
+    atomic_fetch_add(&b->compute_output.count, 1);
   }
+  hark_error *err = m->backend->api->instance_execute(inst, reqs, n);
+  if (b) atomic_fetch_add(&b->compute_infer.ns, hark_now_ns() - start);
   if (err) {
     /* The backend refused the batch: the requests are still ours. */
     for (uint32_t i = 0; i < n; i++)
