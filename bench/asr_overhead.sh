@@ -82,8 +82,10 @@ for ((r = 1; r <= ROUNDS; r++)); do
   bench_log "round $r/$ROUNDS: harkd $HARK_PER CPU s/audio s, ps_bare $BARE_PER (no partials $NOPART_PER), overhead $over%, client RTFX $HARK_RTFX"
 done
 
-# Do the two agree on the words? (Decoder state such as cepstral mean
-# normalisation carries across utterances, so small differences are normal.)
+# Do the two agree on the words? Both start every file from the model's
+# initial state (a hark stream from the initial cepstral mean and a new
+# front end, ps_bare from a freshly loaded decoder), so they should: a
+# difference means the two did not decode the same thing.
 same=$($PY - "$OUT" "$BARE_OUT" <<'PY'
 import json, sys
 h, b = json.load(open(sys.argv[1])), json.load(open(sys.argv[2]))
