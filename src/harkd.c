@@ -64,6 +64,10 @@ static void usage(FILE *f) {
           "  --http-thread-count N       event loops serving the HTTP port (default: one\n"
           "                              per core, at most 16)\n"
           "  --worker-threads N          CPU worker pool size (default: one per core)\n"
+          "  --inline-max-us N           an HTTP event loop runs a model's batch itself,\n"
+          "                              without a hand-off to a worker and back, when\n"
+          "                              the model's executions average <= N us (default\n"
+          "                              50; 0: every batch on the worker pool)\n"
           "  --max-queue-size N          per-model queue cap when config sets none (4096)\n"
           "  --speech-model NAME         the model a WebSocket on / and a Riva stream naming\n"
           "                              no model stream to (default asr)\n"
@@ -99,7 +103,7 @@ int main(int argc, char **argv) {
          O_MAXIN, O_BODYTO, O_WORKERS, O_QUEUE, O_VERBOSE, O_SPEECH, O_STREAMS, O_WSMAX,
          O_WSIDLE, O_GRPC_ADDR, O_GRPC_MAX, O_BACKLOG, O_HELP, O_LOG_INFO, O_LOG_WARN,
          O_LOG_ERROR, O_LOG_FORMAT, O_POLL_SECS, O_EXIT_TIMEOUT, O_UNLOAD_TIMEOUT,
-         O_HTTP_THREADS };
+         O_HTTP_THREADS, O_INLINE };
   static const struct option opts[] = {
       {"model-repository", required_argument, 0, O_REPO},
       {"model-store", required_argument, 0, O_REPO},
@@ -118,6 +122,7 @@ int main(int argc, char **argv) {
       {"http-body-timeout-secs", required_argument, 0, O_BODYTO},
       {"http-thread-count", required_argument, 0, O_HTTP_THREADS},
       {"worker-threads", required_argument, 0, O_WORKERS},
+      {"inline-max-us", required_argument, 0, O_INLINE},
       {"max-queue-size", required_argument, 0, O_QUEUE},
       {"log-verbose", required_argument, 0, O_VERBOSE},
       {"log-info", required_argument, 0, O_LOG_INFO},
@@ -133,7 +138,7 @@ int main(int argc, char **argv) {
       {"grpc-max-message-bytes", required_argument, 0, O_GRPC_MAX},
       {"help", no_argument, 0, O_HELP},
       {0, 0, 0, 0}};
-  hark_server_options so = {.strict_readiness = true};
+  hark_server_options so = {.strict_readiness = true, .inline_max_us = 50};
   hark_http_options ho = {.http_port = 8000, .metrics_port = 8002,
                           .max_input_size = 64u << 20, .body_timeout_secs = 30,
                           .speech_model = "asr", .max_streams = 1024,
@@ -200,6 +205,7 @@ int main(int argc, char **argv) {
     case O_HTTP_THREADS:
       ho.threads = (unsigned)parse_num("--http-thread-count", optarg, 1, HARK_HTTP_MAX_THREADS);
       break;
+    case O_INLINE: so.inline_max_us = (uint32_t)parse_num("--inline-max-us", optarg, 0, 1000000); break;
     case O_WORKERS: so.worker_threads = (uint32_t)parse_num("--worker-threads", optarg, 1, 1024); break;
     case O_QUEUE: so.max_queue_size = (uint32_t)parse_num("--max-queue-size", optarg, 1, 1 << 24); break;
     case O_VERBOSE:

@@ -57,6 +57,11 @@ typedef struct hark_server_options {
    * requests and streams that hold it before it stops taking their next
    * requests (UNAVAILABLE "... is unloading") and is finalized. 0: 30 s. */
   uint32_t unload_timeout_secs;
+  /* A front-end thread marked with hark_server_thread_may_inline() runs a
+   * dynamic-batching or default-scheduled model's batch itself, instead of
+   * handing it to a worker and back, when that model's executions average
+   * at most this many microseconds. 0: never (every batch on a worker). */
+  uint32_t inline_max_us;
 } hark_server_options;
 
 /* Starts the worker pool and loads the repository per the control mode.
@@ -65,6 +70,12 @@ typedef struct hark_server_options {
 hark_error *hark_server_new(const hark_server_options *opts, hark_server **out);
 /* Unloads every model, waiting for requests in flight, and frees. */
 void hark_server_free(hark_server *server);
+
+/* Marks the calling thread (a front end's event loop) as one that may run
+ * cheap batches in place (hark_server_options.inline_max_us): a request
+ * queued from it with hark_server_infer() may then execute, and its
+ * callback run, on this thread before hark_server_infer() returns. */
+void hark_server_thread_may_inline(bool on);
 
 bool hark_server_is_live(const hark_server *server);
 /* False while draining, and (strict readiness) while a model failed. */

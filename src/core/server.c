@@ -641,6 +641,7 @@ hark_error *hark_server_new(const hark_server_options *opts, hark_server **out) 
     hark_server_free(s);
     return err;
   }
+  hark_pool_set_inline_max_ns(s->pool, (uint64_t)opts->inline_max_us * 1000u);
   atomic_store(&s->live, true);
   uint32_t n;
   char **names = hark_repo_scan(s->repo, &n);
@@ -787,6 +788,8 @@ void hark_server_model_foreach(hark_server *s, void (*fn)(hark_model *, void *),
   }
   free(all);
 }
+
+void hark_server_thread_may_inline(bool on) { hark_pool_thread_may_inline(on); }
 
 hark_error *hark_server_infer(hark_server *s, hark_request *req) {
   hark_model *m = req->model;

@@ -15,8 +15,10 @@
  * comes back on a worker thread: the callback serializes it into the call's
  * reply buffer, pushes the call onto its loop's mutex-guarded completion
  * list and wakes that loop (lws_cancel_service); the loop drains the list
- * and writes
- * each reply when its socket is writable. Model load/unload, which finish
+ * and writes each reply when its socket is writable. A cheap model's batch
+ * may instead run on the loop thread itself, inside hark_server_infer()
+ * (server.h, inline_max_us): the callback then pushes without a wake-up
+ * and the loop drains as soon as the lws callback it was in returns. Model load/unload, which finish
  * on a server thread, take the same path. A call is shared by the
  * connection and the engine: a connection that closes first only marks it
  * orphaned (a loop-thread field), and the loop frees it when it is drained.
@@ -216,10 +218,16 @@ void hark_http_call_refused(http_loop *loop, http_conn *c, http_call *call) {
   hark_http_call_free(call);
 }
 
+/* The loop this thread runs, if it is a loop thread. */
+static _Thread_local http_loop *tl_loop;
+
 void hark_http_call_push(http_call *call) {
   http_loop *loop = call->loop;
   pthread_mutex_lock(&loop->lock);
-  bool wake = !loop->done_head; /* else a wake-up is already on its way */
+  /* Else a wake-up is already on its way; and a loop that completed one of
+   * its own calls (a batch run inline) drains when its callback returns. */
+  bool wake = !loop->done_head && tl_loop != loop;
+  if (tl_loop == loop) loop->drain_soon = true;
   if (loop->done_tail)
     loop->done_tail->next = call;
   else
@@ -443,8 +451,8 @@ static void on_closed(http_loop *loop, http_conn *c) {
   c->close_after = false;
 }
 
-static int on_lws_event(struct lws *wsi, enum lws_callback_reasons reason, void *user, void *in,
-                        size_t len) {
+static int lws_event(struct lws *wsi, enum lws_callback_reasons reason, void *user, void *in,
+                     size_t len) {
   http_conn *c = user;
   http_loop *loop = wsi ? hark_http_loop_of(wsi) : NULL;
   switch (reason) {
@@ -479,6 +487,18 @@ static int on_lws_event(struct lws *wsi, enum lws_callback_reasons reason, void 
       return 0;
     default: return lws_callback_http_dummy(wsi, reason, user, in, len);
   }
+}
+
+/* Every event of the HTTP protocol, then the replies of calls that
+ * finished on this thread while it was handled (hark_http_call_push). */
+static int on_lws_event(struct lws *wsi, enum lws_callback_reasons reason, void *user, void *in,
+                        size_t len) {
+  int rc = lws_event(wsi, reason, user, in, len);
+  if (tl_loop && tl_loop->drain_soon) {
+    tl_loop->drain_soon = false;
+    drain_completions(tl_loop);
+  }
+  return rc;
 }
 
 /* ---- our own listen sockets ------------------------------------------------ */
@@ -797,6 +817,8 @@ static void wake_all(hark_http *http) {
 static void loop_run(http_loop *loop) {
   hark_http *http = loop->http;
   uint64_t drain_deadline = 0;
+  tl_loop = loop;
+  hark_server_thread_may_inline(true); /* cheap batches run here (server.h) */
   while (!atomic_load(&http->stop)) {
     if (lws_service(loop->ctx, 0) < 0) break;
     if (loop->index == 0 && atomic_load(&http->draining) && drained(loop, &drain_deadline))
@@ -809,6 +831,8 @@ static void loop_run(http_loop *loop) {
   while (busy(loop) && hark_now_ns() < deadline)
     if (lws_service(loop->ctx, 0) < 0) break;
   lws_sul_cancel(&loop->tick);
+  hark_server_thread_may_inline(false);
+  tl_loop = NULL;
 }
 
 static void *loop_thread(void *arg) {

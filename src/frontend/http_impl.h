@@ -124,6 +124,8 @@ struct http_loop {
   http_call *done_head, *done_tail; /* completion list */
   uint32_t outstanding; /* this loop's calls the engine has not finished */
   bool ctx_alive;       /* lws_cancel_service may be called */
+  bool drain_soon;      /* loop thread only: it pushed a call of its own
+                           without waking itself; drain after this callback */
   /* WebSocket streams (ws.c), loop thread only. */
   ws_stream *streams;              /* open connections' streams */
   lws_sorted_usec_list_t ws_sweep; /* idle check, once a second */

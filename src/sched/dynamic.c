@@ -12,6 +12,9 @@
  * the batcher's wait and the next request deadline. After unlocking it hands
  * each claimed instance's embedded task to the worker pool and completes the
  * rejected requests, so no callback and no execute ever runs under the lock.
+ * One exception to "the worker pool": on a front-end thread that allows it,
+ * a model whose executions average a few microseconds has its first batch
+ * run by the pump's own thread (pool.c, "inline runs").
  * An instance is busy from the moment its batch is formed until its
  * execution returns, so it never runs two batches at once; the number of
  * queued pool tasks is bounded by the instance count.
@@ -41,6 +44,9 @@
 #include "sched/sched_impl.h"
 
 #define REJECT_CHUNK 32u
+/* Executions timed before a model may run inline (pool.c): the first
+ * requests, with their cold caches and lazy set-ups, do not decide. */
+#define INLINE_WARMUP 16u
 
 typedef struct dyn_sched dyn_sched;
 
@@ -91,6 +97,11 @@ struct dyn_sched {
   bool stopping;
   hark_timer timer;
   atomic_uint queued; /* a copy of the queue size for the lock-free getter */
+  /* Wall time of an execution, a moving average over about the last 8
+   * (written by whichever worker finished last: an estimate), and how many
+   * have been timed: what decides whether a batch may run inline. */
+  atomic_uint_fast64_t exec_avg_ns;
+  atomic_uint exec_timed;
 
   bool ordered; /* preserve_ordering */
   pthread_mutex_t olock; /* after `lock` when both are held */
@@ -230,6 +241,8 @@ static uint64_t form_batches(dyn_sched *s, uint64_t now, dyn_instance **launch) 
   return UINT64_MAX;
 }
 
+static void dyn_execute(void *arg);
+
 /*
  * The one place batches are formed and timeouts applied. The caller has
  * counted itself in s->users under s->lock; the pump uncounts it last.
@@ -253,6 +266,14 @@ static void dyn_pump(dyn_sched *s) {
     atomic_store(&s->queued, hark_queue_size(s->queue));
     pthread_mutex_unlock(&s->lock);
 
+    /* A cheap model's first batch may run right here, on a front end's
+     * thread that allowed it (pool.c), instead of on a worker. */
+    dyn_instance *here = NULL;
+    if (launch && atomic_load_explicit(&s->exec_timed, memory_order_relaxed) >= INLINE_WARMUP &&
+        hark_pool_inline_begin(pool, atomic_load_explicit(&s->exec_avg_ns, memory_order_relaxed))) {
+      here = launch;
+      launch = launch->launch_next;
+    }
     for (dyn_instance *di = launch, *next; di; di = next) {
       next = di->launch_next; /* the task may finish and be reused at once */
       hark_pool_submit_task(pool, &di->task);
@@ -260,6 +281,10 @@ static void dyn_pump(dyn_sched *s) {
     for (uint32_t i = 0; i < n_rej; i++)
       hark_request_complete(rejected[i],
                             hark_error_new(HARK_ERR_DEADLINE, "Request timeout expired"));
+    if (here) {
+      dyn_execute(here);
+      hark_pool_inline_end();
+    }
     if (n_rej < REJECT_CHUNK) break;
   }
 
@@ -276,7 +301,16 @@ static void dyn_execute(void *arg) {
   dyn_sched *s = di->s;
   hark_log_context saved;
   hark_sched_log_batch(s->model, di->instance, di->batch, di->n, &saved);
+  uint64_t start = hark_now_ns();
   hark_model_execute(s->model, di->instance, di->batch, di->n);
+  uint64_t took = hark_now_ns() - start;
+  uint64_t avg = atomic_load_explicit(&s->exec_avg_ns, memory_order_relaxed);
+  /* The warm-up's executions (cold caches, lazy set-ups) are not averaged:
+   * the average starts from the last of them. */
+  bool warm = atomic_load_explicit(&s->exec_timed, memory_order_relaxed) >= INLINE_WARMUP;
+  atomic_store_explicit(&s->exec_avg_ns, warm ? avg - avg / 8 + took / 8 : took,
+                        memory_order_relaxed);
+  atomic_fetch_add_explicit(&s->exec_timed, 1, memory_order_relaxed);
   hark_sched_log_restore(&saved);
   pthread_mutex_lock(&s->lock);
   di->busy = false;
@@ -404,6 +438,8 @@ hark_error *hark_sched_dynamic_new(hark_model *model, hark_pool *pool, uint32_t 
   pthread_mutex_init(&s->olock, NULL);
   hark_timer_init(&s->timer, dyn_timer_fire, s);
   atomic_init(&s->queued, 0);
+  atomic_init(&s->exec_avg_ns, 0);
+  atomic_init(&s->exec_timed, 0);
 
   /* The default scheduler has no priorities or queue policies (Triton's
    * config has nowhere to put them without dynamic_batching). */

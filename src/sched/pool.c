@@ -17,6 +17,17 @@
  * non-empty, tasks queue (and wake a worker) as usual, so nothing waits
  * behind a worker's chain of continuations.
  *
+ * Inline runs: a thread outside the pool that serves requests (an HTTP
+ * event loop) may declare itself able to run work in place
+ * (hark_pool_thread_may_inline). A scheduler that launches a batch on such
+ * a thread asks hark_pool_inline_begin() whether that model is cheap enough
+ * (its executions average at most the pool's inline bound): if so the
+ * thread runs the batch itself, sparing the two thread hand-offs (to a
+ * worker and back to the loop) that cost more than a microsecond-scale
+ * model. The permission is off for the length of the run, so whatever the
+ * batch starts goes to the workers, and a model that gets slower stops
+ * qualifying as its average rises.
+ *
  * Timer: one extra thread keeps the armed hark_timers in a list sorted by
  * deadline and sleeps on a CLOCK_MONOTONIC condition variable until the
  * earliest, so no scheduler busy-waits or keeps a thread of its own. Timer
@@ -26,6 +37,7 @@
  */
 #include <errno.h>
 #include <pthread.h>
+#include <stdatomic.h>
 #include <stdlib.h>
 #include <time.h>
 
@@ -39,6 +51,7 @@ struct hark_pool {
   hark_pool_task *nodes;
   bool stopping;
   uint32_t n_threads, alive;
+  atomic_uint_fast64_t inline_max_ns; /* 0: nothing runs inline */
   pthread_t *threads;
 
   pthread_mutex_t tlock;
@@ -55,6 +68,8 @@ struct hark_pool {
 /* The pool this thread works for, and its next-task slot. */
 static _Thread_local hark_pool *tl_pool;
 static _Thread_local hark_pool_task *tl_next;
+/* This thread may run cheap batches in place (see the top of the file). */
+static _Thread_local bool tl_may_inline;
 
 static void fifo_push(hark_pool *pool, hark_pool_task *task) {
   task->next = NULL;
@@ -136,6 +151,21 @@ void hark_pool_submit_task(hark_pool *pool, hark_pool_task *task) {
 }
 
 uint32_t hark_pool_threads(const hark_pool *pool) { return pool->n_threads; }
+
+void hark_pool_set_inline_max_ns(hark_pool *pool, uint64_t ns) {
+  atomic_store(&pool->inline_max_ns, ns);
+}
+
+void hark_pool_thread_may_inline(bool on) { tl_may_inline = on; }
+
+bool hark_pool_inline_begin(hark_pool *pool, uint64_t avg_exec_ns) {
+  if (!tl_may_inline || avg_exec_ns > atomic_load_explicit(&pool->inline_max_ns, memory_order_relaxed))
+    return false;
+  tl_may_inline = false;
+  return true;
+}
+
+void hark_pool_inline_end(void) { tl_may_inline = true; }
 
 /* ---- timer ----------------------------------------------------------------- */
 

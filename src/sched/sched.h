@@ -29,6 +29,11 @@ void hark_pool_free(hark_pool *pool);
  * the pool is stopping (fn never runs then). */
 hark_error *hark_pool_submit(hark_pool *pool, void (*fn)(void *), void *arg);
 uint32_t hark_pool_threads(const hark_pool *pool);
+/* Inline runs (pool.c): batches of a model whose executions average at
+ * most `ns` may run on a thread that allowed it; 0 (the default): never. */
+void hark_pool_set_inline_max_ns(hark_pool *pool, uint64_t ns);
+/* The calling thread (not a worker) may run cheap batches in place. */
+void hark_pool_thread_may_inline(bool on);
 
 /* ---- schedulers ------------------------------------------------------------ */
 

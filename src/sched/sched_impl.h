@@ -37,6 +37,12 @@ typedef struct hark_pool_task {
  * already drained), fn runs on the calling thread.
  */
 void hark_pool_submit_task(hark_pool *pool, hark_pool_task *task);
+/* True when the calling thread allowed inline runs and a model whose
+ * executions average avg_exec_ns qualifies: the caller then runs its batch
+ * itself and calls hark_pool_inline_end() after. The thread's permission is
+ * off in between, so work the batch starts goes to the workers. */
+bool hark_pool_inline_begin(hark_pool *pool, uint64_t avg_exec_ns);
+void hark_pool_inline_end(void);
 
 /* ---- the pool's timer (pool.c) --------------------------------------------- */
 

@@ -41,6 +41,7 @@ static hark_model *model_get(hark_server *s, const char *name) {
 
 typedef struct final {
   int tag;
+  pthread_t thread; /* that ran the callback */
   hark_code code;
   char msg[160];
   int32_t out[2][16]; /* OUTPUT0/OUTPUT1 (or the first two outputs) */
@@ -72,6 +73,7 @@ static void on_response(hark_response *resp, uint32_t flags, hark_error *err, vo
   pthread_mutex_lock(&c->lock);
   final *f = &c->got[c->n];
   f->tag = x->tag;
+  f->thread = pthread_self();
   f->code = err ? hark_error_code(err) : HARK_OK;
   snprintf(f->msg, sizeof f->msg, "%s", err ? hark_error_message(err) : "");
   for (uint32_t i = 0; resp && i < hark_response_output_count(resp) && i < 2; i++) {
@@ -218,6 +220,68 @@ static void test_default_scheduler_one_per_execution(void **state) {
   hark_model_stats_read(m, &st);
   assert_int_equal(st.execution_count, 10);
   hark_model_release(m);
+  hark_server_free(s);
+  repo_remove();
+}
+
+/* Inline runs: a thread that allows them runs a cheap model's batch itself
+ * (its callback has run, on that thread, when hark_server_infer returns);
+ * a model slower than the bound always goes to a worker, and so does
+ * everything on a thread that did not allow it. */
+static void test_inline_runs(void **state) {
+  (void)state;
+  repo_make("sched");
+  /* Two instances: a request sent as the previous one's callback runs finds
+   * one free (the other may still be returning from that execution). */
+  model_write("cheap", IDENTITY("max_batch_size: 8\n"
+                                "instance_group [ { count: 2 kind: KIND_CPU } ]\n"
+                                "dynamic_batching { }\n"));
+  model_write("slow", IDENTITY("max_batch_size: 8\n"
+                               "instance_group [ { count: 2 kind: KIND_CPU } ]\n"
+                               "dynamic_batching { }\n"
+                               "parameters [ { key: \"execute_delay_us\" "
+                               "value: { string_value: \"20000\" } } ]\n"));
+  hark_server_options opts = {.model_repository = repo,
+                              .backend_directory = getenv("HARK_BACKEND_DIR"),
+                              .model_control = HARK_MODEL_CONTROL_NONE,
+                              .worker_threads = 2,
+                              .inline_max_us = 5000};
+  hark_server *s = NULL;
+  hark_error *err = hark_server_new(&opts, &s);
+  if (err) fail_msg("server: %s", hark_error_message(err));
+  const char *names[] = {"cheap", "slow"};
+  for (int mi = 0; mi < 2; mi++) {
+    hark_model *m = model_get(s, names[mi]);
+    collector c;
+    collector_init(&c);
+    ctx x[64];
+    /* Warm-up, timed on the workers, one at a time (no batching). */
+    for (int i = 0; i < 20; i++) {
+      send_identity(s, m, &c, &x[i], i, (req_opts){0});
+      collector_wait(&c, i + 1);
+    }
+    for (int i = 0; i < 20; i++) assert_false(pthread_equal(final_of(&c, i)->thread, pthread_self()));
+    hark_server_thread_may_inline(true);
+    for (int i = 20; i < 30; i++) {
+      send_identity(s, m, &c, &x[i], i, (req_opts){0});
+      pthread_mutex_lock(&c.lock);
+      int had = c.n;
+      pthread_mutex_unlock(&c.lock);
+      if (mi == 0) assert_int_equal(had, i + 1); /* done before infer returned */
+      collector_wait(&c, i + 1);
+      const final *f = final_of(&c, i);
+      assert_int_equal(f->code, HARK_OK);
+      float v;
+      memcpy(&v, &f->out[0][3], 4);
+      assert_true(v == (float)(i * 100 + 3));
+      assert_int_equal(pthread_equal(f->thread, pthread_self()) != 0, mi == 0);
+    }
+    hark_server_thread_may_inline(false);
+    send_identity(s, m, &c, &x[30], 30, (req_opts){0});
+    collector_wait(&c, 31);
+    assert_false(pthread_equal(final_of(&c, 30)->thread, pthread_self()));
+    hark_model_release(m);
+  }
   hark_server_free(s);
   repo_remove();
 }
@@ -693,6 +757,7 @@ int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_preferred_batch),
       cmocka_unit_test(test_default_scheduler_one_per_execution),
+      cmocka_unit_test(test_inline_runs),
       cmocka_unit_test(test_max_queue_size_and_stop_flush),
       cmocka_unit_test(test_reject_timeout),
       cmocka_unit_test(test_delay_timeout),
