@@ -44,16 +44,21 @@ static void model_write(const char *name, const char *config) {
   fclose(f);
 }
 
-/* A server on the repository, with the build's backends. */
-static hark_server *server_start(void) {
-  hark_server_options opts = {.model_repository = repo,
-                              .backend_directory = getenv("HARK_BACKEND_DIR"),
-                              .model_control = HARK_MODEL_CONTROL_NONE,
-                              .worker_threads = 4};
+/* A server on the repository, with the build's backends and `opts` for
+ * the rest (its repository and backend directory are filled in). */
+static hark_server *server_start_with(hark_server_options opts) {
+  opts.model_repository = repo;
+  opts.backend_directory = getenv("HARK_BACKEND_DIR");
   hark_server *s = NULL;
   hark_error *err = hark_server_new(&opts, &s);
   if (err) fail_msg("server: %s", hark_error_message(err));
   return s;
+}
+
+/* The same with every model loaded and 4 workers. */
+static hark_server *server_start(void) {
+  return server_start_with((hark_server_options){.model_control = HARK_MODEL_CONTROL_NONE,
+                                                 .worker_threads = 4});
 }
 
 #endif

@@ -241,14 +241,8 @@ static void test_inline_runs(void **state) {
                                "dynamic_batching { }\n"
                                "parameters [ { key: \"execute_delay_us\" "
                                "value: { string_value: \"20000\" } } ]\n"));
-  hark_server_options opts = {.model_repository = repo,
-                              .backend_directory = getenv("HARK_BACKEND_DIR"),
-                              .model_control = HARK_MODEL_CONTROL_NONE,
-                              .worker_threads = 2,
-                              .inline_max_us = 5000};
-  hark_server *s = NULL;
-  hark_error *err = hark_server_new(&opts, &s);
-  if (err) fail_msg("server: %s", hark_error_message(err));
+  hark_server *s = server_start_with((hark_server_options){
+      .model_control = HARK_MODEL_CONTROL_NONE, .worker_threads = 2, .inline_max_us = 5000});
   const char *names[] = {"cheap", "slow"};
   for (int mi = 0; mi < 2; mi++) {
     hark_model *m = model_get(s, names[mi]);
@@ -656,15 +650,9 @@ static void test_ensemble_step_reload(void **state) {
               " output_map { key: \"OUTPUT0\" value: \"OUTPUT0\" }\n"
               " output_map { key: \"OUTPUT1\" value: \"OUTPUT1\" } } ] }\n");
   const char *loads[] = {"simple", "pair"};
-  hark_server_options opts = {.model_repository = repo,
-                              .backend_directory = getenv("HARK_BACKEND_DIR"),
-                              .model_control = HARK_MODEL_CONTROL_EXPLICIT,
-                              .load_models = loads,
-                              .n_load_models = 2,
-                              .worker_threads = 2};
-  hark_server *s = NULL;
-  hark_error *err = hark_server_new(&opts, &s);
-  if (err) fail_msg("server: %s", hark_error_message(err));
+  hark_server *s = server_start_with((hark_server_options){
+      .model_control = HARK_MODEL_CONTROL_EXPLICIT, .load_models = loads, .n_load_models = 2,
+      .worker_threads = 2});
   hark_model *m = model_get(s, "pair");
   collector c;
   collector_init(&c);
