@@ -2,8 +2,12 @@
  * pool.c — the model's bounded pool of pocketsphinx decoders.
  *
  * A decoder holds the acoustic model, dictionary, language model and
- * search tables (tens of MiB), so the pool creates them lazily, up to
- * pool_size, and streams borrow one only for the length of an utterance.
+ * search tables (tens of MiB), so the pool makes pool_preload of them at
+ * load and the rest lazily, up to pool_size, and streams borrow one only
+ * for the length of an utterance. A lazy creation runs on the worker of
+ * the stream that needed it and costs that worker about half a second of
+ * CPU, during which the chunks queued behind it wait: a server that must
+ * meet a burst of speakers as soon as it is ready preloads its pool.
  * Borrowers wait on a condition variable with a deadline; nobody waits
  * forever and nothing grows without bound. Decoders never carry stream
  * state between borrowers: the front end lives in the stream, and the
@@ -111,6 +115,15 @@ ps_pool *ps_pool_new(const ps_settings *s, char *err, size_t errlen) {
   ps_cmn_save(p->first, &p->cmn0);
   p->all[p->n_all++] = p->first;
   p->idle[p->n_idle++] = p->first;
+  while (p->n_all < s->pool_preload) { /* nobody else sees the pool yet */
+    ps_decoder_t *ps = decoder_new(&p->settings, err, errlen);
+    if (!ps) {
+      ps_pool_free(p);
+      return NULL;
+    }
+    p->all[p->n_all++] = ps;
+    p->idle[p->n_idle++] = ps;
+  }
   return p;
 }
 

@@ -31,6 +31,7 @@ typedef struct ps_settings {
   char *argv[PS_MAX_ARGS]; /* "-hmm", "/usr/share/...", ... (owned) */
   int argc;
   uint32_t pool_size;        /* decoders at most */
+  uint32_t pool_preload;     /* decoders made at load (at least 1, at most pool_size) */
   uint32_t decoder_wait_ms;  /* how long a stream waits for a free decoder */
   uint32_t max_buffered_ms;  /* audio a stream may hold unprocessed */
   uint32_t block_samples;    /* samples per front-end block (continuous: 2048) */
@@ -66,8 +67,9 @@ typedef struct ps_pool_stats {
   uint64_t waits, timeouts;
 } ps_pool_stats;
 
-/* Creates the first decoder now (validating the configuration); the rest
- * lazily, up to s->pool_size. NULL with a reason in err. */
+/* Creates s->pool_preload decoders now (the first validates the
+ * configuration); the rest lazily, up to s->pool_size. NULL with a reason
+ * in err. */
 ps_pool *ps_pool_new(const ps_settings *s, char *err, size_t errlen);
 void ps_pool_free(ps_pool *p);
 /* A decoder, waiting up to wait_ms for one; NULL on timeout (or when a new

@@ -10,6 +10,8 @@
  *   prespeech_ms             -vad_prespeech: audio kept before speech starts
  *   startspeech_ms           -vad_startspeech: speech needed to open one
  *   decoder_pool_size        decoders at most (default 4 per core)
+ *   decoder_pool_preload     decoders made at load, before the model is ready
+ *                            (default 1; at most decoder_pool_size)
  *   decoder_wait_ms          wait for a free decoder before UNAVAILABLE
  *   max_buffered_ms          unprocessed audio a stream may hold
  *   block_samples            front-end block (2048, as pocketsphinx_continuous)
@@ -67,6 +69,7 @@ int ps_settings_init(ps_settings *s, ps_param_fn get, void *ctx, char *err, size
   memset(s, 0, sizeof *s);
   long cores = sysconf(_SC_NPROCESSORS_ONLN);
   s->pool_size = (uint32_t)(4 * (cores > 0 ? cores : 1));
+  s->pool_preload = 1;
   s->decoder_wait_ms = 2000;
   s->max_buffered_ms = 10000;
   s->block_samples = 2048;
@@ -95,6 +98,8 @@ int ps_settings_init(ps_settings *s, ps_param_fn get, void *ctx, char *err, size
       bad = set_frames_arg(s, "-vad_startspeech", v);
     } else if (!strcmp(key, "decoder_pool_size")) {
       bad = parse_u32(v, 1, 4096, &s->pool_size);
+    } else if (!strcmp(key, "decoder_pool_preload")) {
+      bad = parse_u32(v, 1, 4096, &s->pool_preload);
     } else if (!strcmp(key, "decoder_wait_ms")) {
       bad = parse_u32(v, 0, 600000, &s->decoder_wait_ms);
     } else if (!strcmp(key, "max_buffered_ms")) {
@@ -119,6 +124,13 @@ int ps_settings_init(ps_settings *s, ps_param_fn get, void *ctx, char *err, size
       ps_settings_fini(s);
       return -1;
     }
+  }
+  if (s->pool_preload > s->pool_size) {
+    snprintf(err, errlen,
+             "pocketsphinx: decoder_pool_preload %u is more than decoder_pool_size %u",
+             s->pool_preload, s->pool_size);
+    ps_settings_fini(s);
+    return -1;
   }
   return 0;
 oom:

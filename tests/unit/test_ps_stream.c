@@ -340,6 +340,30 @@ static size_t feed_until_decoder(ps_stream *st, const blob *b) {
   return off;
 }
 
+/* decoder_pool_preload: that many decoders exist once the pool does, the
+ * rest come on demand; more than the pool may hold is refused. */
+static void test_pool_preload(void **state) {
+  (void)state;
+  const char *kv[] = {"decoder_pool_size", "3", "decoder_pool_preload", "2", NULL};
+  ps_pool *pool = make_pool(kv);
+  ps_pool_stats st;
+  ps_pool_get_stats(pool, &st);
+  assert_int_equal(st.created, 2);
+  assert_int_equal(st.in_use, 0);
+  ps_decoder_t *d[3];
+  for (int i = 0; i < 3; i++) assert_non_null(d[i] = ps_pool_acquire(pool, 0));
+  ps_pool_get_stats(pool, &st);
+  assert_int_equal(st.created, 3); /* the third on demand */
+  for (int i = 0; i < 3; i++) ps_pool_release(pool, d[i]);
+  ps_pool_free(pool);
+
+  ps_settings s;
+  char err[256] = "";
+  const char *over[] = {"decoder_pool_size", "2", "decoder_pool_preload", "3", NULL};
+  assert_int_equal(ps_settings_init(&s, param_get, (void *)over, err, sizeof err), -1);
+  assert_non_null(strstr(err, "decoder_pool_preload 3 is more than decoder_pool_size 2"));
+}
+
 static void test_pool_exhaustion_waits_then_unavailable(void **state) {
   (void)state;
   const char *kv[] = {"decoder_pool_size", "1", "decoder_wait_ms", "200", NULL};
@@ -584,6 +608,7 @@ int main(void) {
       cmocka_unit_test(test_single_pass_setting),
       cmocka_unit_test(test_multi_utterance_stream),
       cmocka_unit_test(test_concurrent_streams_share_decoders),
+      cmocka_unit_test(test_pool_preload),
       cmocka_unit_test(test_pool_exhaustion_waits_then_unavailable),
       cmocka_unit_test(test_flush_and_bad_input),
       cmocka_unit_test(test_resampled_input_and_wer),
