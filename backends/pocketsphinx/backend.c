@@ -48,7 +48,8 @@ static hark_error *make_metrics(hark_model *model, asr_model *m) {
       {&m->decoders_max, HARK_METRIC_GAUGE, "hark_decoders_max",
        "Decoders the model's pool may hold (decoder_pool_size)"},
       {&m->decoders_created, HARK_METRIC_GAUGE, "hark_decoders_created",
-       "Decoders created so far (decoder_pool_preload at load, then on demand up to the pool size)"},
+       "Decoders created so far (decoder_pool_preload at load, then on demand up to the "
+       "pool size)"},
       {&m->decoders_in_use, HARK_METRIC_GAUGE, "hark_decoders_in_use",
        "Decoders held by streams inside an utterance"},
       {&m->decoder_timeouts, HARK_METRIC_COUNTER, "hark_decoder_wait_timeouts_total",

@@ -18,8 +18,8 @@
  * and writes each reply when its socket is writable. A cheap model's batch
  * may instead run on the loop thread itself, inside hark_server_infer()
  * (server.h, inline_max_us): the callback then pushes without a wake-up
- * and the loop drains as soon as the lws callback it was in returns. Model load/unload, which finish
- * on a server thread, take the same path. A call is shared by the
+ * and the loop drains as soon as the lws callback it was in returns.
+ * Model load/unload, which finish on a server thread, take the same path. A call is shared by the
  * connection and the engine: a connection that closes first only marks it
  * orphaned (a loop-thread field), and the loop frees it when it is drained.
  * Every request gets exactly one reply; keep-alive connections then wait

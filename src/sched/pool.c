@@ -159,8 +159,8 @@ void hark_pool_set_inline_max_ns(hark_pool *pool, uint64_t ns) {
 void hark_pool_thread_may_inline(bool on) { tl_may_inline = on; }
 
 bool hark_pool_inline_begin(hark_pool *pool, uint64_t avg_exec_ns) {
-  if (!tl_may_inline || avg_exec_ns > atomic_load_explicit(&pool->inline_max_ns, memory_order_relaxed))
-    return false;
+  uint64_t bound = atomic_load_explicit(&pool->inline_max_ns, memory_order_relaxed);
+  if (!tl_may_inline || bound == 0 || avg_exec_ns > bound) return false;
   tl_may_inline = false;
   return true;
 }
