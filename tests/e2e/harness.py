@@ -139,6 +139,17 @@ class Harkd:
         return out
 
 
+def terminate(proc, timeout=10):
+    """Stops a helper process (prometheus, haproxy): SIGTERM, then SIGKILL."""
+    if proc.poll() is None:
+        proc.terminate()
+        try:
+            proc.wait(timeout)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+
+
 def metric_value(text, name, **labels):
     """The value of one sample of the Prometheus exposition, or None."""
     for line in text.splitlines():

@@ -26,7 +26,8 @@ import unittest
 
 import websockets
 
-from harness import MODELS, Harkd, die_with_parent, free_port, main, make_repo, simple_request
+from harness import (MODELS, Harkd, die_with_parent, free_port, main, make_repo, simple_request,
+                     terminate)
 
 CHUNK = 1600           # samples per message: 100 ms at 16 kHz
 CHUNKS = 25            # 2.5 s of audio per stream, sent at real time
@@ -112,13 +113,7 @@ class Failover(unittest.TestCase):
         self.wait_status({"a": "UP", "b": "UP"}, 10)
 
     def stop_haproxy(self):
-        if self.haproxy.poll() is None:
-            self.haproxy.terminate()
-            try:
-                self.haproxy.wait(10)
-            except subprocess.TimeoutExpired:
-                self.haproxy.kill()
-                self.haproxy.wait()
+        terminate(self.haproxy)
 
     @staticmethod
     def stop_replica(server):

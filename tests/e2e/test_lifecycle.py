@@ -363,8 +363,11 @@ class Shutdown(unittest.TestCase):
         finally:
             shutil.rmtree(self.repo, ignore_errors=True)
 
-    def test_sigterm_drains_a_live_stream(self):
-        self.start("--exit-timeout-secs", "30")
+    def sigterm_with_live_stream(self, exit_timeout, then):
+        """Starts harkd, opens a stream that has had one reply, sends SIGTERM,
+        then awaits then(ws, t0) with t0 the time of the signal; returns the
+        server once the stream's connection is gone."""
+        self.start("--exit-timeout-secs", str(exit_timeout))
         s = self.server
 
         async def go():
@@ -373,76 +376,69 @@ class Shutdown(unittest.TestCase):
                 await ws.recv()
                 t0 = time.time()
                 s.proc.send_signal(signal.SIGTERM)
-                loop = asyncio.get_running_loop()
-                await loop.run_in_executor(None, lambda: wait_for(
-                    lambda: s.request("GET", "/v2/health/ready")[0] == 400, timeout=2,
-                    what="not ready"))
-                self.assertLess(time.time() - t0, 2)
-                self.assertEqual(s.request("GET", "/v2/health/live")[0], 200)
-                self.assertEqual(s.request("GET", "/v2/models/simple/ready")[0], 400)
-                status, doc = await loop.run_in_executor(None, lambda: infer_simple(s))
-                self.assertEqual(status, 503)
-                self.assertIn("shutting down", doc["error"])
-                with self.assertRaises(websockets.InvalidStatusCode) as cm:
-                    await websockets.connect(self.uri)
-                self.assertEqual(cm.exception.status_code, 503)
-                for i in range(5):  # the live stream keeps sending audio
-                    await ws.send(pcm(100))
-                    self.assertEqual(json.loads(await ws.recv()),
-                                     {"partial": f"{200 + 100 * i} samples"})
-                self.assertIsNone(s.proc.poll())
-                await ws.send('{"eof" : 1}')
-                self.assertEqual(json.loads(await ws.recv())["text"], "600")
-                await ws.wait_closed()
-                self.assertEqual(ws.close_code, 1000)
+                await then(ws, t0)
         run(go())
+        return s
+
+    def test_sigterm_drains_a_live_stream(self):
+        async def then(ws, t0):
+            s = self.server
+            loop = asyncio.get_running_loop()
+            await loop.run_in_executor(None, lambda: wait_for(
+                lambda: s.request("GET", "/v2/health/ready")[0] == 400, timeout=2,
+                what="not ready"))
+            self.assertLess(time.time() - t0, 2)
+            self.assertEqual(s.request("GET", "/v2/health/live")[0], 200)
+            self.assertEqual(s.request("GET", "/v2/models/simple/ready")[0], 400)
+            status, doc = await loop.run_in_executor(None, lambda: infer_simple(s))
+            self.assertEqual(status, 503)
+            self.assertIn("shutting down", doc["error"])
+            with self.assertRaises(websockets.InvalidStatusCode) as cm:
+                await websockets.connect(self.uri)
+            self.assertEqual(cm.exception.status_code, 503)
+            for i in range(5):  # the live stream keeps sending audio
+                await ws.send(pcm(100))
+                self.assertEqual(json.loads(await ws.recv()),
+                                 {"partial": f"{200 + 100 * i} samples"})
+            self.assertIsNone(s.proc.poll())
+            await ws.send('{"eof" : 1}')
+            self.assertEqual(json.loads(await ws.recv())["text"], "600")
+            await ws.wait_closed()
+            self.assertEqual(ws.close_code, 1000)
+        s = self.sigterm_with_live_stream(30, then)
         self.assertEqual(s.proc.wait(10), 0)
         self.assertIn("drained", s.output())
 
     def test_stream_that_never_ends_is_closed_after_the_exit_timeout(self):
-        self.start("--exit-timeout-secs", "2")
-        s = self.server
-
-        async def go():
-            async with websockets.connect(self.uri) as ws:
-                await ws.send(pcm(100))
-                await ws.recv()
-                t0 = time.time()
-                s.proc.send_signal(signal.SIGTERM)
-                try:
-                    while True:  # still served until the timeout
-                        await ws.send(pcm(100))
-                        self.assertIn("partial", json.loads(await ws.recv()))
-                        await asyncio.sleep(0.2)
-                except websockets.ConnectionClosed as e:
-                    self.assertEqual(e.code, 1001)
-                    self.assertEqual(e.reason, "server is shutting down")
-                took = time.time() - t0
-                self.assertGreater(took, 1.5)
-                self.assertLess(took, 10)
-        run(go())
+        async def then(ws, t0):
+            try:
+                while True:  # still served until the timeout
+                    await ws.send(pcm(100))
+                    self.assertIn("partial", json.loads(await ws.recv()))
+                    await asyncio.sleep(0.2)
+            except websockets.ConnectionClosed as e:
+                self.assertEqual(e.code, 1001)
+                self.assertEqual(e.reason, "server is shutting down")
+            took = time.time() - t0
+            self.assertGreater(took, 1.5)
+            self.assertLess(took, 10)
+        s = self.sigterm_with_live_stream(2, then)
         self.assertEqual(s.proc.wait(10), 0)
         self.assertIn("exit timeout", s.output())
 
     def test_second_signal_exits_at_once(self):
-        self.start("--exit-timeout-secs", "60")
-        s = self.server
-
-        async def go():
-            async with websockets.connect(self.uri) as ws:
-                await ws.send(pcm(100))
+        async def then(ws, t0):
+            s = self.server
+            await asyncio.sleep(0.3)
+            self.assertIsNone(s.proc.poll())  # draining, waiting for the stream
+            t0 = time.time()
+            s.proc.send_signal(signal.SIGINT)
+            with self.assertRaises(websockets.ConnectionClosed) as cm:
                 await ws.recv()
-                s.proc.send_signal(signal.SIGTERM)
-                await asyncio.sleep(0.3)
-                self.assertIsNone(s.proc.poll())  # draining, waiting for the stream
-                t0 = time.time()
-                s.proc.send_signal(signal.SIGINT)
-                with self.assertRaises(websockets.ConnectionClosed) as cm:
-                    await ws.recv()
-                self.assertEqual(cm.exception.code, 1001)
-                await asyncio.get_running_loop().run_in_executor(None, s.proc.wait, 10)
-                self.assertLess(time.time() - t0, 5)
-        run(go())
+            self.assertEqual(cm.exception.code, 1001)
+            await asyncio.get_running_loop().run_in_executor(None, s.proc.wait, 10)
+            self.assertLess(time.time() - t0, 5)
+        s = self.sigterm_with_live_stream(60, then)
         self.assertEqual(s.proc.returncode, 0)
 
     def test_idle_server_exits_at_once(self):

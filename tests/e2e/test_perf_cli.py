@@ -60,16 +60,21 @@ class PerfCli(ServerTest):
         # Warmup and the probe are served too, so the server saw at least as many.
         self.assertGreaterEqual(self.inference_count("simple") - before, r["requests"])
 
-    def test_binary_batched_range(self):
+    def check_batched_range(self, *args, grpc=False):
+        """Batch 4 at concurrency 1 and 3: both levels reported, every
+        request's 4 items served."""
         before = self.inference_count("simple")
-        doc = self.perf_json("-m", "simple", "--binary", "-b", "4", "--input-data", "random",
-                             "--concurrency-range", "1:3:2")
+        doc = self.perf_json("-m", "simple", *args, "-b", "4", "--input-data", "random",
+                             "--concurrency-range", "1:3:2", grpc=grpc)
         self.assertEqual(doc["batch_size"], 4)
         self.assertEqual([r["concurrency"] for r in doc["results"]], [1, 3])
         for r, c in zip(doc["results"], [1, 3]):
             self.check_result(r, c)
         served = self.inference_count("simple") - before
         self.assertGreaterEqual(served, 4 * sum(r["requests"] for r in doc["results"]))
+
+    def test_binary_batched_range(self):
+        self.check_batched_range("--binary")
 
     def test_every_datatype_with_shapes(self):
         shapes = [a for t in IDENTITY_TYPES for a in ("--shape", f"INPUT_{t}:3")]
@@ -115,15 +120,7 @@ class PerfCli(ServerTest):
         self.assertGreaterEqual(self.inference_count("simple") - before, r["requests"])
 
     def test_grpc_batched_range(self):
-        before = self.inference_count("simple")
-        doc = self.perf_json("-m", "simple", "-b", "4", "--input-data", "random",
-                             "--concurrency-range", "1:3:2", grpc=True)
-        self.assertEqual(doc["batch_size"], 4)
-        self.assertEqual([r["concurrency"] for r in doc["results"]], [1, 3])
-        for r, c in zip(doc["results"], [1, 3]):
-            self.check_result(r, c)
-        served = self.inference_count("simple") - before
-        self.assertGreaterEqual(served, 4 * sum(r["requests"] for r in doc["results"]))
+        self.check_batched_range(grpc=True)
 
     def test_grpc_every_datatype_with_shapes(self):
         shapes = [a for t in IDENTITY_TYPES for a in ("--shape", f"INPUT_{t}:3")]

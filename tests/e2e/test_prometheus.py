@@ -23,7 +23,7 @@ import urllib.request
 import yaml
 
 from harness import (BIN_DIR, MODELS, SOURCE_DIR, Harkd, die_with_parent, free_port, main, make_repo,
-                     metric_value)
+                     metric_value, terminate)
 
 ADAPTER_RULES = os.path.join(SOURCE_DIR, "deploy", "kubernetes", "prometheus-adapter-rules.yaml")
 WINDOW = "5s"  # the adapter's is 30s
@@ -96,13 +96,7 @@ class QueueTimeMetric(unittest.TestCase):
 
     @classmethod
     def stop_prometheus(cls):
-        if cls.prom.poll() is None:
-            cls.prom.terminate()
-            try:
-                cls.prom.wait(10)
-            except subprocess.TimeoutExpired:
-                cls.prom.kill()
-                cls.prom.wait()
+        terminate(cls.prom)
 
     @classmethod
     def prom_output(cls):
