@@ -1,0 +1,175 @@
+#!/usr/bin/python3
+"""layers.py — the dependency circles in hark's sources, by include and by call.
+
+Two graphs over the files of src/ (a .c and its .h count as one module):
+  include: module A -> B when A's files #include one of B's headers;
+  call:    module A -> B when A's object file uses a symbol B's defines
+           (read with nm from a build tree's object files).
+Every strongly connected component of more than one module is a circle. The
+circles are printed per graph, and grouped by folder (src/frontend/http, ...).
+
+  scripts/layers.py [--build DIR] [--allow A,B ...] [--check]
+
+--check fails (exit 1) when a circle is not in the allowed list: by default
+the engine's one, src/core <-> src/sched through core/engine.h, which Triton
+lives with too (the scheduler runs the model; the model owns its scheduler).
+"""
+import argparse
+import os
+import re
+import subprocess
+import sys
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+INCLUDE_RE = re.compile(r'^\s*#\s*include\s+"([^"]+)"', re.M)
+
+
+def module_of(path):
+    """src/frontend/http/http.c -> frontend/http/http (no extension); a
+    private header foo_impl.h belongs to module foo."""
+    rel = os.path.relpath(path, os.path.join(ROOT, "src"))
+    mod = os.path.splitext(rel)[0]
+    return mod[:-5] if mod.endswith("_impl") else mod
+
+
+def sources():
+    out = []
+    for top, _, files in os.walk(os.path.join(ROOT, "src")):
+        for f in files:
+            if f.endswith((".c", ".h")):
+                out.append(os.path.join(top, f))
+    return sorted(out)
+
+
+def include_graph(files):
+    by_rel = {os.path.relpath(f, os.path.join(ROOT, "src")): f for f in files}
+    graph = {module_of(f): set() for f in files}
+    for f in files:
+        text = open(f, encoding="utf-8", errors="replace").read()
+        here = os.path.dirname(os.path.relpath(f, os.path.join(ROOT, "src")))
+        for inc in INCLUDE_RE.findall(text):
+            target = by_rel.get(inc) or by_rel.get(os.path.normpath(os.path.join(here, inc)))
+            if target:
+                a, b = module_of(f), module_of(target)
+                if a != b:
+                    graph[a].add(b)
+    return graph
+
+
+def object_files(build):
+    out = {}
+    for top, _, files in os.walk(build):
+        for f in files:
+            if not f.endswith(".c.o"):
+                continue
+            p = os.path.join(top, f)
+            m = re.search(r"/src/(.+)\.c\.o$", p.replace(os.sep, "/"))
+            if m and "/tests/" not in p and "/tools/" not in p:
+                out.setdefault(m.group(1), p)
+    return out
+
+
+def call_graph(build):
+    objs = object_files(build)
+    defined, used = {}, {}
+    for mod, path in objs.items():
+        lines = subprocess.run(["nm", path], capture_output=True, text=True).stdout.splitlines()
+        used[mod] = set()
+        for line in lines:
+            parts = line.split()
+            if len(parts) == 2 and parts[0] == "U":
+                used[mod].add(parts[1])
+            elif len(parts) == 3 and parts[1] in "TDBRC":
+                defined[parts[2]] = mod
+    graph = {m: set() for m in objs}
+    for mod, syms in used.items():
+        for s in syms:
+            d = defined.get(s)
+            if d and d != mod:
+                graph[mod].add(d)
+    return graph
+
+
+def sccs(graph):
+    index, low, stack, on, out = {}, {}, [], set(), []
+    counter = [0]
+
+    def visit(v):
+        index[v] = low[v] = counter[0]
+        counter[0] += 1
+        stack.append(v)
+        on.add(v)
+        for w in graph.get(v, ()):
+            if w not in index:
+                visit(w)
+                low[v] = min(low[v], low[w])
+            elif w in on:
+                low[v] = min(low[v], index[w])
+        if low[v] == index[v]:
+            comp = []
+            while True:
+                w = stack.pop()
+                on.discard(w)
+                comp.append(w)
+                if w == v:
+                    break
+            if len(comp) > 1:
+                out.append(sorted(comp))
+
+    sys.setrecursionlimit(10000)
+    for v in sorted(graph):
+        if v not in index:
+            visit(v)
+    return out
+
+
+def folder_graph(graph):
+    g = {}
+    for a, bs in graph.items():
+        fa = os.path.dirname(a)
+        g.setdefault(fa, set())
+        for b in bs:
+            fb = os.path.dirname(b)
+            if fa != fb:
+                g[fa].add(fb)
+    return g
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--build", default=os.path.join(ROOT, "build"))
+    ap.add_argument("--allow", action="append", default=None,
+                    help="a circle allowed by --check, its folders comma-separated")
+    ap.add_argument("--check", action="store_true")
+    args = ap.parse_args()
+    allowed = [set(a.split(",")) for a in (args.allow or ["core,sched"])]
+    files = sources()
+    graphs = [("include", include_graph(files))]
+    if os.path.isdir(args.build):
+        graphs.append(("call", call_graph(args.build)))
+    else:
+        print(f"(no build tree at {args.build}: include graph only)")
+    bad = 0
+    for name, g in graphs:
+        circles = sccs(g)
+        folders = sccs(folder_graph(g))
+        print(f"{name}: {len(circles)} circle(s) between files, {len(folders)} between folders")
+        for c in circles:
+            print("  files:   " + " <-> ".join(c))
+        for c in folders:
+            ok = any(set(c) == a for a in allowed)
+            print("  folders: " + " <-> ".join(c) + ("" if ok else "   (not allowed)"))
+            bad += 0 if ok else 1
+        # Inside the front end no circle at all, between files either.
+        for c in circles:
+            if all(m.startswith("frontend/") for m in c):
+                print("  front end circle (not allowed): " + " <-> ".join(c))
+                bad += 1
+    if args.check and bad:
+        print(f"layers: {bad} circle(s) not allowed", file=sys.stderr)
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
