@@ -64,7 +64,10 @@ def object_files(build):
                 continue
             p = os.path.join(top, f)
             m = re.search(r"/src/(.+)\.c\.o$", p.replace(os.sep, "/"))
-            if m and "/tests/" not in p and "/tools/" not in p:
+            # Only objects of sources that exist: a build tree keeps those of
+            # files since moved or removed.
+            if (m and "/tests/" not in p and "/tools/" not in p and
+                    os.path.exists(os.path.join(ROOT, "src", m.group(1) + ".c"))):
                 out.setdefault(m.group(1), p)
     return out
 

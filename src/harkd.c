@@ -13,31 +13,20 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "frontend/grpc.h"
-#include "frontend/http.h"
+#include "frontend/frontends.h"
 #include "hark/server.h"
 #include "util/log.h"
 
-static hark_http *g_http;
+static hark_frontends *g_frontends;
 static volatile sig_atomic_t g_signals;
 
 static void on_signal(int sig) {
   (void)sig;
-  if (!g_http) return;
+  if (!g_frontends) return;
   if (g_signals++ == 0)
-    hark_http_drain(g_http); /* readiness off; new work refused; live work finishes */
+    hark_frontends_drain(g_frontends); /* readiness off; new work refused; live work finishes */
   else
-    hark_http_stop(g_http); /* a second signal: stop waiting */
-}
-
-static hark_grpc *g_grpc;
-
-/* The drain may end early once nothing is in flight in the engine and no
- * gRPC stream is open (the HTTP front end checks its own streams); the
- * gRPC front end refuses new calls and streams while draining, so its live
- * streams get the same --exit-timeout-secs. */
-static bool engine_idle(void *userp) {
-  return hark_server_is_idle(userp) && hark_grpc_is_idle(g_grpc);
+    hark_frontends_stop(g_frontends); /* a second signal: stop waiting */
 }
 
 static void usage(FILE *f) {
@@ -48,6 +37,8 @@ static void usage(FILE *f) {
           "  --grpc-port N               gRPC: KServe v2 + health (default 8001; -1 off)\n"
           "  --grpc-address ADDR         gRPC bind address (default: --http-address's)\n"
           "  --grpc-max-message-bytes N  largest gRPC message (default 67108864)\n"
+          "  --grpc-thread-count N       completion-queue threads serving gRPC (default:\n"
+          "                              one per core, at most 16)\n"
           "  --metrics-port N            Prometheus /metrics (default 8002; -1 off)\n"
           "  --http-address ADDR         bind address (default all interfaces)\n"
           "  --model-control-mode MODE   none (load all at start) | explicit | poll\n"
@@ -64,7 +55,7 @@ static void usage(FILE *f) {
           "  --http-thread-count N       event loops serving the HTTP port (default: one\n"
           "                              per core, at most 16)\n"
           "  --worker-threads N          CPU worker pool size (default: one per core)\n"
-          "  --inline-max-us N           an HTTP event loop runs a model's batch itself,\n"
+          "  --inline-max-us N           an HTTP loop or gRPC thread runs a model's batch itself,\n"
           "                              without a hand-off to a worker and back, when\n"
           "                              the model's executions average <= N us (default\n"
           "                              50; 0: every batch on the worker pool)\n"
@@ -103,7 +94,7 @@ int main(int argc, char **argv) {
          O_MAXIN, O_BODYTO, O_WORKERS, O_QUEUE, O_VERBOSE, O_SPEECH, O_STREAMS, O_WSMAX,
          O_WSIDLE, O_GRPC_ADDR, O_GRPC_MAX, O_BACKLOG, O_HELP, O_LOG_INFO, O_LOG_WARN,
          O_LOG_ERROR, O_LOG_FORMAT, O_POLL_SECS, O_EXIT_TIMEOUT, O_UNLOAD_TIMEOUT,
-         O_HTTP_THREADS, O_INLINE };
+         O_HTTP_THREADS, O_INLINE, O_GRPC_THREADS };
   static const struct option opts[] = {
       {"model-repository", required_argument, 0, O_REPO},
       {"model-store", required_argument, 0, O_REPO},
@@ -136,28 +127,35 @@ int main(int argc, char **argv) {
       {"ws-idle-timeout-secs", required_argument, 0, O_WSIDLE},
       {"grpc-address", required_argument, 0, O_GRPC_ADDR},
       {"grpc-max-message-bytes", required_argument, 0, O_GRPC_MAX},
+      {"grpc-thread-count", required_argument, 0, O_GRPC_THREADS},
       {"help", no_argument, 0, O_HELP},
       {0, 0, 0, 0}};
   hark_server_options so = {.strict_readiness = true, .inline_max_us = 50};
-  hark_http_options ho = {.http_port = 8000, .metrics_port = 8002,
-                          .max_input_size = 64u << 20, .body_timeout_secs = 30,
-                          .speech_model = "asr", .max_streams = 1024,
-                          .ws_max_message_bytes = 1u << 20, .ws_idle_timeout_secs = 60};
-  hark_grpc_options go = {.port = 8001, .max_message_bytes = 64u << 20};
+  hark_frontend_options fo = {
+      .http = {.http_port = 8000, .metrics_port = 8002, .max_input_size = 64u << 20,
+               .body_timeout_secs = 30, .ws_max_message = 1u << 20, .ws_idle_timeout_secs = 60},
+      .grpc = {.port = 8001, .max_message_bytes = 64u << 20},
+      .speech = {.speech_model = "asr", .max_streams = 1024},
+  };
+  hark_http_options *ho = &fo.http;
+  hark_grpc_options *go = &fo.grpc;
   const char *loads[64];
   int c;
   while ((c = getopt_long(argc, argv, "", opts, NULL)) != -1) {
     switch (c) {
     case O_REPO: so.model_repository = optarg; break;
-    case O_HTTP: ho.http_port = (int)parse_num("--http-port", optarg, -1, 65535); break;
-    case O_GRPC: go.port = (int)parse_num("--grpc-port", optarg, -1, 65535); break;
-    case O_GRPC_ADDR: go.address = optarg; break;
+    case O_HTTP: ho->http_port = (int)parse_num("--http-port", optarg, -1, 65535); break;
+    case O_GRPC: go->port = (int)parse_num("--grpc-port", optarg, -1, 65535); break;
+    case O_GRPC_ADDR: go->address = optarg; break;
+    case O_GRPC_THREADS:
+      go->threads = (unsigned)parse_num("--grpc-thread-count", optarg, 1, 16);
+      break;
     case O_GRPC_MAX:
-      go.max_message_bytes =
+      go->max_message_bytes =
           (size_t)parse_num("--grpc-max-message-bytes", optarg, 1024, 0x7fffffffL);
       break;
-    case O_METRICS: ho.metrics_port = (int)parse_num("--metrics-port", optarg, -1, 65535); break;
-    case O_ADDR: ho.address = optarg; break;
+    case O_METRICS: ho->metrics_port = (int)parse_num("--metrics-port", optarg, -1, 65535); break;
+    case O_ADDR: ho->address = optarg; break;
     case O_MODE:
       if (strcmp(optarg, "none") == 0) so.model_control = HARK_MODEL_CONTROL_NONE;
       else if (strcmp(optarg, "explicit") == 0) so.model_control = HARK_MODEL_CONTROL_EXPLICIT;
@@ -180,8 +178,8 @@ int main(int argc, char **argv) {
       break;
     }
     case O_EXIT_TIMEOUT:
-      ho.exit_timeout_secs = (int)parse_num("--exit-timeout-secs", optarg, 0, 86400);
-      if (!ho.exit_timeout_secs) ho.exit_timeout_secs = -1; /* 0: do not wait */
+      ho->exit_timeout_secs = (int)parse_num("--exit-timeout-secs", optarg, 0, 86400);
+      if (!ho->exit_timeout_secs) ho->exit_timeout_secs = -1; /* 0: do not wait */
       break;
     case O_UNLOAD_TIMEOUT:
       so.unload_timeout_secs =
@@ -197,13 +195,13 @@ int main(int argc, char **argv) {
     case O_STRICT: so.strict_readiness = parse_bool(optarg); break;
     case O_BACKENDS: so.backend_directory = optarg; break;
     case O_MAXIN:
-      ho.max_input_size = (size_t)parse_num("--http-max-input-size", optarg, 1024, 1L << 32);
+      ho->max_input_size = (size_t)parse_num("--http-max-input-size", optarg, 1024, 1L << 32);
       break;
     case O_BODYTO:
-      ho.body_timeout_secs = (int)parse_num("--http-body-timeout-secs", optarg, 1, 3600);
+      ho->body_timeout_secs = (int)parse_num("--http-body-timeout-secs", optarg, 1, 3600);
       break;
     case O_HTTP_THREADS:
-      ho.threads = (unsigned)parse_num("--http-thread-count", optarg, 1, HARK_HTTP_MAX_THREADS);
+      ho->threads = (unsigned)parse_num("--http-thread-count", optarg, 1, HARK_HTTP_MAX_THREADS);
       break;
     case O_INLINE: so.inline_max_us = (uint32_t)parse_num("--inline-max-us", optarg, 0, 1000000); break;
     case O_WORKERS: so.worker_threads = (uint32_t)parse_num("--worker-threads", optarg, 1, 1024); break;
@@ -224,17 +222,17 @@ int main(int argc, char **argv) {
       hark_log_set_format(f);
       break;
     }
-    case O_SPEECH: ho.speech_model = optarg; break;
-    case O_STREAMS: ho.max_streams = (uint32_t)parse_num("--max-streams", optarg, 1, 1 << 20); break;
+    case O_SPEECH: fo.speech.speech_model = optarg; break;
+    case O_STREAMS: fo.speech.max_streams = (uint32_t)parse_num("--max-streams", optarg, 1, 1 << 20); break;
     case O_BACKLOG:
-      ho.stream_backlog_limit = (uint32_t)parse_num("--stream-backlog-limit", optarg, 1, 1 << 20);
+      fo.speech.backlog_limit = (uint32_t)parse_num("--stream-backlog-limit", optarg, 1, 1 << 20);
       break;
     case O_WSMAX:
-      ho.ws_max_message_bytes =
+      ho->ws_max_message =
           (size_t)parse_num("--ws-max-message-bytes", optarg, 1024, 1L << 30);
       break;
     case O_WSIDLE:
-      ho.ws_idle_timeout_secs = (int)parse_num("--ws-idle-timeout-secs", optarg, 1, 86400);
+      ho->ws_idle_timeout_secs = (int)parse_num("--ws-idle-timeout-secs", optarg, 1, 86400);
       break;
     case O_HELP: usage(stdout); return 0;
     default: usage(stderr); return 2;
@@ -256,50 +254,29 @@ int main(int argc, char **argv) {
     hark_error_free(err);
     return 1;
   }
-  ho.drain_idle = engine_idle;
-  ho.drain_idle_userp = server;
-  err = hark_http_new(server, &ho, &g_http);
+  err = hark_frontends_new(server, &fo, &g_frontends);
   if (err) {
-    HARK_ERROR("cannot start the HTTP front end: %s", hark_error_message(err));
+    HARK_ERROR("cannot start the front ends: %s", hark_error_message(err));
     hark_error_free(err);
     hark_server_free(server);
     return 1;
-  }
-  if (!go.address) go.address = ho.address;
-  /* Speech streams over gRPC (Riva) follow the WebSocket stream settings. */
-  go.speech_model = ho.speech_model;
-  go.max_streams = ho.max_streams;
-  go.stream_backlog_limit = ho.stream_backlog_limit;
-  hark_grpc *grpc = NULL;
-  if (go.port >= 0) {
-    err = hark_grpc_new(server, &go, &grpc);
-    g_grpc = grpc;
-    if (err) {
-      HARK_ERROR("cannot start the gRPC front end: %s", hark_error_message(err));
-      hark_error_free(err);
-      hark_http_free(g_http);
-      hark_server_free(server);
-      return 1;
-    }
   }
   struct sigaction sa = {.sa_handler = on_signal};
   sigemptyset(&sa.sa_mask);
   sigaction(SIGINT, &sa, NULL);
   sigaction(SIGTERM, &sa, NULL);
-  const char *addr = ho.address ? ho.address : "0.0.0.0";
-  if (ho.http_port >= 0) HARK_INFO("Started HTTPService at %s:%d", addr, ho.http_port);
-  if (grpc)
-    HARK_INFO("Started GRPCInferenceService at %s:%d", go.address ? go.address : "0.0.0.0",
-              hark_grpc_port(grpc));
-  if (ho.metrics_port >= 0) HARK_INFO("Started Metrics Service at %s:%d", addr, ho.metrics_port);
-  hark_http_run(g_http); /* returns once drained, timed out or stopped */
+  const char *addr = ho->address ? ho->address : "0.0.0.0";
+  const char *gaddr = go->address ? go->address : addr;
+  if (ho->http_port >= 0) HARK_INFO("Started HTTPService at %s:%d", addr, ho->http_port);
+  if (go->port >= 0)
+    HARK_INFO("Started GRPCInferenceService at %s:%d", gaddr,
+              hark_frontends_grpc_port(g_frontends));
+  if (ho->metrics_port >= 0) HARK_INFO("Started Metrics Service at %s:%d", addr, ho->metrics_port);
+  hark_frontends_run(g_frontends); /* returns once drained, timed out or stopped */
   HARK_INFO("shutting down");
-  /* gRPC: its calls still open are cancelled here (after the drain gave
-   * them --exit-timeout-secs). */
-  g_grpc = NULL;
-  hark_grpc_free(grpc); /* waits for its requests in flight */
-  hark_http_free(g_http);
-  g_http = NULL;
+  hark_frontends *f = g_frontends;
+  g_frontends = NULL;
+  hark_frontends_free(f); /* waits for the requests in flight */
   hark_server_free(server);
   return 0;
 }

@@ -29,8 +29,7 @@
 #include <string.h>
 #include <time.h>
 
-#include "audio/resample.h"
-#include "audio/wav.h"
+#include "hark/audio.h"
 
 #define PS_MAX_CEP 32
 #define PS_CEP_SLICE 4 /* cepstral frames per ps_process_cep call */

@@ -98,6 +98,34 @@ typedef struct hark_tensor {
 /* Product of the shape; 1 for a scalar (ndims 0); -1 if any dim is < 0. */
 int64_t hark_shape_count(const int64_t *shape, uint32_t ndims);
 
+/* ---- BYTES elements ------------------------------------------------------ */
+
+/*
+ * A BYTES tensor's data is its elements back to back, each a 4-byte
+ * little-endian length followed by that many bytes (Triton's layout),
+ * whatever the host's byte order.
+ */
+#define HARK_BYTES_PREFIX 4u
+
+static inline void hark_bytes_put_len(void *dst, uint32_t len) {
+  unsigned char *p = (unsigned char *)dst;
+  p[0] = (unsigned char)len;
+  p[1] = (unsigned char)(len >> 8);
+  p[2] = (unsigned char)(len >> 16);
+  p[3] = (unsigned char)(len >> 24);
+}
+
+static inline uint32_t hark_bytes_get_len(const void *src) {
+  const unsigned char *p = (const unsigned char *)src;
+  return (uint32_t)p[0] | (uint32_t)p[1] << 8 | (uint32_t)p[2] << 16 | (uint32_t)p[3] << 24;
+}
+
+/* True when data[0..size) holds exactly `count` well-formed elements. */
+bool hark_bytes_check(const void *data, size_t size, int64_t count);
+/* Element i: *p and *len point at its bytes (not NUL-terminated); false
+ * when there is no such element or the layout breaks before it. */
+bool hark_bytes_at(const void *data, size_t size, uint64_t i, const char **p, uint32_t *len);
+
 /* ---- clock --------------------------------------------------------------- */
 
 /* CLOCK_MONOTONIC in nanoseconds. */

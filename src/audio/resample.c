@@ -4,7 +4,7 @@
  * caller never has to guess soxr's output size; soxr keeps its own filter
  * history between calls. Rates that match take a zero-copy path.
  */
-#include "audio/resample.h"
+#include "hark/audio.h"
 
 #include <soxr.h>
 #include <stdio.h>

@@ -5,7 +5,7 @@
  * overflow checks. Stops at the "data" chunk, whose size is clamped to the
  * bytes actually present (streaming writers put 0 or 0xffffffff there).
  */
-#include "audio/wav.h"
+#include "hark/audio.h"
 
 #include <stdio.h>
 #include <string.h>

@@ -134,6 +134,37 @@ int64_t hark_shape_count(const int64_t *shape, uint32_t ndims) {
   return n;
 }
 
+bool hark_bytes_check(const void *data, size_t size, int64_t count) {
+  const unsigned char *p = data;
+  size_t left = size;
+  for (int64_t i = 0; i < count; i++) {
+    if (left < HARK_BYTES_PREFIX) return false;
+    uint32_t len = hark_bytes_get_len(p);
+    p += HARK_BYTES_PREFIX;
+    left -= HARK_BYTES_PREFIX;
+    if (len > left) return false;
+    p += len;
+    left -= len;
+  }
+  return count >= 0 && left == 0;
+}
+
+bool hark_bytes_at(const void *data, size_t size, uint64_t i, const char **out, uint32_t *out_len) {
+  const char *p = data, *end = p + size;
+  for (uint64_t k = 0;; k++) {
+    if ((size_t)(end - p) < HARK_BYTES_PREFIX) return false;
+    uint32_t len = hark_bytes_get_len(p);
+    p += HARK_BYTES_PREFIX;
+    if ((size_t)(end - p) < len) return false;
+    if (k == i) {
+      *out = p;
+      *out_len = len;
+      return true;
+    }
+    p += len;
+  }
+}
+
 uint64_t hark_now_ns(void) {
   struct timespec ts;
   clock_gettime(CLOCK_MONOTONIC, &ts);

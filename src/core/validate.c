@@ -20,22 +20,6 @@ static void shape_str(char *buf, size_t cap, const int64_t *dims, uint32_t n, bo
 
 /* BYTES tensors: every element is a 4-byte little-endian length and its
  * bytes, and the elements must fill byte_size exactly. */
-static bool bytes_layout_ok(const hark_tensor *t, int64_t count) {
-  const uint8_t *p = t->data;
-  size_t left = t->byte_size;
-  for (int64_t i = 0; i < count; i++) {
-    if (left < 4) return false;
-    uint32_t len = (uint32_t)p[0] | (uint32_t)p[1] << 8 | (uint32_t)p[2] << 16 |
-                   (uint32_t)p[3] << 24;
-    p += 4;
-    left -= 4;
-    if (len > left) return false;
-    p += len;
-    left -= len;
-  }
-  return left == 0;
-}
-
 static hark_error *check_input(const hark_request *req, const hark_model_io *io,
                                const hark_tensor *t, uint32_t *batch) {
   const hark_model_config *cfg = req->model->config;
@@ -71,7 +55,7 @@ static hark_error *check_input(const hark_request *req, const hark_model_io *io,
   }
   int64_t count = hark_shape_count(t->shape, t->ndims);
   if (t->datatype == HARK_TYPE_BYTES) {
-    if (count < 0 || !bytes_layout_ok(t, count))
+    if (count < 0 || !hark_bytes_check(t->data, t->byte_size, count))
       return hark_error_new(HARK_ERR_INVALID_ARG,
                             "input '%s' for model '%s': BYTES data does not hold %lld "
                             "length-prefixed elements in %zu bytes",

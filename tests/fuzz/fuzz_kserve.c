@@ -1,6 +1,6 @@
 /*
  * fuzz_kserve.c — libFuzzer target for the KServe v2 infer request codec
- * (src/frontend/kserve.c): JSON, and JSON + binary tensor data.
+ * (src/frontend/kserve/kserve_parse.c, kserve_write.c): JSON, and JSON + binary tensor data.
  *
  * Input: a 2-byte little-endian Inference-Header-Content-Length (0xFFFF:
  * none, the whole rest is JSON), then the body. A request that parses is
@@ -15,7 +15,7 @@
 
 #include "core/core.h"
 #include "fuzz_model.h"
-#include "frontend/kserve.h"
+#include "frontend/kserve/kserve.h"
 
 static const char CONFIG[] =
     "name: \"fuzz\"\nbackend: \"identity\"\nmax_batch_size: 8\n"
@@ -45,13 +45,13 @@ static void echo(hark_request *req, const hark_kserve_request *parsed) {
     }
     memcpy(buf, t->data, t->byte_size);
   }
-  hark_kserve_buf out = {0};
+  hark_buf out = {0};
   size_t json_len;
   bool binary;
   hark_error_free(hark_kserve_write_response(&out, resp, "fuzz", 1, parsed, &json_len, &binary));
   out.len = 0;
   hark_error_free(hark_kserve_write_response(&out, resp, "fuzz", 1, NULL, &json_len, &binary));
-  hark_kserve_buf_free(&out);
+  hark_buf_free(&out);
   hark_response_free(resp);
 }
 

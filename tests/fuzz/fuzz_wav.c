@@ -6,7 +6,7 @@
 #include <stdint.h>
 #include <stdlib.h>
 
-#include "audio/wav.h"
+#include "hark/audio.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 

@@ -8,8 +8,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "audio/resample.h"
-#include "audio/wav.h"
+#include "hark/audio.h"
 
 static size_t make_wav(uint8_t *b, uint16_t fmt, uint16_t ch, uint32_t rate, uint16_t bits,
                        int with_list, uint32_t data_len) {

@@ -17,8 +17,7 @@
 #include <string.h>
 
 #include "core/core.h"
-#include "frontend/http_impl.h"
-#include "frontend/kserve.h"
+#include "frontend/kserve/kserve.h"
 
 /* ---- helpers --------------------------------------------------------------- */
 
@@ -550,11 +549,11 @@ static void add_output(hark_response *resp, const char *name, hark_datatype dt, 
 }
 
 static char *write_json(resp_fixture *f, const hark_kserve_request *r, size_t *json_len,
-                        bool *binary, hark_kserve_buf *out) {
-  *out = (hark_kserve_buf){0};
+                        bool *binary, hark_buf *out) {
+  *out = (hark_buf){0};
   hark_error *err = hark_kserve_write_response(out, f->resp, "m", 3, r, json_len, binary);
   if (err) fail_msg("%s", hark_error_message(err));
-  assert_true(hark_kserve_buf_put(out, "", 1));
+  hark_buf_put(out, "", 1);
   return out->data;
 }
 
@@ -591,7 +590,7 @@ static void test_response_every_type(void **state) {
   add_output(f.resp, "s", HARK_TYPE_BYTES, bytes, sizeof bytes - 1, 2);
   size_t json_len;
   bool binary;
-  hark_kserve_buf out;
+  hark_buf out;
   const char *json = write_json(&f, NULL, &json_len, &binary, &out);
   assert_false(binary);
   assert_int_equal(json_len, strlen(json));
@@ -619,7 +618,7 @@ static void test_response_every_type(void **state) {
   cJSON *doc = cJSON_Parse(json); /* and it is JSON */
   assert_non_null(doc);
   cJSON_Delete(doc);
-  hark_kserve_buf_free(&out);
+  hark_buf_free(&out);
   fixture_free(&f);
 }
 
@@ -636,7 +635,7 @@ static void test_response_binary_outputs(void **state) {
   add_output(f.resp, "Z", HARK_TYPE_FP32, z, 8, 2);
   size_t json_len;
   bool binary;
-  hark_kserve_buf out;
+  hark_buf out;
   write_json(&f, &f.p.r, &json_len, &binary, &out);
   assert_true(binary);
   const char *want_json =
@@ -648,7 +647,7 @@ static void test_response_binary_outputs(void **state) {
   assert_memory_equal(out.data, want_json, json_len);
   assert_int_equal(out.len, json_len + 8 + 1);
   assert_memory_equal(out.data + json_len, y, 8);
-  hark_kserve_buf_free(&out);
+  hark_buf_free(&out);
   fixture_free(&f);
 
   /* binary_data_output: every output binary unless it says otherwise */
@@ -662,7 +661,7 @@ static void test_response_binary_outputs(void **state) {
   assert_true(binary);
   assert_non_null(strstr(out.data, "\"data\":[5,6]"));
   assert_memory_equal(out.data + json_len, z, 8);
-  hark_kserve_buf_free(&out);
+  hark_buf_free(&out);
   fixture_free(&f);
 }
 
@@ -671,14 +670,14 @@ static void test_response_bad_bytes(void **state) {
   resp_fixture f;
   fixture_new(&f, "{\"inputs\":[]}");
   add_output(f.resp, "s", HARK_TYPE_BYTES, "\x09\0\0\0ab", 6, 1);
-  hark_kserve_buf out = {0};
+  hark_buf out = {0};
   size_t json_len;
   bool binary;
   hark_error *err = hark_kserve_write_response(&out, f.resp, "m", 3, NULL, &json_len, &binary);
   assert_int_equal(hark_error_code(err), HARK_ERR_INTERNAL);
   assert_non_null(strstr(hark_error_message(err), "malformed BYTES"));
   hark_error_free(err);
-  hark_kserve_buf_free(&out);
+  hark_buf_free(&out);
   fixture_free(&f);
 }
 
@@ -711,38 +710,22 @@ static void test_round_trip_json(void **state) {
     memcpy(buf, t->data, t->byte_size);
     size_t json_len;
     bool binary;
-    hark_kserve_buf out;
+    hark_buf out;
     const char *json = write_json(&f, NULL, &json_len, &binary, &out);
     char want[256];
     snprintf(want, sizeof want, "\"data\":%s}", cases[i].data);
     if (!strstr(json, want)) fail_msg("%s: %s lacks %s", cases[i].dt, json, want);
-    hark_kserve_buf_free(&out);
+    hark_buf_free(&out);
     fixture_free(&f);
   }
 }
 
-static void test_buf_writers(void **state) {
-  (void)state;
-  hark_kserve_buf b = {0};
-  assert_true(hark_kserve_buf_put_error(&b, "bad \"x\"\t\x01 \xc3\xa9 \xe2\x82"));
-  assert_true(hark_kserve_buf_put_u64(&b, 0));
-  assert_true(hark_kserve_buf_put_i64(&b, -1));
-  assert_true(hark_kserve_buf_put(&b, "", 1));
-  assert_string_equal(b.data, "{\"error\":\"bad \\\"x\\\"\\t\\u0001 \xc3\xa9 \\u00e2\\u0082\"}0-1");
-  hark_kserve_buf_free(&b);
-  assert_null(b.data);
-  /* growth across many reservations */
-  for (int i = 0; i < 10000; i++) assert_true(hark_kserve_buf_puts(&b, "0123456789"));
-  assert_int_equal(b.len, 100000);
-  hark_kserve_buf_free(&b);
-}
+/* ---- URL routes (kserve_http.c) ------------------------------------------------ */
 
-/* ---- URL routes (http_routes.c) ------------------------------------------------ */
-
-static void expect_route(const char *path, bool metrics, route_kind kind, const char *model,
+static void expect_route(const char *path, bool metrics, hark_kserve_route_kind kind, const char *model,
                          int64_t version) {
-  route rt;
-  hark_error *err = hark_http_route_parse(path, metrics, &rt);
+  hark_kserve_route rt;
+  hark_error *err = hark_kserve_route_parse(path, metrics, &rt);
   if (err) fail_msg("%s: %s", path, hark_error_message(err));
   if (rt.kind != kind) fail_msg("%s: route %d, want %d", path, (int)rt.kind, (int)kind);
   if (model) assert_string_equal(rt.model, model);
@@ -753,51 +736,51 @@ static void expect_route(const char *path, bool metrics, route_kind kind, const 
 
 static void test_routes(void **state) {
   (void)state;
-  expect_route("/v2", false, R_SERVER_META, NULL, -1);
-  expect_route("/v2/health/live", false, R_LIVE, NULL, -1);
-  expect_route("/v2/health/ready", false, R_READY, NULL, -1);
-  expect_route("/v2/models/stats", false, R_ALL_STATS, NULL, -1);
-  expect_route("/v2/models/simple", false, R_MODEL_META, "simple", -1);
-  expect_route("/v2/models/simple/versions/12", false, R_MODEL_META, "simple", 12);
-  expect_route("/v2/models/simple/ready", false, R_MODEL_READY, "simple", -1);
-  expect_route("/v2/models/simple/versions/1/config", false, R_MODEL_CONFIG, "simple", 1);
-  expect_route("/v2/models/simple/stats", false, R_MODEL_STATS, "simple", -1);
-  expect_route("/v2/models/simple/versions/0/infer", false, R_INFER, "simple", 0);
-  expect_route("/v2/repository/index", false, R_REPO_INDEX, NULL, -1);
-  expect_route("/v2/repository/models/simple/load", false, R_REPO_LOAD, "simple", -1);
-  expect_route("/v2/repository/models/simple/unload", false, R_REPO_UNLOAD, "simple", -1);
-  expect_route("/metrics", true, R_METRICS, NULL, -1);
+  expect_route("/v2", false, HARK_ROUTE_SERVER_META, NULL, -1);
+  expect_route("/v2/health/live", false, HARK_ROUTE_LIVE, NULL, -1);
+  expect_route("/v2/health/ready", false, HARK_ROUTE_READY, NULL, -1);
+  expect_route("/v2/models/stats", false, HARK_ROUTE_ALL_STATS, NULL, -1);
+  expect_route("/v2/models/simple", false, HARK_ROUTE_MODEL_META, "simple", -1);
+  expect_route("/v2/models/simple/versions/12", false, HARK_ROUTE_MODEL_META, "simple", 12);
+  expect_route("/v2/models/simple/ready", false, HARK_ROUTE_MODEL_READY, "simple", -1);
+  expect_route("/v2/models/simple/versions/1/config", false, HARK_ROUTE_MODEL_CONFIG, "simple", 1);
+  expect_route("/v2/models/simple/stats", false, HARK_ROUTE_MODEL_STATS, "simple", -1);
+  expect_route("/v2/models/simple/versions/0/infer", false, HARK_ROUTE_INFER, "simple", 0);
+  expect_route("/v2/repository/index", false, HARK_ROUTE_REPO_INDEX, NULL, -1);
+  expect_route("/v2/repository/models/simple/load", false, HARK_ROUTE_REPO_LOAD, "simple", -1);
+  expect_route("/v2/repository/models/simple/unload", false, HARK_ROUTE_REPO_UNLOAD, "simple", -1);
+  expect_route("/metrics", true, HARK_ROUTE_METRICS, NULL, -1);
   /* not routes */
-  expect_route("/metrics", false, R_NONE, NULL, -1);
-  expect_route("/v2", true, R_NONE, NULL, -1);
-  expect_route("/", false, R_NONE, NULL, -1);
-  expect_route("/v3", false, R_NONE, NULL, -1);
-  expect_route("/v2/", false, R_NONE, NULL, -1);
-  expect_route("/v2//health/live", false, R_NONE, NULL, -1);
-  expect_route("/v2/models/simple/infer/more", false, R_NONE, NULL, -1);
-  expect_route("/v2/models/simple/versions", false, R_NONE, NULL, -1);
-  expect_route("/v2/models/simple/explode", false, R_NONE, NULL, -1);
-  expect_route("/v2/repository/models/simple/reload", false, R_NONE, NULL, -1);
-  expect_route("/v2/a/b/c/d/e/f/g/h/i/j", false, R_NONE, NULL, -1);
+  expect_route("/metrics", false, HARK_ROUTE_NONE, NULL, -1);
+  expect_route("/v2", true, HARK_ROUTE_NONE, NULL, -1);
+  expect_route("/", false, HARK_ROUTE_NONE, NULL, -1);
+  expect_route("/v3", false, HARK_ROUTE_NONE, NULL, -1);
+  expect_route("/v2/", false, HARK_ROUTE_NONE, NULL, -1);
+  expect_route("/v2//health/live", false, HARK_ROUTE_NONE, NULL, -1);
+  expect_route("/v2/models/simple/infer/more", false, HARK_ROUTE_NONE, NULL, -1);
+  expect_route("/v2/models/simple/versions", false, HARK_ROUTE_NONE, NULL, -1);
+  expect_route("/v2/models/simple/explode", false, HARK_ROUTE_NONE, NULL, -1);
+  expect_route("/v2/repository/models/simple/reload", false, HARK_ROUTE_NONE, NULL, -1);
+  expect_route("/v2/a/b/c/d/e/f/g/h/i/j", false, HARK_ROUTE_NONE, NULL, -1);
   char longpath[4096];
   memset(longpath, 'a', sizeof longpath - 1);
   longpath[0] = '/';
   longpath[sizeof longpath - 1] = '\0';
-  expect_route(longpath, false, R_NONE, NULL, -1);
+  expect_route(longpath, false, HARK_ROUTE_NONE, NULL, -1);
   /* a version that is not a number */
   static const char *bad[] = {"/v2/models/m/versions/abc", "/v2/models/m/versions/-1/infer",
                               "/v2/models/m/versions/99999999999999999999/ready"};
   for (size_t i = 0; i < sizeof bad / sizeof *bad; i++) {
-    route rt;
-    hark_error *err = hark_http_route_parse(bad[i], false, &rt);
+    hark_kserve_route rt;
+    hark_error *err = hark_kserve_route_parse(bad[i], false, &rt);
     if (!err) fail_msg("no error for %s", bad[i]);
     assert_int_equal(hark_error_code(err), HARK_ERR_INVALID_ARG);
     assert_non_null(strstr(hark_error_message(err), "invalid model version"));
     hark_error_free(err);
     assert_null(rt.model);
   }
-  assert_true(hark_http_route_is_post(R_INFER));
-  assert_false(hark_http_route_is_post(R_MODEL_META));
+  assert_true(hark_kserve_route_is_post(HARK_ROUTE_INFER));
+  assert_false(hark_kserve_route_is_post(HARK_ROUTE_MODEL_META));
 }
 
 /* ---- with a real server ---------------------------------------------------------------- */
@@ -822,7 +805,7 @@ typedef struct waiter {
   pthread_cond_t cond;
   bool done;
   hark_kserve_request *parsed;
-  hark_kserve_buf out;
+  hark_buf out;
   size_t json_len;
   bool binary;
   hark_code code;
@@ -850,16 +833,16 @@ static void test_real_server(void **state) {
   (void)state;
   hark_server *server = real_server();
   if (!server) skip();
-  hark_kserve_buf b = {0};
-  assert_null(hark_kserve_write_server_metadata(&b));
-  assert_true(hark_kserve_buf_put(&b, "", 1));
+  hark_buf b = {0};
+  hark_kserve_write_server_metadata(&b);
+  hark_buf_put(&b, "", 1);
   assert_non_null(strstr(b.data, "\"binary_tensor_data\""));
   b.len = 0;
 
   hark_model *model;
   assert_null(hark_server_model_acquire(server, "simple", -1, &model));
-  assert_null(hark_kserve_write_model_metadata(&b, server, model));
-  assert_true(hark_kserve_buf_put(&b, "", 1));
+  hark_kserve_write_model_metadata(&b, server, model);
+  hark_buf_put(&b, "", 1);
   assert_string_equal(
       b.data,
       "{\"name\":\"simple\",\"versions\":[\"1\"],\"platform\":\"simple\","
@@ -905,13 +888,13 @@ static void test_real_server(void **state) {
   int32_t got[16];
   memcpy(got, w.out.data + w.json_len, 64);
   for (int i = 0; i < 16; i++) assert_int_equal(got[i], i + 1);
-  hark_kserve_buf_free(&w.out);
+  hark_buf_free(&w.out);
   pthread_mutex_destroy(&w.lock);
   pthread_cond_destroy(&w.cond);
 
   /* Statistics count it; unknown names are NOT_FOUND. */
   assert_null(hark_kserve_write_stats(&b, server, "simple", -1));
-  assert_true(hark_kserve_buf_put(&b, "", 1));
+  hark_buf_put(&b, "", 1);
   cJSON *doc = cJSON_Parse(b.data);
   assert_non_null(doc);
   cJSON *st = cJSON_GetArrayItem(cJSON_GetObjectItem(doc, "model_stats"), 0);
@@ -931,9 +914,9 @@ static void test_real_server(void **state) {
   b.len = 0;
 
   assert_null(hark_kserve_write_index(&b, server, true));
-  assert_true(hark_kserve_buf_put(&b, "", 1));
+  hark_buf_put(&b, "", 1);
   assert_non_null(strstr(b.data, "{\"name\":\"simple\",\"version\":\"1\",\"state\":\"READY\"}"));
-  hark_kserve_buf_free(&b);
+  hark_buf_free(&b);
   hark_model_release(model);
   hark_server_free(server);
 }
@@ -947,7 +930,6 @@ int main(void) {
       cmocka_unit_test(test_binary_inputs),       cmocka_unit_test(test_binary_errors),
       cmocka_unit_test(test_response_every_type), cmocka_unit_test(test_response_binary_outputs),
       cmocka_unit_test(test_response_bad_bytes),  cmocka_unit_test(test_round_trip_json),
-      cmocka_unit_test(test_buf_writers),
       cmocka_unit_test(test_routes),         cmocka_unit_test(test_real_server),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);

@@ -38,7 +38,7 @@
 #include <err.h> /* sphinxbase: err_set_logfp */
 #include <pocketsphinx.h>
 
-#include "audio/wav.h"
+#include "hark/audio.h"
 
 #define MODEL_DIR "/usr/share/pocketsphinx/model/en-us"
 #define BLOCK_SAMPLES 2048 /* pocketsphinx_continuous reads this much at a time */

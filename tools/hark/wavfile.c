@@ -5,7 +5,7 @@
  */
 #include "wavfile.h"
 
-#include "audio/wav.h"
+#include "hark/audio.h"
 
 #include <errno.h>
 #include <stdbool.h>

@@ -1,0 +1,94 @@
+/*
+ * frontends.c — the front ends, assembled (see frontends.h): the services
+ * are made and handed to the transports that serve them, and the drain
+ * spans both transports and the engine.
+ */
+#include "frontend/frontends.h"
+
+#include <stdlib.h>
+
+#include "frontend/kserve/kserve.h"
+#include "frontend/kserve/kserve_grpc.h"
+#include "util/alloc.h"
+
+struct hark_frontends {
+  hark_server *server;
+  hark_http_handler handler;
+  hark_http *http;
+  hark_grpc *grpc;
+  hark_vosk *vosk;
+  hark_riva *riva;
+};
+
+/* The drain may end early once nothing is in flight in the engine and no
+ * gRPC stream is open (the HTTP transport checks its own WebSockets and
+ * calls); the gRPC transport refuses new calls and streams while
+ * draining, so its live streams get the same --exit-timeout-secs. */
+static bool engine_idle(void *userp) {
+  hark_frontends *f = userp;
+  return hark_server_is_idle(f->server) && hark_grpc_is_idle(f->grpc);
+}
+
+/* Front-end threads run cheap batches in place (hark/server.h). */
+static void may_inline(bool start) { hark_server_thread_may_inline(start); }
+
+static hark_error *grpc_new(hark_frontends *f, const hark_frontend_options *opts) {
+  hark_grpc_options go = opts->grpc;
+  if (!go.address) go.address = opts->http.address;
+  go.thread_hook = may_inline;
+  hark_error *err = hark_grpc_new(&go, &f->grpc);
+  if (!err) err = hark_kserve_grpc_register(f->grpc, f->server);
+  if (!err) err = hark_riva_register(f->grpc, f->riva);
+  if (!err) err = hark_grpc_start(f->grpc);
+  return err;
+}
+
+hark_error *hark_frontends_new(hark_server *server, const hark_frontend_options *opts,
+                               hark_frontends **out) {
+  hark_frontends *f = hark_xcalloc(1, sizeof *f);
+  f->server = server;
+  hark_speech_options so = opts->speech;
+  so.ws_max_message = opts->http.ws_max_message;
+  f->vosk = hark_vosk_new(server, &so);
+  f->riva = hark_riva_new(server, &so);
+  hark_kserve_http_handler(server, &f->handler);
+  f->handler.ws = hark_vosk_ws_handler();
+  f->handler.ws_userp = f->vosk;
+  f->handler.thread_hook = may_inline;
+  hark_http_options ho = opts->http;
+  ho.drain_idle = engine_idle;
+  ho.drain_idle_userp = f;
+  hark_error *err = hark_http_new(&ho, &f->handler, &f->http);
+  if (!err && opts->grpc.port >= 0) err = grpc_new(f, opts);
+  if (err) {
+    hark_frontends_free(f);
+    return err;
+  }
+  *out = f;
+  return NULL;
+}
+
+int hark_frontends_grpc_port(const hark_frontends *f) {
+  return f->grpc ? hark_grpc_port(f->grpc) : -1;
+}
+
+void hark_frontends_run(hark_frontends *f) { hark_http_run(f->http); }
+
+void hark_frontends_drain(hark_frontends *f) {
+  hark_server_begin_drain(f->server);
+  if (f->grpc) hark_grpc_drain(f->grpc);
+  hark_http_drain(f->http);
+}
+
+void hark_frontends_stop(hark_frontends *f) { hark_http_stop(f->http); }
+
+void hark_frontends_free(hark_frontends *f) {
+  if (!f) return;
+  /* gRPC first: its calls still open are cancelled here (after the drain
+   * gave them --exit-timeout-secs); it waits for its requests in flight. */
+  hark_grpc_free(f->grpc);
+  hark_http_free(f->http);
+  hark_riva_free(f->riva);
+  hark_vosk_free(f->vosk);
+  free(f);
+}

@@ -1,0 +1,41 @@
+/*
+ * frontends.h — every front end of harkd, assembled: the HTTP transport
+ * serving the KServe v2 REST API and Vosk's WebSocket streams, and the
+ * gRPC transport serving KServe v2, grpc.health.v1 and Riva's speech
+ * recognition. The one place that knows all the services; harkd.c only
+ * parses flags and handles signals.
+ */
+#ifndef HARK_FRONTEND_FRONTENDS_H
+#define HARK_FRONTEND_FRONTENDS_H
+
+#include "frontend/grpc/grpc.h"
+#include "frontend/http/http.h"
+#include "frontend/speech/speech.h"
+#include "hark/server.h"
+
+typedef struct hark_frontends hark_frontends;
+
+typedef struct hark_frontend_options {
+  hark_http_options http;     /* drain_idle is set here */
+  hark_grpc_options grpc;     /* port -1: no gRPC */
+  hark_speech_options speech; /* both speech protocols */
+} hark_frontend_options;
+
+/* Binds every port and starts the gRPC threads. `server` must outlive the
+ * front ends. Caller owns *out. */
+hark_error *hark_frontends_new(hark_server *server, const hark_frontend_options *opts,
+                               hark_frontends **out);
+/* The gRPC port bound, or -1. */
+int hark_frontends_grpc_port(const hark_frontends *f);
+/* Serves on the calling thread (and the HTTP loops' own) until stopped,
+ * or drained (what is live finished, or the exit timeout passed). */
+void hark_frontends_run(hark_frontends *f);
+/* Async-signal-safe: readiness off, new work refused, live work finishes. */
+void hark_frontends_drain(hark_frontends *f);
+/* Async-signal-safe: stop waiting for the drain. */
+void hark_frontends_stop(hark_frontends *f);
+/* Cancels the gRPC calls still open, waits for every request in flight,
+ * and frees. */
+void hark_frontends_free(hark_frontends *f);
+
+#endif

@@ -1,0 +1,158 @@
+/*
+ * grpc.h — the gRPC transport (gRPC C core + protobuf-c), knowing nothing
+ * of inference: it owns the server, its completion queues and their
+ * threads, calls and their replies, and the ordering of a bidirectional
+ * stream's replies. Services register a method table with it
+ * (kserve/kserve_grpc.c: inference.GRPCInferenceService and
+ * grpc.health.v1.Health; speech/riva.c: Riva's RivaSpeechRecognition),
+ * and the transport calls their handlers, as Redis calls a ConnectionType's
+ * functions.
+ *
+ * Threads: `threads` completion queues, each served by its own thread,
+ * every call bound to one of them. A handler runs on its call's queue
+ * thread; a reply may be started from any thread (an engine worker that
+ * finished the call's work), as gRPC C core allows.
+ */
+#ifndef HARK_FRONTEND_GRPC_H
+#define HARK_FRONTEND_GRPC_H
+
+#include <grpc/grpc.h>
+#include <protobuf-c/protobuf-c.h>
+#include <stdbool.h>
+#include <stddef.h>
+
+#include "hark/types.h"
+
+typedef struct hark_grpc hark_grpc;
+typedef struct hark_grpc_call hark_grpc_call;
+
+/* Method flags. */
+#define HARK_GRPC_STREAMING 1u       /* bidirectional: handle() per message */
+#define HARK_GRPC_REFUSE_DRAINING 2u /* new calls get UNAVAILABLE while draining */
+
+/*
+ * A method. `handle` owns `msg` (free with protobuf_c_message_free_unpacked)
+ * and, for a unary method, must reply exactly once, now or later (holding
+ * a call reference meanwhile). Streams only, optional, queue thread:
+ * `half_close` — the client sent its last message cleanly (a slot
+ * appended now is answered before the status); `closed` — the call is
+ * over, finished, failed or cancelled (hark_grpc_call_cancelled says).
+ */
+typedef struct hark_grpc_method {
+  const char *name; /* within the service: "ModelInfer" */
+  const ProtobufCMessageDescriptor *request;
+  void (*handle)(hark_grpc_call *c, ProtobufCMessage *msg);
+  unsigned flags;
+  void (*half_close)(hark_grpc_call *c);
+  void (*closed)(hark_grpc_call *c);
+} hark_grpc_method;
+
+typedef struct hark_grpc_service {
+  const char *name; /* "inference.GRPCInferenceService" */
+  const hark_grpc_method *methods;
+  size_t n_methods;
+} hark_grpc_service;
+
+typedef struct hark_grpc_options {
+  const char *address;      /* bind address; NULL = all interfaces */
+  int port;                 /* 8001; 0 picks a free port */
+  size_t max_message_bytes; /* largest message either way; 0 = 64 MiB */
+  unsigned threads;         /* completion queues; 0: one per core */
+  /* Each queue thread calls this with true when it starts and false when
+   * it stops (e.g. hark_server_thread_may_inline). Optional. */
+  void (*thread_hook)(bool start);
+} hark_grpc_options;
+
+/* ---- lifecycle ------------------------------------------------------------- */
+
+/* A server not yet serving: add services, then start. Caller owns *out. */
+hark_error *hark_grpc_new(const hark_grpc_options *opts, hark_grpc **out);
+/* Registers a service's methods; `userp` is what its calls' handlers get
+ * from hark_grpc_call_service(). Before hark_grpc_start; `svc` and its
+ * table must outlive the transport. */
+hark_error *hark_grpc_add_service(hark_grpc *g, const hark_grpc_service *svc, void *userp);
+/* Binds the port and starts the queue threads. */
+hark_error *hark_grpc_start(hark_grpc *g);
+/* The port bound. */
+int hark_grpc_port(const hark_grpc *g);
+/* Any thread, async-signal-safe: new calls of REFUSE_DRAINING methods get
+ * UNAVAILABLE "Server is shutting down"; the rest go on. */
+void hark_grpc_drain(hark_grpc *g);
+bool hark_grpc_draining(const hark_grpc *g);
+/* No stream open: what a drain waits for. True for NULL. */
+bool hark_grpc_is_idle(const hark_grpc *g);
+/* Refuses new calls, cancels the open ones, waits until every call is
+ * gone (work in the engine holds its call until its final), then frees. */
+void hark_grpc_free(hark_grpc *g);
+
+/* ---- calls ----------------------------------------------------------------- */
+
+void *hark_grpc_call_service(const hark_grpc_call *c);
+size_t hark_grpc_call_max_message(const hark_grpc_call *c);
+void hark_grpc_call_ref(hark_grpc_call *c);
+/* Drops a reference; the last frees the call (on whatever thread). */
+void hark_grpc_call_unref(hark_grpc_call *c);
+/* A service's state for the call, freed with it by free_fn. */
+void hark_grpc_call_set_state(hark_grpc_call *c, void *state, void (*free_fn)(void *));
+void *hark_grpc_call_state(const hark_grpc_call *c);
+/* A stream the client cancelled (or whose deadline passed); meaningful
+ * once the call is over. */
+bool hark_grpc_call_cancelled(const hark_grpc_call *c);
+
+/*
+ * Sends a unary call's reply (initial metadata, `msg` when not NULL, the
+ * status) and ends the call. Any thread. A second reply is dropped. `msg`
+ * stays the caller's. A reply over the message limit becomes
+ * RESOURCE_EXHAUSTED.
+ */
+void hark_grpc_reply(hark_grpc_call *c, const ProtobufCMessage *msg, grpc_status_code code,
+                     const char *details);
+/* Replies with the status for `err`, which it frees. */
+void hark_grpc_reply_error(hark_grpc_call *c, hark_error *err);
+grpc_status_code hark_grpc_status(hark_code code);
+
+/* ---- streams (grpc_stream.c) ------------------------------------------------ */
+
+/*
+ * A stream's replies go out in the order of its slots: a service appends a
+ * slot per message it handles (in arrival order), writes the slot's
+ * replies as they come, and marks it done. A slot's replies are written
+ * only after every earlier slot is done. At most 64 slots wait at once:
+ * past that, reading pauses, so a client that sends faster than the model
+ * answers is slowed by HTTP/2 flow control, not by our memory. The
+ * service embeds the slot in its own struct; `free_fn` frees that struct
+ * once the slot is done and written (or the call is over).
+ */
+typedef struct hark_grpc_slot hark_grpc_slot;
+struct hark_grpc_slot {
+  void (*free_fn)(hark_grpc_slot *slot);
+  /* the transport's */
+  hark_grpc_slot *next;
+  grpc_byte_buffer **out;
+  size_t n_out, cap_out;
+  bool done;
+};
+
+#define HARK_GRPC_STREAM_MAX_PENDING 64
+
+/* Appends a slot (queue thread: from handle() or half_close()). */
+void hark_grpc_slot_append(hark_grpc_call *c, hark_grpc_slot *slot,
+                           void (*free_fn)(hark_grpc_slot *));
+typedef enum hark_grpc_write {
+  HARK_GRPC_WRITE_OK = 0,
+  HARK_GRPC_WRITE_OVER,    /* the call is over: dropped */
+  HARK_GRPC_WRITE_TOO_BIG, /* over the message limit (*size says how big) */
+} hark_grpc_write;
+/* Packs `msg` as the slot's next reply. Any thread. */
+hark_grpc_write hark_grpc_slot_write(hark_grpc_call *c, hark_grpc_slot *slot,
+                                     const ProtobufCMessage *msg, size_t *size);
+/* The slot has all its replies: they go out in turn, then the slot is
+ * freed. Any thread; the caller must not touch the slot afterwards. */
+void hark_grpc_slot_done(hark_grpc_call *c, hark_grpc_slot *slot);
+/* Ends the stream with `code` once the replies before it are out, and
+ * reads no more (the first failure wins). Any thread. */
+void hark_grpc_stream_fail(hark_grpc_call *c, grpc_status_code code, const char *details);
+/* True once the stream is failing, or the call is over. Any thread. */
+bool hark_grpc_stream_over(hark_grpc_call *c);
+
+#endif

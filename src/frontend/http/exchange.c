@@ -1,0 +1,319 @@
+/*
+ * exchange.c — one HTTP/1.1 exchange on a connection: the request head
+ * goes to the service's head handler; a body it asks for accumulates in
+ * the connection's buffer (bounded by max_input_size, with a stall
+ * timeout) and then goes to its body handler; the one reply it makes is
+ * written when the socket is writable, headers and body in one write.
+ * Keep-alive connections then wait for the next request. A connection
+ * that closes while a call has its request leaves the call without a
+ * client (its done handler gets NULL). Loop thread only.
+ */
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+#include <sys/socket.h>
+
+#include "frontend/http/http_impl.h"
+#include "util/alloc.h"
+#include "util/log.h"
+
+#define WRITE_CHUNK (256u * 1024u)
+
+static const char *const JSON = "application/json";
+
+/* ---- exchange state --------------------------------------------------------- */
+
+void hark_http_set_state(hark_http_conn *c, void *state, void (*free_fn)(void *)) {
+  if (c->state_free) c->state_free(c->state_ptr);
+  c->state_ptr = state;
+  c->state_free = free_fn;
+}
+
+void *hark_http_state(hark_http_conn *c) { return c->state_ptr; }
+
+/* Frees what one exchange used; close_after outlives it. */
+static void exchange_reset(hark_http_conn *c) {
+  hark_http_set_state(c, NULL, NULL);
+  free(c->body_mem);
+  hark_buf_free(&c->out);
+  c->body_mem = c->body = NULL;
+  c->body_len = c->body_cap = c->out_off = 0;
+  c->state = CONN_IDLE;
+}
+
+void hark_http_close_after(hark_http_conn *c) { c->close_after = true; }
+
+int hark_http_header(hark_http_conn *c, const char *name, char *buf, size_t cap) {
+  int len = (int)strlen(name);
+  if (lws_hdr_custom_length(c->wsi, name, len) < 0) return -1;
+  int n = lws_hdr_custom_copy(c->wsi, buf, (int)cap, name, len);
+  return n < 0 ? -1 : n;
+}
+
+/* ---- replies ------------------------------------------------------------------ */
+
+void hark_http_body_begin(hark_buf *b) {
+  b->len = 0;
+  if (!hark_buf_reserve(b, HARK_HTTP_HEADROOM + 256)) hark_oom("reply", HARK_HTTP_HEADROOM);
+  b->len = HARK_HTTP_HEADROOM;
+}
+
+void hark_http_put_error(hark_buf *b, const char *message) {
+  hark_buf_puts(b, "{\"error\":");
+  if (!hark_buf_put_jstr(b, message, strlen(message))) hark_oom("error reply", strlen(message));
+  hark_buf_puts(b, "}");
+}
+
+/* The headers go right before the body, in the headroom `b` begins with,
+ * so the reply leaves in one write. */
+void hark_http_reply(hark_http_conn *c, int status, const char *ctype, hark_buf *b,
+                     const char *hname, const char *hvalue) {
+  struct lws *wsi = c->wsi;
+  unsigned char hdr[HARK_HTTP_HEADROOM], *start = hdr + LWS_PRE, *p = start,
+                                         *end = hdr + sizeof hdr;
+  char num[32];
+  size_t body_len = b->len - HARK_HTTP_HEADROOM;
+  /* Replying before the body is read: its bytes would be taken for the
+   * next request, so this connection ends with this reply. */
+  if (c->body_expected && !c->body_done) c->close_after = true;
+  int n = snprintf(num, sizeof num, "%zu", body_len);
+  bool bad =
+      lws_add_http_header_status(wsi, (unsigned)status | LWSAHH_FLAG_NO_SERVER_NAME, &p, end) ||
+      (ctype &&
+       lws_add_http_header_by_token(wsi, WSI_TOKEN_HTTP_CONTENT_TYPE, (const unsigned char *)ctype,
+                                    (int)strlen(ctype), &p, end)) ||
+      lws_add_http_header_by_token(wsi, WSI_TOKEN_HTTP_CONTENT_LENGTH, (const unsigned char *)num,
+                                   n, &p, end);
+  if (!bad && hname)
+    bad = lws_add_http_header_by_name(wsi, (const unsigned char *)hname,
+                                      (const unsigned char *)hvalue, (int)strlen(hvalue), &p, end);
+  if (!bad && (c->close_after || c->keep_alive_10))
+    bad = lws_add_http_header_by_token(
+        wsi, WSI_TOKEN_CONNECTION, (const unsigned char *)(c->close_after ? "close" : "keep-alive"),
+        c->close_after ? 5 : 10, &p, end);
+  if (bad || lws_finalize_http_header(wsi, &p, end)) {
+    HARK_ERROR("http: cannot build reply headers; closing the connection");
+    hark_buf_free(b);
+    lws_set_timeout(wsi, PENDING_TIMEOUT_CLOSE_SEND, LWS_TO_KILL_ASYNC);
+    return;
+  }
+  size_t hlen = (size_t)(p - start);
+  hark_buf_free(&c->out);
+  c->out = *b;
+  *b = (hark_buf){0};
+  c->out_off = HARK_HTTP_HEADROOM - hlen;
+  memcpy(c->out.data + c->out_off, start, hlen);
+  c->state = CONN_REPLYING;
+  atomic_fetch_add_explicit(&c->loop->replying, 1, memory_order_relaxed);
+  lws_callback_on_writable(wsi);
+}
+
+void hark_http_reply_error(hark_http_conn *c, int status, hark_error *err) {
+  hark_buf b = {0};
+  if (!status) status = hark_code_http_status(hark_error_code(err));
+  hark_http_body_begin(&b);
+  hark_http_put_error(&b, hark_error_message(err));
+  hark_error_free(err);
+  hark_http_reply(c, status, JSON, &b, NULL, NULL);
+}
+
+void hark_http_reply_text(hark_http_conn *c, int status, const char *ctype, const char *text,
+                          size_t len) {
+  hark_buf b = {0};
+  hark_http_body_begin(&b);
+  if (text && !hark_buf_append(&b, text, len)) {
+    hark_buf_free(&b);
+    hark_http_reply_error(c, 0, hark_error_new(HARK_ERR_INTERNAL, "out of memory"));
+    return;
+  }
+  hark_http_reply(c, status, text ? ctype : NULL, &b, NULL, NULL);
+}
+
+/* Writes the next piece of the reply; on the last, finishes the exchange.
+ * Returns -1 to close the connection. */
+int hark_http_on_writable(hark_http_conn *c) {
+  struct lws *wsi = c->wsi;
+  if (c->state != CONN_REPLYING) return 0;
+  size_t left = c->out.len - c->out_off;
+  if (left) {
+    size_t n = left < WRITE_CHUNK ? left : WRITE_CHUNK;
+    if (lws_write(wsi, (unsigned char *)c->out.data + c->out_off, n, LWS_WRITE_HTTP) < (int)n)
+      return -1;
+    c->out_off += n;
+  }
+  /* lws keeps what the socket would not take and sends it before the next
+   * writable callback: finish only once everything is out. */
+  if (c->out_off < c->out.len || lws_partial_buffered(wsi)) {
+    lws_callback_on_writable(wsi);
+    return 0;
+  }
+  atomic_fetch_sub_explicit(&c->loop->replying, 1, memory_order_relaxed);
+  exchange_reset(c);
+  if (!c->close_after) return lws_http_transaction_completed(wsi) ? -1 : 0;
+  if (!c->body_expected || c->body_done) return -1;
+  /* Closing with unread input makes the kernel send a reset, which can
+   * destroy the reply before the client reads it. Instead end our side and
+   * read (and drop) the rest of the body for a while, then close. */
+  shutdown(lws_get_socket_fd(wsi), SHUT_WR);
+  c->state = CONN_LINGER;
+  lws_set_timeout(wsi, PENDING_TIMEOUT_HTTP_CONTENT, c->loop->http->opts.body_timeout_secs);
+  return 0;
+}
+
+/* ---- request bodies ------------------------------------------------------------- */
+
+static hark_error *too_large(const hark_http *http, unsigned long long size) {
+  return hark_error_new(HARK_ERR_INVALID_ARG,
+                        "request body of %llu bytes exceeds the maximum allowed of %zu bytes; "
+                        "use --http-max-input-size to raise the limit",
+                        size, http->opts.max_input_size);
+}
+
+/* Sizes the body buffer so that the byte at body_align lands 64-byte
+ * aligned (typed binary tensors are then used in place). Client-sized:
+ * false when out of memory. */
+static bool body_alloc(hark_http_conn *c, size_t cap) {
+  size_t pad = (64 - c->body_align % 64) % 64;
+  void *mem = NULL;
+  if (posix_memalign(&mem, 64, cap + pad + 1) != 0) return false;
+  c->body_mem = mem;
+  c->body = c->body_mem + pad;
+  c->body_cap = cap;
+  return true;
+}
+
+/* Reads a numeric header; false when absent or not a number. */
+static bool header_number(struct lws *wsi, enum lws_token_indexes tok, unsigned long long *out) {
+  char v[32], *end;
+  int n = lws_hdr_copy(wsi, v, sizeof v, tok);
+  if (n <= 0) return false;
+  errno = 0;
+  *out = strtoull(v, &end, 10);
+  return v[0] >= '0' && v[0] <= '9' && !*end && !errno;
+}
+
+int hark_http_read_body(hark_http_conn *c, size_t align_at) {
+  struct lws *wsi = c->wsi;
+  const hark_http *http = c->loop->http;
+  unsigned long long clen = 0;
+  bool has_len = lws_hdr_total_length(wsi, WSI_TOKEN_HTTP_CONTENT_LENGTH) > 0;
+  if (has_len && !header_number(wsi, WSI_TOKEN_HTTP_CONTENT_LENGTH, &clen)) {
+    hark_http_reply_error(c, 0, hark_error_new(HARK_ERR_INVALID_ARG, "invalid Content-Length"));
+    return -1;
+  }
+  /* libwebsockets 4.1 cannot decode chunked request bodies: say so, as
+   * servers without chunked uploads do, rather than misread them. */
+  if (!has_len && lws_hdr_total_length(wsi, WSI_TOKEN_HTTP_TRANSFER_ENCODING) > 0) {
+    hark_http_reply_error(
+        c, 411,
+        hark_error_new(HARK_ERR_INVALID_ARG,
+                       "chunked request bodies are not supported; send Content-Length"));
+    return -1;
+  }
+  if (clen > http->opts.max_input_size) {
+    hark_http_reply_error(c, 413, too_large(http, clen));
+    return -1;
+  }
+  if (clen == 0) return 0;
+  c->body_align = align_at;
+  if (!body_alloc(c, (size_t)clen)) {
+    hark_http_reply_error(c, 0,
+                          hark_error_new(HARK_ERR_INTERNAL,
+                                         "out of memory for a request body of %llu bytes", clen));
+    return -1;
+  }
+  c->state = CONN_BODY;
+  lws_set_timeout(wsi, PENDING_TIMEOUT_HTTP_CONTENT, http->opts.body_timeout_secs);
+  return 1;
+}
+
+char *hark_http_body(hark_http_conn *c, size_t *len) {
+  *len = c->body_len;
+  return c->body ? c->body : (char *)"";
+}
+
+void *hark_http_take_body(hark_http_conn *c) {
+  void *mem = c->body_mem;
+  c->body_mem = NULL; /* c->body stays readable: the taker frees it later */
+  return mem;
+}
+
+/* Content-Length is known and within bounds, so the buffer is big enough;
+ * the check still guards against a peer sending more than it declared. */
+void hark_http_on_body(hark_http_conn *c, const char *in, size_t len) {
+  if (c->state != CONN_BODY) return; /* replied early: drop the rest */
+  if (len > c->body_cap - c->body_len) {
+    hark_http_reply_error(c, 413,
+                          too_large(c->loop->http, (unsigned long long)c->body_len + len));
+    return;
+  }
+  memcpy(c->body + c->body_len, in, len);
+  c->body_len += len;
+  lws_set_timeout(c->wsi, PENDING_TIMEOUT_HTTP_CONTENT, c->loop->http->opts.body_timeout_secs);
+}
+
+int hark_http_on_body_done(hark_http_conn *c) {
+  c->body_done = true;
+  if (c->state == CONN_LINGER) return -1;
+  if (c->state != CONN_BODY) return 0;
+  lws_set_timeout(c->wsi, NO_PENDING_TIMEOUT, 0);
+  c->state = CONN_IDLE;
+  const hark_http_handler *h = c->loop->http->handler;
+  h->body(h->userp, c);
+  return 0;
+}
+
+/* ---- request heads ---------------------------------------------------------------- */
+
+static hark_http_method method_of(int m) {
+  switch (m) {
+    case LWSHUMETH_GET: return HARK_HTTP_GET;
+    case LWSHUMETH_POST: return HARK_HTTP_POST;
+    case LWSHUMETH_HEAD: return HARK_HTTP_HEAD;
+    default: return HARK_HTTP_OTHER;
+  }
+}
+
+void hark_http_on_request(hark_http_conn *c, const char *path) {
+  struct lws *wsi = c->wsi;
+  hark_http_loop *loop = c->loop;
+  exchange_reset(c);
+  c->close_after = false;
+  c->body_expected = lws_hdr_total_length(wsi, WSI_TOKEN_HTTP_TRANSFER_ENCODING) > 0;
+  if (lws_hdr_total_length(wsi, WSI_TOKEN_HTTP_CONTENT_LENGTH) > 0) {
+    char v[32];
+    c->body_expected |=
+        lws_hdr_copy(wsi, v, sizeof v, WSI_TOKEN_HTTP_CONTENT_LENGTH) > 0 && strcmp(v, "0") != 0;
+  }
+  c->body_done = false;
+  /* HTTP/1.1 keeps connections by default; an HTTP/1.0 client that asks
+   * to must be told it was granted (lws keeps it either way). */
+  char conn_hdr[32];
+  c->keep_alive_10 = lws_hdr_copy(wsi, conn_hdr, sizeof conn_hdr, WSI_TOKEN_CONNECTION) > 0 &&
+                     strcasecmp(conn_hdr, "keep-alive") == 0;
+  if (atomic_load(&loop->http->stop)) {
+    c->close_after = true;
+    hark_http_reply_error(c, 0, hark_error_new(HARK_ERR_UNAVAILABLE, "Server is shutting down"));
+    return;
+  }
+  char *uri;
+  int ulen;
+  hark_http_request req = {
+      .method = method_of(lws_http_get_uri_and_method(wsi, &uri, &ulen)),
+      .path = path,
+      .metrics = lws_get_vhost(wsi) == loop->vh_metrics,
+  };
+  const hark_http_handler *h = loop->http->handler;
+  h->head(h->userp, c, &req);
+}
+
+void hark_http_on_closed(hark_http_conn *c) {
+  if (c->call) c->call->conn = NULL; /* its done handler finds no client */
+  c->call = NULL;
+  if (c->state == CONN_REPLYING)
+    atomic_fetch_sub_explicit(&c->loop->replying, 1, memory_order_relaxed);
+  exchange_reset(c);
+  c->close_after = false;
+}

@@ -1,0 +1,568 @@
+/*
+ * http.c — the transport's event loops: their lws contexts, listen
+ * sockets, lifecycle (run, drain, stop, free), the lws callback that
+ * dispatches a connection's events to exchange.c and ws.c, and the
+ * completion list through which calls finished on other threads come back.
+ *
+ * Debian's libwebsockets serves one context from one thread, so the
+ * transport runs N loops (--http-thread-count), each a context with its
+ * own listen socket on the shared HTTP port (SO_REUSEPORT, accepted by the
+ * loop itself) and its own thread; loop 0 runs on the thread in
+ * hark_http_run() and also serves the metrics port. With one loop, lws
+ * listens as it always did. No loop ever blocks.
+ *
+ * A call (http.h) is started on a loop, handed to another thread, and
+ * posted back: the poster appends it to its loop's mutex-guarded list and
+ * wakes only that loop (lws_cancel_service); the loop runs each call's
+ * done handler. A loop that posts one of its own calls (work that ran on
+ * the loop thread itself, e.g. a cheap batch run inline) is not woken:
+ * it drains its list as soon as the lws callback it was in returns.
+ *
+ * Shutdown drains: while what is live on every loop finishes (loop 0
+ * watches the others' counts), up to the exit timeout; then every loop
+ * closes its own WebSockets and lets its last replies out.
+ */
+#include <arpa/inet.h>
+#include <errno.h>
+#include <netdb.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include "frontend/http/http_impl.h"
+#include "util/alloc.h"
+#include "util/log.h"
+
+#define SHUTDOWN_GRACE_NS (5ull * 1000000000ull)
+#define STOP_GRACE_NS (1ull * 1000000000ull)
+#define DEFAULT_EXIT_TIMEOUT_SECS 30
+#define DEFAULT_MAX_INPUT (64u << 20)
+#define DEFAULT_BODY_TIMEOUT_SECS 30
+
+bool hark_http_stopping(const hark_http *http) { return atomic_load(&http->stop); }
+
+/* ---- calls and the completion list ---------------------------------------- */
+
+/* The loop this thread runs, if it is a loop thread. */
+static _Thread_local hark_http_loop *tl_loop;
+
+static void outstanding_add(hark_http_loop *loop, int delta) {
+  pthread_mutex_lock(&loop->lock);
+  loop->outstanding = (uint32_t)((int64_t)loop->outstanding + delta);
+  if (!loop->outstanding) pthread_cond_broadcast(&loop->idle);
+  pthread_mutex_unlock(&loop->lock);
+}
+
+void hark_http_call_start(hark_http_conn *c, hark_http_call *call, hark_http_done_fn done) {
+  call->done = done;
+  call->loop = c->loop;
+  call->conn = c;
+  call->next = NULL;
+  c->call = call;
+  c->state = CONN_BUSY;
+  outstanding_add(c->loop, 1);
+}
+
+void hark_http_call_abort(hark_http_call *call) {
+  if (call->conn) {
+    call->conn->call = NULL;
+    call->conn->state = CONN_IDLE;
+  }
+  call->conn = NULL;
+  outstanding_add(call->loop, -1);
+}
+
+void hark_http_call_post(hark_http_call *call) {
+  hark_http_loop *loop = call->loop;
+  pthread_mutex_lock(&loop->lock);
+  /* Else a wake-up is already on its way; and a loop that completed one of
+   * its own calls drains when its callback returns. */
+  bool wake = !loop->done_head && tl_loop != loop;
+  if (tl_loop == loop) loop->drain_soon = true;
+  call->next = NULL;
+  if (loop->done_tail)
+    loop->done_tail->next = call;
+  else
+    loop->done_head = call;
+  loop->done_tail = call;
+  /* Under the lock, so hark_http_free cannot destroy the context between
+   * the check and the call. */
+  if (wake && loop->ctx_alive) lws_cancel_service(loop->ctx);
+  if (!loop->ctx_alive) pthread_cond_broadcast(&loop->idle); /* loop_free waits */
+  pthread_mutex_unlock(&loop->lock);
+}
+
+/* Takes the completion list; each call counts as finished once taken. */
+static hark_http_call *take_completions(hark_http_loop *loop) {
+  pthread_mutex_lock(&loop->lock);
+  hark_http_call *call = loop->done_head;
+  uint32_t n = 0;
+  for (hark_http_call *k = call; k; k = k->next) n++;
+  loop->done_head = loop->done_tail = NULL;
+  loop->outstanding -= n;
+  if (!loop->outstanding) pthread_cond_broadcast(&loop->idle);
+  pthread_mutex_unlock(&loop->lock);
+  return call;
+}
+
+/* Runs one finished call's handler; `c` NULL when its client is gone. */
+static void complete(hark_http_call *call) {
+  hark_http_conn *c = call->conn;
+  if (c) c->call = NULL;
+  call->conn = NULL;
+  call->done(call, c);
+}
+
+/* Loop thread: every finished call's done handler. */
+static void drain_completions(hark_http_loop *loop) {
+  for (hark_http_call *call = take_completions(loop), *next; call; call = next) {
+    next = call->next;
+    complete(call);
+  }
+}
+
+/* ---- the lws callback ---------------------------------------------------------------- */
+
+static int lws_event(struct lws *wsi, enum lws_callback_reasons reason, void *user, void *in,
+                     size_t len) {
+  hark_http_conn *c = user;
+  hark_http_loop *loop = wsi ? hark_http_loop_of(wsi) : NULL;
+  if (c) {
+    c->wsi = wsi;
+    c->loop = loop;
+  }
+  switch (reason) {
+    case LWS_CALLBACK_HTTP: hark_http_on_request(c, in ? (const char *)in : ""); return 0;
+    case LWS_CALLBACK_HTTP_BODY: hark_http_on_body(c, in, len); return 0;
+    case LWS_CALLBACK_HTTP_BODY_COMPLETION: return hark_http_on_body_done(c);
+    case LWS_CALLBACK_HTTP_WRITEABLE: return hark_http_on_writable(c);
+    case LWS_CALLBACK_CLOSED_HTTP:
+      if (c) hark_http_on_closed(c);
+      return 0;
+    case LWS_CALLBACK_EVENT_WAIT_CANCELLED:
+      if (loop) drain_completions(loop);
+      return 0;
+    case LWS_CALLBACK_HTTP_CONFIRM_UPGRADE:
+      return hark_ws_on_confirm(wsi, in ? (const char *)in : "");
+    case LWS_CALLBACK_ESTABLISHED: return hark_ws_on_established(c, wsi);
+    case LWS_CALLBACK_RECEIVE: return hark_ws_on_receive(c, in, len);
+    case LWS_CALLBACK_SERVER_WRITEABLE: return hark_ws_on_writable(c);
+    case LWS_CALLBACK_CLOSED:
+      if (c) hark_ws_on_closed(c);
+      return 0;
+    default: return lws_callback_http_dummy(wsi, reason, user, in, len);
+  }
+}
+
+/* Every event of the HTTP protocol, then the calls that finished on this
+ * thread while it was handled (hark_http_call_post). */
+static int on_lws_event(struct lws *wsi, enum lws_callback_reasons reason, void *user, void *in,
+                        size_t len) {
+  int rc = lws_event(wsi, reason, user, in, len);
+  if (tl_loop && tl_loop->drain_soon) {
+    tl_loop->drain_soon = false;
+    drain_completions(tl_loop);
+  }
+  return rc;
+}
+
+/* ---- our own listen sockets ------------------------------------------------ */
+
+/* With several loops each has a listening socket of its own on the HTTP
+ * port (SO_REUSEPORT: the kernel spreads connections over them), which the
+ * loop polls as a raw descriptor: when it is readable the loop accepts and
+ * hands each connection to its HTTP vhost, all on its own thread. (Debian's
+ * lws sets SO_REUSEPORT only in its multi-threaded builds.) */
+#define ACCEPT_BATCH 64
+
+static int on_listen_event(struct lws *wsi, enum lws_callback_reasons reason, void *user,
+                           void *in, size_t len) {
+  (void)user, (void)in, (void)len;
+  if (reason != LWS_CALLBACK_RAW_RX_FILE) return 0;
+  hark_http_loop *loop = hark_http_loop_of(wsi);
+  for (int i = 0; i < ACCEPT_BATCH; i++) {
+    int fd = accept4(loop->listen_fd, NULL, NULL, SOCK_NONBLOCK | SOCK_CLOEXEC);
+    if (fd < 0) {
+      if (errno == EINTR || errno == ECONNABORTED) continue;
+      if (errno != EAGAIN && errno != EWOULDBLOCK)
+        HARK_WARN("http: cannot accept a connection: %s", strerror(errno));
+      break;
+    }
+    int one = 1; /* as lws sets on the connections it accepts */
+    setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
+    if (!lws_adopt_socket_vhost(loop->vh_http, fd)) /* closes fd */
+      HARK_WARN("http: cannot take a new connection (out of memory?)");
+  }
+  return 0;
+}
+
+static const struct lws_protocols protocols[] = {
+    {"hark-http", on_lws_event, sizeof(hark_http_conn), 0, 0, NULL, 0},
+    {"hark-listen", on_listen_event, 0, 0, 0, NULL, 0},
+    {NULL, NULL, 0, 0, 0, NULL, 0},
+};
+
+/* A non-blocking listening socket on address:port (NULL: every interface,
+ * IPv6 and IPv4 where the machine has IPv6, as lws binds), shared with the
+ * other loops; -1 with errno set. */
+static int listen_socket(const char *address, int port) {
+  struct addrinfo hints, *res;
+  memset(&hints, 0, sizeof hints);
+  hints.ai_family = address ? AF_UNSPEC : AF_INET6;
+  hints.ai_socktype = SOCK_STREAM;
+  hints.ai_flags = AI_PASSIVE | AI_NUMERICHOST | AI_NUMERICSERV;
+  char serv[16];
+  snprintf(serv, sizeof serv, "%d", port);
+  int fd = -1, rc = getaddrinfo(address, serv, &hints, &res);
+  if (rc != 0 && !address) { /* no IPv6 */
+    hints.ai_family = AF_INET;
+    rc = getaddrinfo(NULL, serv, &hints, &res);
+  }
+  if (rc != 0) {
+    errno = EINVAL;
+    return -1;
+  }
+  fd = socket(res->ai_family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+  if (fd < 0 && !address && res->ai_family == AF_INET6) { /* IPv6 compiled, not configured */
+    freeaddrinfo(res);
+    hints.ai_family = AF_INET;
+    if (getaddrinfo(NULL, serv, &hints, &res) != 0) return -1;
+    fd = socket(AF_INET, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+  }
+  int one = 1, zero = 0;
+  if (fd >= 0 &&
+      (setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one) ||
+       setsockopt(fd, SOL_SOCKET, SO_REUSEPORT, &one, sizeof one) ||
+       (!address && res->ai_family == AF_INET6 &&
+        setsockopt(fd, IPPROTO_IPV6, IPV6_V6ONLY, &zero, sizeof zero)) ||
+       bind(fd, res->ai_addr, res->ai_addrlen) || listen(fd, SOMAXCONN))) {
+    int e = errno;
+    close(fd);
+    errno = e;
+    fd = -1;
+  }
+  freeaddrinfo(res);
+  return fd;
+}
+
+/* ---- lifecycle ------------------------------------------------------------------------ */
+
+/* How many loops serve the HTTP port. Port 0 (the kernel picks one) and an
+ * interface name instead of an address (only lws's own listener knows
+ * those) get one, which lws's listener serves as it always did. */
+static unsigned loop_count(const hark_http_options *opts) {
+  if (opts->http_port <= 0) return 1;
+  if (opts->address) {
+    unsigned char buf[sizeof(struct in6_addr)];
+    if (inet_pton(AF_INET, opts->address, buf) != 1 && inet_pton(AF_INET6, opts->address, buf) != 1)
+      return 1;
+  }
+  unsigned n = opts->threads;
+  if (!n) {
+    long cores = sysconf(_SC_NPROCESSORS_ONLN);
+    n = cores < 1 ? 1 : (unsigned)cores;
+  }
+  return n > HARK_HTTP_MAX_THREADS ? HARK_HTTP_MAX_THREADS : n;
+}
+
+/* The loops' listen sockets share the port (SO_REUSEPORT), so another
+ * process (of the same user) could bind it too, and the two would split
+ * the clients. A plain bind (SO_REUSEADDR as lws sets it, so only
+ * listening sockets count, not connections in TIME_WAIT) fails while
+ * anyone listens there: try one on every address the loops will bind,
+ * then close it. */
+static bool port_taken(const char *address, int port) {
+  struct addrinfo hints, *res, *ai;
+  memset(&hints, 0, sizeof hints);
+  hints.ai_family = AF_UNSPEC;
+  hints.ai_socktype = SOCK_STREAM;
+  hints.ai_flags = AI_PASSIVE | AI_NUMERICHOST | AI_NUMERICSERV;
+  char serv[16];
+  snprintf(serv, sizeof serv, "%d", port);
+  if (getaddrinfo(address, serv, &hints, &res) != 0) return false; /* lws will say */
+  bool taken = false;
+  for (ai = res; ai && !taken; ai = ai->ai_next) {
+    int fd = socket(ai->ai_family, ai->ai_socktype | SOCK_CLOEXEC, ai->ai_protocol);
+    if (fd < 0) continue; /* no IPv6 here: lws will not bind it either */
+    int one = 1;
+    setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
+    if (ai->ai_family == AF_INET6) setsockopt(fd, IPPROTO_IPV6, IPV6_V6ONLY, &one, sizeof one);
+    taken = bind(fd, ai->ai_addr, ai->ai_addrlen) != 0 && errno == EADDRINUSE;
+    close(fd);
+  }
+  freeaddrinfo(res);
+  return taken;
+}
+
+static void lws_log_to_hark(int level, const char *line) {
+  size_t n = strlen(line);
+  while (n && (line[n - 1] == '\n' || line[n - 1] == '\r')) n--;
+  hark_log(level == LLL_ERR ? HARK_LOG_ERROR : HARK_LOG_WARN, "http: %.*s", (int)n, line);
+}
+
+/* port: CONTEXT_PORT_NO_LISTEN_SERVER for a vhost fed by our own socket. */
+static struct lws_vhost *make_vhost(hark_http_loop *loop, const char *name, int port) {
+  hark_http *http = loop->http;
+  struct lws_context_creation_info info;
+  memset(&info, 0, sizeof info);
+  info.vhost_name = name;
+  info.port = port;
+  info.iface = http->opts.address;
+  info.protocols = protocols;
+  info.keepalive_timeout = 75; /* nginx's default idle keep-alive */
+  info.timeout_secs = (unsigned)http->opts.body_timeout_secs;
+  info.options = LWS_SERVER_OPTION_FAIL_UPON_UNABLE_TO_BIND;
+  /* lws binds an IPv4 address only on an IPv4 socket. */
+  if (info.iface && strchr(info.iface, '.')) info.options |= LWS_SERVER_OPTION_DISABLE_IPV6;
+  return lws_create_vhost(loop->ctx, &info);
+}
+
+/* Makes loop `i`'s context and binds its vhosts. */
+static hark_error *loop_new(hark_http *http, unsigned i) {
+  hark_http_loop *loop = hark_xcalloc(1, sizeof *loop);
+  http->loops[i] = loop;
+  loop->http = http;
+  loop->index = i;
+  loop->listen_fd = -1;
+  atomic_init(&loop->replying, 0);
+  pthread_mutex_init(&loop->lock, NULL);
+  pthread_cond_init(&loop->idle, NULL);
+
+  struct lws_context_creation_info info;
+  memset(&info, 0, sizeof info);
+  info.options = LWS_SERVER_OPTION_EXPLICIT_VHOSTS;
+  info.user = loop;
+  info.pt_serv_buf_size = 64 * 1024; /* fewer, larger reads of bodies */
+  info.max_http_header_pool2 = 1024; /* header tables for concurrent requests */
+  info.count_threads = 1;
+  /* lws re-arms its request body timeout from this (the context's, not the
+   * vhost's) after each piece of body: make it the operator's. */
+  info.timeout_secs = (unsigned)http->opts.body_timeout_secs;
+  loop->ctx = lws_create_context(&info);
+  if (!loop->ctx) return hark_error_new(HARK_ERR_INTERNAL, "cannot create the HTTP event loop");
+  loop->ctx_alive = true;
+  hark_ws_sweep_start(loop);
+  const hark_http_options *opts = &http->opts;
+  const char *where = opts->address ? opts->address : "0.0.0.0";
+  bool own = http->n_loops > 1;
+  if (opts->http_port >= 0 &&
+      !(loop->vh_http =
+            make_vhost(loop, "http", own ? CONTEXT_PORT_NO_LISTEN_SERVER : opts->http_port)))
+    return hark_error_new(HARK_ERR_UNAVAILABLE, "cannot listen for HTTP on %s:%d (in use?)", where,
+                          opts->http_port);
+  if (own) {
+    int fd = listen_socket(opts->address, opts->http_port);
+    if (fd < 0)
+      return hark_error_new(HARK_ERR_UNAVAILABLE, "cannot listen for HTTP on %s:%d (in use?): %s",
+                            where, opts->http_port, strerror(errno));
+    loop->listen_fd = fd;
+    lws_sock_file_fd_type desc = {.filefd = fd};
+    if (!lws_adopt_descriptor_vhost(loop->vh_http, LWS_ADOPT_RAW_FILE_DESC, desc, "hark-listen",
+                                    NULL)) /* closes fd */
+      return hark_error_new(HARK_ERR_INTERNAL, "cannot poll the HTTP listen socket");
+  }
+  if (i == 0 && opts->metrics_port >= 0 &&
+      !(loop->vh_metrics = make_vhost(loop, "metrics", opts->metrics_port)))
+    return hark_error_new(HARK_ERR_UNAVAILABLE, "cannot listen for metrics on %s:%d (in use?)",
+                          where, opts->metrics_port);
+  return NULL;
+}
+
+hark_error *hark_http_new(const hark_http_options *opts, const hark_http_handler *handler,
+                          hark_http **out) {
+  hark_http *http = hark_xcalloc(1, sizeof *http);
+  http->handler = handler;
+  http->opts = *opts;
+  if (!http->opts.max_input_size) http->opts.max_input_size = DEFAULT_MAX_INPUT;
+  if (http->opts.body_timeout_secs <= 0) http->opts.body_timeout_secs = DEFAULT_BODY_TIMEOUT_SECS;
+  atomic_init(&http->stop, false);
+  atomic_init(&http->stop_now, false);
+  atomic_init(&http->draining, false);
+  atomic_init(&http->n_sockets, 0);
+  lws_set_log_level(LLL_ERR | LLL_WARN, lws_log_to_hark);
+  http->n_loops = loop_count(opts);
+  const char *where = opts->address ? opts->address : "0.0.0.0";
+  if (http->n_loops > 1 && port_taken(opts->address, opts->http_port)) {
+    http->n_loops = 0;
+    hark_http_free(http);
+    return hark_error_new(HARK_ERR_UNAVAILABLE, "cannot listen for HTTP on %s:%d (in use?)", where,
+                          opts->http_port);
+  }
+  http->loops = hark_xcalloc(http->n_loops, sizeof *http->loops);
+  for (unsigned i = 0; i < http->n_loops; i++) {
+    hark_error *err = loop_new(http, i);
+    if (err) {
+      hark_http_free(http);
+      return err;
+    }
+  }
+  *out = http;
+  return NULL;
+}
+
+/* While shutting down: wake the loop now and then so the grace period ends
+ * even when nothing happens. */
+static void on_tick(lws_sorted_usec_list_t *sul) {
+  hark_http_loop *loop = lws_container_of(sul, hark_http_loop, tick);
+  lws_sul_schedule(loop->ctx, 0, &loop->tick, on_tick, 100 * LWS_US_PER_MS);
+}
+
+/* Any thread: calls of this loop outstanding, or replies not yet written. */
+static bool loop_has_work(hark_http_loop *loop) {
+  pthread_mutex_lock(&loop->lock);
+  bool b = loop->outstanding > 0;
+  pthread_mutex_unlock(&loop->lock);
+  return b || atomic_load_explicit(&loop->replying, memory_order_relaxed) > 0;
+}
+
+/* The same for every loop, and any WebSocket open on any. */
+static bool has_work(hark_http *http) {
+  if (atomic_load(&http->n_sockets) > 0) return true;
+  for (unsigned i = 0; i < http->n_loops; i++)
+    if (loop_has_work(http->loops[i])) return true;
+  return false;
+}
+
+/* Shutting down, loop thread: tells the loop's WebSockets to go (once);
+ * true while it has anything left to finish. */
+static bool busy(hark_http_loop *loop) {
+  bool sockets = hark_ws_close_all(loop);
+  return loop_has_work(loop) || sockets;
+}
+
+/* Loop 0, draining: true once everything live on every loop has finished
+ * or the exit timeout passed. */
+static bool drained(hark_http_loop *loop, uint64_t *deadline) {
+  hark_http *http = loop->http;
+  uint64_t now = hark_now_ns();
+  if (!*deadline) {
+    int secs = http->opts.exit_timeout_secs < 0   ? 0
+               : http->opts.exit_timeout_secs > 0 ? http->opts.exit_timeout_secs
+                                                  : DEFAULT_EXIT_TIMEOUT_SECS;
+    *deadline = now + (uint64_t)secs * 1000000000ull;
+    lws_sul_schedule(loop->ctx, 0, &loop->tick, on_tick, 100 * LWS_US_PER_MS);
+    HARK_INFO("draining: not ready, refusing new requests and streams; waiting up to %d s for "
+              "%u stream(s) and the requests in flight",
+              secs, (unsigned)atomic_load(&http->n_sockets));
+  }
+  if (!has_work(http) &&
+      (!http->opts.drain_idle || http->opts.drain_idle(http->opts.drain_idle_userp))) {
+    HARK_INFO("drained: every stream and request finished");
+    return true;
+  }
+  if (now < *deadline) return false;
+  HARK_WARN("exit timeout: closing %u stream(s) still open",
+            (unsigned)atomic_load(&http->n_sockets));
+  return true;
+}
+
+/* Async-signal-safe: lws_cancel_service only writes to a loop's wake-up
+ * pipe. */
+static void wake_all(hark_http *http) {
+  for (unsigned i = 0; i < http->n_loops; i++) {
+    hark_http_loop *loop = http->loops[i];
+    if (loop && loop->ctx) lws_cancel_service(loop->ctx);
+  }
+}
+
+/* One loop's life: serve until told to stop (loop 0 also ends the drain
+ * for all), then close its WebSockets (1001) and let the calls in flight
+ * finish and their replies go out (new requests get 503), for a while;
+ * briefly when told to stop at once. */
+static void loop_run(hark_http_loop *loop) {
+  hark_http *http = loop->http;
+  uint64_t drain_deadline = 0;
+  tl_loop = loop;
+  if (http->handler->thread_hook) http->handler->thread_hook(true);
+  while (!atomic_load(&http->stop)) {
+    if (lws_service(loop->ctx, 0) < 0) break;
+    if (loop->index == 0 && atomic_load(&http->draining) && drained(loop, &drain_deadline))
+      break;
+  }
+  uint64_t deadline =
+      hark_now_ns() + (atomic_load(&http->stop_now) ? STOP_GRACE_NS : SHUTDOWN_GRACE_NS);
+  if (!atomic_exchange(&http->stop, true)) wake_all(http); /* the first to stop tells the rest */
+  lws_sul_schedule(loop->ctx, 0, &loop->tick, on_tick, 100 * LWS_US_PER_MS);
+  while (busy(loop) && hark_now_ns() < deadline)
+    if (lws_service(loop->ctx, 0) < 0) break;
+  lws_sul_cancel(&loop->tick);
+  if (http->handler->thread_hook) http->handler->thread_hook(false);
+  tl_loop = NULL;
+}
+
+static void *loop_thread(void *arg) {
+  loop_run(arg);
+  return NULL;
+}
+
+/* Closes the loop's context (its connections' calls lose their client). */
+static void loop_close(hark_http_loop *loop) {
+  if (!loop->ctx) return;
+  hark_ws_sweep_stop(loop);
+  pthread_mutex_lock(&loop->lock);
+  loop->ctx_alive = false;
+  pthread_mutex_unlock(&loop->lock);
+  struct lws_context *ctx = loop->ctx;
+  loop->ctx = NULL;
+  lws_context_destroy(ctx);
+}
+
+void hark_http_run(hark_http *http) {
+  unsigned started = 1;
+  for (; started < http->n_loops; started++) {
+    hark_http_loop *loop = http->loops[started];
+    int rc = pthread_create(&loop->thread, NULL, loop_thread, loop);
+    if (rc) {
+      /* Its socket would take connections nobody serves: close them all. */
+      HARK_ERROR("http: cannot start event loop thread %u (%s); serving with %u", started,
+                 strerror(rc), started);
+      for (unsigned i = started; i < http->n_loops; i++) loop_close(http->loops[i]);
+      break;
+    }
+  }
+  loop_run(http->loops[0]);
+  for (unsigned i = 1; i < started; i++) pthread_join(http->loops[i]->thread, NULL);
+}
+
+void hark_http_drain(hark_http *http) {
+  atomic_store(&http->draining, true);
+  wake_all(http);
+}
+
+void hark_http_stop(hark_http *http) {
+  atomic_store(&http->stop_now, true);
+  atomic_store(&http->stop, true);
+  wake_all(http);
+}
+
+/* Calls still outstanding will be posted (every engine request gets its
+ * final); their handlers need the loop, so wait for them, then free it. */
+static void loop_free(hark_http_loop *loop) {
+  for (;;) {
+    pthread_mutex_lock(&loop->lock);
+    while (loop->outstanding > 0 && !loop->done_head) pthread_cond_wait(&loop->idle, &loop->lock);
+    bool more = loop->outstanding > 0;
+    pthread_mutex_unlock(&loop->lock);
+    if (!more) break;
+    drain_completions(loop);
+  }
+  pthread_cond_destroy(&loop->idle);
+  pthread_mutex_destroy(&loop->lock);
+  free(loop);
+}
+
+void hark_http_free(hark_http *http) {
+  if (!http) return;
+  /* Every context first: a stream closing on one loop may still end its
+   * work through the engine. */
+  for (unsigned i = 0; i < http->n_loops; i++)
+    if (http->loops[i]) loop_close(http->loops[i]);
+  for (unsigned i = 0; i < http->n_loops; i++)
+    if (http->loops[i]) loop_free(http->loops[i]);
+  free(http->loops);
+  free(http);
+}

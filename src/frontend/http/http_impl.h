@@ -1,0 +1,118 @@
+/*
+ * http_impl.h — what the transport's files share: http.c (event loops,
+ * listen sockets, lifecycle, the lws callback and the completion list),
+ * exchange.c (request heads and bodies, replies) and ws.c (WebSocket
+ * connections). Private to src/frontend/http.
+ */
+#ifndef HARK_FRONTEND_HTTP_IMPL_H
+#define HARK_FRONTEND_HTTP_IMPL_H
+
+#include <libwebsockets.h>
+#include <pthread.h>
+#include <stdatomic.h>
+
+#include "frontend/http/http.h"
+
+/* Reply buffers keep this much room in front of the body so the headers
+ * can be put right before it and go out in the same write. */
+#define HARK_HTTP_HEADROOM (LWS_PRE + 512)
+
+typedef enum conn_state {
+  CONN_IDLE = 0, /* between requests */
+  CONN_BODY,     /* receiving a request body */
+  CONN_BUSY,     /* a call has the request */
+  CONN_REPLYING, /* writing the reply */
+  CONN_LINGER,   /* replied early: discarding the unread body, then close */
+} conn_state;
+
+/* Per-connection state: lws allocates it zeroed; only the loop touches it. */
+struct hark_http_conn {
+  struct lws *wsi;
+  hark_http_loop *loop;
+  conn_state state;
+  void *state_ptr; /* the service's, for this exchange */
+  void (*state_free)(void *);
+  char *body_mem; /* allocation; body is inside it, aligned */
+  char *body;
+  size_t body_len, body_cap, body_align;
+  bool close_after;   /* close instead of waiting for the next request */
+  bool body_expected; /* the request declared a body ... */
+  bool body_done;     /* ... and lws has delivered all of it */
+  bool keep_alive_10; /* an HTTP/1.0 client asked to keep the connection */
+  hark_buf out;       /* the reply: headers + body from out_off */
+  size_t out_off;
+  hark_http_call *call; /* the exchange's call, or NULL */
+  hark_ws *ws;          /* a WebSocket connection's state (ws.c) */
+};
+
+/* One event loop: an lws context (info.user points here) with a vhost on
+ * the HTTP port (fed by a listen socket of its own when there are several
+ * loops) and, on loop 0 only, the metrics vhost. */
+struct hark_http_loop {
+  hark_http *http;
+  unsigned index;
+  struct lws_context *ctx;
+  struct lws_vhost *vh_http, *vh_metrics;
+  int listen_fd;               /* with several loops: ours (lws closes it) */
+  pthread_t thread;            /* loops 1..n-1; loop 0 runs on hark_http_run's */
+  lws_sorted_usec_list_t tick; /* wakes the loop while shutting down */
+  _Atomic uint32_t replying;   /* connections writing a reply (loop 0 reads it) */
+  pthread_mutex_t lock;        /* guards the fields below */
+  pthread_cond_t idle;
+  hark_http_call *done_head, *done_tail; /* completion list */
+  uint32_t outstanding; /* started calls not yet drained */
+  bool ctx_alive;       /* lws_cancel_service may be called */
+  bool drain_soon;      /* loop thread only: it posted a call itself without
+                           waking itself; drain after this callback */
+  /* WebSockets (ws.c), loop thread only. */
+  hark_ws *sockets;                /* open ones */
+  lws_sorted_usec_list_t ws_sweep; /* idle check, once a second */
+  bool ws_closing_all;             /* shutting down: told to go */
+};
+
+struct hark_http {
+  hark_http_options opts;
+  const hark_http_handler *handler;
+  atomic_bool stop;     /* every loop winds down (new requests get 503) */
+  atomic_bool stop_now; /* hark_http_stop: without the drain's grace */
+  atomic_bool draining; /* hark_http_drain was called */
+  _Atomic uint32_t n_sockets; /* open WebSockets, all loops */
+  unsigned n_loops;
+  hark_http_loop **loops; /* each its own allocation: no false sharing */
+};
+
+/* The loop a connection belongs to. */
+static inline hark_http_loop *hark_http_loop_of(struct lws *wsi) {
+  return lws_context_user(lws_get_context(wsi));
+}
+
+/* ---- exchange.c ------------------------------------------------------------- */
+
+/* LWS_CALLBACK_HTTP: a request head on `path`. */
+void hark_http_on_request(hark_http_conn *c, const char *path);
+/* LWS_CALLBACK_HTTP_BODY / _COMPLETION. */
+void hark_http_on_body(hark_http_conn *c, const char *in, size_t len);
+int hark_http_on_body_done(hark_http_conn *c);
+/* LWS_CALLBACK_HTTP_WRITEABLE: the next piece of the reply; -1 closes. */
+int hark_http_on_writable(hark_http_conn *c);
+/* LWS_CALLBACK_CLOSED_HTTP. */
+void hark_http_on_closed(hark_http_conn *c);
+
+/* ---- ws.c --------------------------------------------------------------------- */
+
+/* LWS_CALLBACK_HTTP_CONFIRM_UPGRADE: refuses an upgrade it cannot serve
+ * with an HTTP error (returns 1), allows it (0), or hangs up (-1). */
+int hark_ws_on_confirm(struct lws *wsi, const char *upgrade);
+/* The WebSocket callbacks; -1 closes the connection. */
+int hark_ws_on_established(hark_http_conn *c, struct lws *wsi);
+int hark_ws_on_receive(hark_http_conn *c, const void *in, size_t len);
+int hark_ws_on_writable(hark_http_conn *c);
+void hark_ws_on_closed(hark_http_conn *c);
+/* The loop's idle sweep: start, stop. */
+void hark_ws_sweep_start(hark_http_loop *loop);
+void hark_ws_sweep_stop(hark_http_loop *loop);
+/* Shutting down: tells every WebSocket of the loop to go (1001, once);
+ * true while any is open. */
+bool hark_ws_close_all(hark_http_loop *loop);
+
+#endif

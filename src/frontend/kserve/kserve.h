@@ -1,0 +1,186 @@
+/*
+ * kserve.h — the KServe v2 inference protocol (Triton's), independent of
+ * any transport: the REST routes, the infer request codec (JSON, or JSON +
+ * binary tensor data, in; a hark_request out; a hark_response in, a
+ * response body out), and the other JSON documents. kserve_http.c serves
+ * them on the HTTP transport, kserve_grpc*.c serve the same protocol's
+ * gRPC form.
+ *
+ * Parsing needs no server and no model config: it checks only what the
+ * request says about itself (data counts against shapes, values against
+ * data types, binary sizes against the body). Checking the request against
+ * a model (names, shapes, batch size) is the engine's job, done by
+ * hark_server_infer(); the fuzz target and the unit tests run the same
+ * check on a hand-built model without a server.
+ *
+ * Zero-copy: binary tensors point into the body buffer, JSON tensors are
+ * converted once into the parse arena; hark_kserve_to_request() hands the
+ * arena to the request (hark_request_attach), the caller attaches the body.
+ */
+#ifndef HARK_FRONTEND_KSERVE_H
+#define HARK_FRONTEND_KSERVE_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "hark/request.h"
+#include "hark/server.h"
+#include "hark/types.h"
+#include "util/arena.h"
+#include "util/buf.h"
+
+/* ---- routes ------------------------------------------------------------- */
+
+typedef enum hark_kserve_route_kind {
+  HARK_ROUTE_NONE = 0,
+  HARK_ROUTE_SERVER_META,
+  HARK_ROUTE_LIVE,
+  HARK_ROUTE_READY,
+  HARK_ROUTE_MODEL_META,
+  HARK_ROUTE_MODEL_READY,
+  HARK_ROUTE_MODEL_CONFIG,
+  HARK_ROUTE_MODEL_STATS,
+  HARK_ROUTE_ALL_STATS,
+  HARK_ROUTE_INFER,
+  HARK_ROUTE_REPO_INDEX,
+  HARK_ROUTE_REPO_LOAD,
+  HARK_ROUTE_REPO_UNLOAD,
+  HARK_ROUTE_METRICS,
+  HARK_ROUTE_STREAM, /* /v2/models/{m}[/versions/{v}]/stream: a WebSocket */
+} hark_kserve_route_kind;
+
+typedef struct hark_kserve_route {
+  hark_kserve_route_kind kind;
+  char *model;     /* owned; NULL when the route names none */
+  int64_t version; /* -1 when the URL gives none */
+} hark_kserve_route;
+
+/* Finds the route for `path` (on the metrics port or the HTTP port);
+ * rt->kind stays NONE when there is none. INVALID_ARG for a malformed
+ * model version. Free rt->model with hark_kserve_route_clear. */
+hark_error *hark_kserve_route_parse(const char *path, bool metrics, hark_kserve_route *rt);
+void hark_kserve_route_clear(hark_kserve_route *rt);
+/* A model version as the protocol writes it: digits, or "" for the
+ * newest (-1) where `empty_ok`. INVALID_ARG "invalid model version"
+ * otherwise. */
+hark_error *hark_kserve_parse_version(const char *s, bool empty_ok, int64_t *out);
+/* The routes that are POSTs (the rest are GETs). */
+bool hark_kserve_route_is_post(hark_kserve_route_kind kind);
+
+/* ---- parsed requests ----------------------------------------------------- */
+
+typedef struct hark_kserve_input {
+  const char *name;
+  hark_datatype datatype;
+  uint32_t ndims;
+  int64_t shape[HARK_MAX_DIMS];
+  const void *data; /* into the body (binary) or the arena (JSON) */
+  size_t byte_size;
+  bool binary; /* came from the binary part of the body */
+} hark_kserve_input;
+
+typedef struct hark_kserve_output {
+  const char *name;
+  int binary; /* parameters.binary_data: -1 unset, 0 false, 1 true */
+} hark_kserve_output;
+
+typedef enum hark_kserve_ptype {
+  HARK_KSERVE_PARAM_STRING,
+  HARK_KSERVE_PARAM_INT, /* value holds the JSON integer's text */
+  HARK_KSERVE_PARAM_NUMBER,
+  HARK_KSERVE_PARAM_BOOL, /* "true" / "false" */
+} hark_kserve_ptype;
+
+typedef struct hark_kserve_param {
+  const char *key;
+  const char *value;
+  hark_kserve_ptype type;
+} hark_kserve_param;
+
+/*
+ * A parsed infer request. Strings point into the body (decoded in place) or
+ * the arena; so the body must outlive it. Everything it owns is in `arena`.
+ */
+typedef struct hark_kserve_request {
+  const char *id; /* NULL when absent */
+  hark_kserve_param *params;
+  uint32_t n_params;
+  hark_kserve_input *inputs;
+  uint32_t n_inputs;
+  hark_kserve_output *outputs;
+  uint32_t n_outputs;
+  bool binary_data_output; /* request parameter: outputs binary by default */
+  hark_arena *arena;
+} hark_kserve_request;
+
+/* No Inference-Header-Content-Length header: the whole body is JSON. */
+#define HARK_KSERVE_NO_HEADER_LEN SIZE_MAX
+
+/*
+ * Parses an infer request body of `len` bytes. With the binary tensor data
+ * extension, `header_len` is the Inference-Header-Content-Length: the first
+ * header_len bytes are JSON and the rest are the inputs' binary data, in
+ * input order. The JSON part is modified in place (strings are decoded
+ * where they lie). Errors are INVALID_ARG (HTTP 400) with a message naming
+ * the offending input. On success the caller owns *out (free it with
+ * hark_kserve_request_clear, unless handed to a request); on error *out is
+ * left empty.
+ */
+hark_error *hark_kserve_parse(char *body, size_t len, size_t header_len, hark_kserve_request *out);
+/* Frees what `r` owns (its arena) and empties it. */
+void hark_kserve_request_clear(hark_kserve_request *r);
+
+/*
+ * Fills `req` (fresh from hark_request_new) from `r`: id, parameters
+ * (priority, timeout, sequence_id/start/end are interpreted; the rest are
+ * passed on as strings), inputs and requested outputs. On success the
+ * request owns r's arena (r stays readable until the request is freed). On
+ * error nothing is handed over. The caller still attaches the body.
+ */
+hark_error *hark_kserve_to_request(hark_kserve_request *r, hark_request *req);
+
+/* ---- responses ----------------------------------------------------------- */
+
+/*
+ * Appends the JSON response for `resp` (model name/version, id, parameters,
+ * outputs) to `out`, then the binary outputs: those asked for with
+ * "binary_data": true, or all by default when the request set
+ * "binary_data_output" (`r` may be NULL: everything as JSON). *json_len
+ * receives the length of the JSON part, and *any_binary whether binary
+ * data follows it (then the reply needs Inference-Header-Content-Length).
+ * Errors: INTERNAL for a malformed output (bad BYTES layout);
+ * RESOURCE_EXHAUSTED when the outputs' text does not fit in memory.
+ */
+hark_error *hark_kserve_write_response(hark_buf *out, const hark_response *resp,
+                                       const char *model_name, int64_t model_version,
+                                       const hark_kserve_request *r, size_t *json_len,
+                                       bool *any_binary);
+
+/* ---- other documents (kserve_docs.c) -------------------------------------- */
+
+/* Each appends one document to `out` in Triton's JSON shape. */
+
+/* GET /v2: {"name","version","extensions"}. */
+void hark_kserve_write_server_metadata(hark_buf *out);
+/* GET /v2/models/{m}: name, every loaded version, platform (or backend),
+ * inputs and outputs, with a -1 batch dimension when the model batches. */
+void hark_kserve_write_model_metadata(hark_buf *out, hark_server *server, const hark_model *model);
+/* GET /v2/models[/{m}[/versions/{v}]]/stats: {"model_stats":[...]} for
+ * every loaded model version matching `name` (NULL: all) and `version`
+ * (-1: all). NOT_FOUND (and `out` as it was) when a name was given and
+ * nothing matched. */
+hark_error *hark_kserve_write_stats(hark_buf *out, hark_server *server, const char *name,
+                                    int64_t version);
+/* POST /v2/repository/index: [{"name","version","state","reason"}], each
+ * field left out when empty, as Triton does. */
+hark_error *hark_kserve_write_index(hark_buf *out, hark_server *server, bool ready_only);
+
+/* ---- the HTTP service (kserve_http.c) ---------------------------------------- */
+
+typedef struct hark_http_handler hark_http_handler;
+/* Fills `h` with the KServe v2 REST API of `server` (and /metrics on the
+ * metrics port); the WebSocket part of the handler is left to the caller. */
+void hark_kserve_http_handler(hark_server *server, hark_http_handler *h);
+
+#endif

@@ -1,0 +1,428 @@
+/*
+ * kserve_grpc.c — KServe v2 over gRPC (inference.GRPCInferenceService, as
+ * Triton's clients expect) and grpc.health.v1.Health: the method tables
+ * registered with the gRPC transport, and the methods that are not
+ * inference (health, metadata, configuration, statistics, repository;
+ * inference is kserve_grpc_infer.c).
+ *
+ * Each handler reads the engine through its public API (hark/server.h),
+ * builds the protobuf-c reply on the stack or heap, and replies at once;
+ * load and unload reply from the engine's thread when they finish.
+ */
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "frontend/kserve/kserve.h"
+#include "frontend/kserve/kserve_grpc.h"
+#include "health.pb-c.h"
+#include "hark/backend.h"
+#include "hark/config.h"
+#include "util/alloc.h"
+
+#define FREE_MSG(m) protobuf_c_message_free_unpacked((ProtobufCMessage *)(m), NULL)
+
+static hark_server *server_of(hark_grpc_call *c) { return hark_grpc_call_service(c); }
+
+/* ---- health ---------------------------------------------------------------- */
+
+static void server_live(hark_grpc_call *c, ProtobufCMessage *msg) {
+  FREE_MSG(msg);
+  Inference__ServerLiveResponse r = INFERENCE__SERVER_LIVE_RESPONSE__INIT;
+  r.live = hark_server_is_live(server_of(c));
+  hark_grpc_reply(c, &r.base, GRPC_STATUS_OK, NULL);
+}
+
+static void server_ready(hark_grpc_call *c, ProtobufCMessage *msg) {
+  FREE_MSG(msg);
+  Inference__ServerReadyResponse r = INFERENCE__SERVER_READY_RESPONSE__INIT;
+  r.ready = hark_server_is_ready(server_of(c));
+  hark_grpc_reply(c, &r.base, GRPC_STATUS_OK, NULL);
+}
+
+/* Triton answers ready=false, not an error, for a model it cannot serve. */
+static void model_ready(hark_grpc_call *c, ProtobufCMessage *msg) {
+  Inference__ModelReadyRequest *q = (Inference__ModelReadyRequest *)msg;
+  Inference__ModelReadyResponse r = INFERENCE__MODEL_READY_RESPONSE__INIT;
+  int64_t version;
+  hark_error *err = hark_kserve_parse_version(q->version, true, &version);
+  hark_model *model = NULL;
+  if (!err) err = hark_server_model_acquire(server_of(c), q->name, version, &model);
+  FREE_MSG(msg);
+  if (err && hark_error_code(err) == HARK_ERR_INVALID_ARG) {
+    hark_grpc_reply_error(c, err);
+    return;
+  }
+  hark_error_free(err);
+  if (model) {
+    r.ready = hark_model_is_ready(model);
+    hark_model_release(model);
+  }
+  hark_grpc_reply(c, &r.base, GRPC_STATUS_OK, NULL);
+}
+
+static void health_check(hark_grpc_call *c, ProtobufCMessage *msg) {
+  Grpc__Health__V1__HealthCheckRequest *q = (Grpc__Health__V1__HealthCheckRequest *)msg;
+  bool known = !*q->service || strcmp(q->service, "inference.GRPCInferenceService") == 0;
+  char text[200];
+  snprintf(text, sizeof text, "unknown service '%.150s'", q->service);
+  FREE_MSG(msg);
+  if (!known) {
+    hark_grpc_reply(c, NULL, GRPC_STATUS_NOT_FOUND, text);
+    return;
+  }
+  Grpc__Health__V1__HealthCheckResponse r = GRPC__HEALTH__V1__HEALTH_CHECK_RESPONSE__INIT;
+  r.status = hark_server_is_ready(server_of(c))
+                 ? GRPC__HEALTH__V1__HEALTH_CHECK_RESPONSE__SERVING_STATUS__SERVING
+                 : GRPC__HEALTH__V1__HEALTH_CHECK_RESPONSE__SERVING_STATUS__NOT_SERVING;
+  hark_grpc_reply(c, &r.base, GRPC_STATUS_OK, NULL);
+}
+
+/* ---- metadata --------------------------------------------------------------- */
+
+static void server_metadata(hark_grpc_call *c, ProtobufCMessage *msg) {
+  FREE_MSG(msg);
+  Inference__ServerMetadataResponse r = INFERENCE__SERVER_METADATA_RESPONSE__INIT;
+  r.name = HARK_SERVER_NAME;
+  r.version = HARK_SERVER_VERSION;
+  const char *const *ext = hark_server_extensions();
+  while (ext && ext[r.n_extensions]) r.n_extensions++;
+  r.extensions = (char **)ext;
+  hark_grpc_reply(c, &r.base, GRPC_STATUS_OK, NULL);
+}
+
+/* The reply's parts live in one arena, freed together after it is sent;
+ * all of internal size (util/alloc.h). */
+static void *take(hark_arena *a, size_t n) {
+  void *p = hark_arena_alloc(a, n ? n : 1);
+  if (!p) hark_oom("reply", n);
+  return p;
+}
+
+typedef struct version_walk {
+  const char *name;
+  hark_arena *a;
+  char **versions; /* decimal strings */
+  size_t n, cap;
+} version_walk;
+
+static void add_version(hark_model *model, void *userp) {
+  version_walk *w = userp;
+  if (strcmp(hark_model_name(model), w->name) != 0) return;
+  w->versions = hark_arena_grow(w->a, w->versions, w->n, &w->cap, sizeof *w->versions);
+  if (!w->versions) hark_oom("reply", w->cap);
+  char *v = take(w->a, 24);
+  snprintf(v, 24, "%" PRId64, hark_model_version(model));
+  w->versions[w->n++] = v;
+}
+
+typedef Inference__ModelMetadataResponse__TensorMetadata tensor_md;
+
+/* Tensor metadata for `n` inputs or outputs; shapes get a leading -1 when
+ * the model batches. */
+static tensor_md **io_metadata(hark_arena *a, const hark_model_io *io, uint32_t n, bool batch) {
+  tensor_md **list = take(a, n * sizeof *list);
+  for (uint32_t i = 0; i < n; i++) {
+    size_t nd = io[i].ndims + (batch ? 1 : 0);
+    tensor_md *t = take(a, sizeof *t);
+    *t = (tensor_md)INFERENCE__MODEL_METADATA_RESPONSE__TENSOR_METADATA__INIT;
+    t->name = io[i].name;
+    t->datatype = (char *)hark_datatype_name(io[i].datatype);
+    t->shape = take(a, nd * sizeof *t->shape);
+    t->n_shape = nd;
+    size_t d = 0;
+    if (batch) t->shape[d++] = -1;
+    for (uint32_t k = 0; k < io[i].ndims; k++) t->shape[d++] = io[i].dims[k];
+    list[i] = t;
+  }
+  return list;
+}
+
+/* The model a request names (name, version string), with a reference;
+ * NULL when it already replied with the error. Frees msg either way. */
+static hark_model *acquire_or_reply(hark_grpc_call *c, const char *name, const char *version_s,
+                                    ProtobufCMessage *msg) {
+  int64_t version;
+  hark_model *model = NULL;
+  hark_error *err = hark_kserve_parse_version(version_s, true, &version);
+  if (!err) err = hark_server_model_acquire(server_of(c), name, version, &model);
+  FREE_MSG(msg);
+  if (err) hark_grpc_reply_error(c, err);
+  return model;
+}
+
+static void model_metadata(hark_grpc_call *c, ProtobufCMessage *msg) {
+  Inference__ModelMetadataRequest *q = (Inference__ModelMetadataRequest *)msg;
+  hark_model *model = acquire_or_reply(c, q->name, q->version, msg);
+  if (!model) return;
+  const hark_model_config *cfg = hark_model_get_config(model);
+  bool batch = cfg->max_batch_size > 0;
+  hark_arena *a = hark_arena_new();
+  Inference__ModelMetadataResponse r = INFERENCE__MODEL_METADATA_RESPONSE__INIT;
+  version_walk w = {.name = hark_model_name(model), .a = a};
+  hark_server_model_foreach(server_of(c), add_version, &w);
+  if (!w.n) add_version(model, &w);
+  r.name = (char *)hark_model_name(model);
+  r.versions = w.versions;
+  r.n_versions = w.n;
+  r.platform = cfg->platform && *cfg->platform ? cfg->platform
+               : cfg->backend                  ? cfg->backend
+                                               : "";
+  r.inputs = io_metadata(a, cfg->inputs, cfg->n_inputs, batch);
+  r.n_inputs = cfg->n_inputs;
+  r.outputs = io_metadata(a, cfg->outputs, cfg->n_outputs, batch);
+  r.n_outputs = cfg->n_outputs;
+  hark_grpc_reply(c, &r.base, GRPC_STATUS_OK, NULL);
+  hark_arena_free(a);
+  hark_model_release(model);
+}
+
+static void model_config(hark_grpc_call *c, ProtobufCMessage *msg) {
+  Inference__ModelConfigRequest *q = (Inference__ModelConfigRequest *)msg;
+  hark_model *model = acquire_or_reply(c, q->name, q->version, msg);
+  if (!model) return;
+  hark_arena *a = hark_arena_new();
+  Inference__ModelConfigResponse r = INFERENCE__MODEL_CONFIG_RESPONSE__INIT;
+  r.config = hark_kserve_config_pb(a, hark_model_get_config(model));
+  hark_grpc_reply(c, &r.base, GRPC_STATUS_OK, NULL);
+  hark_arena_free(a);
+  hark_model_release(model);
+}
+
+/* ---- statistics -------------------------------------------------------------- */
+
+/* One model version's statistics, in one allocation. */
+typedef struct stats_block {
+  Inference__ModelStatistics ms;
+  Inference__InferStatistics is;
+  Inference__StatisticDuration d[8];
+  char version[24];
+  Inference__InferBatchStatistics *bptr[64];
+  Inference__InferBatchStatistics b[64];
+  Inference__StatisticDuration bd[64][3];
+} stats_block;
+
+static void put_duration(Inference__StatisticDuration *d, hark_stat s) {
+  *d = (Inference__StatisticDuration)INFERENCE__STATISTIC_DURATION__INIT;
+  d->count = s.count;
+  d->ns = s.ns;
+}
+
+static stats_block *stats_block_new(hark_arena *a, const hark_model *model) {
+  stats_block *sb = take(a, sizeof *sb);
+  hark_model_stats st;
+  hark_model_stats_read(model, &st);
+  const hark_stat none = {0, 0};
+  sb->ms = (Inference__ModelStatistics)INFERENCE__MODEL_STATISTICS__INIT;
+  sb->is = (Inference__InferStatistics)INFERENCE__INFER_STATISTICS__INIT;
+  snprintf(sb->version, sizeof sb->version, "%" PRId64, hark_model_version(model));
+  sb->ms.name = (char *)hark_model_name(model);
+  sb->ms.version = sb->version;
+  sb->ms.last_inference = st.last_inference_ms;
+  sb->ms.inference_count = st.inference_count;
+  sb->ms.execution_count = st.execution_count;
+  hark_stat all[8] = {st.success, st.fail, st.queue, st.compute_input,
+                      st.compute_infer, st.compute_output, none, none};
+  for (int i = 0; i < 8; i++) put_duration(&sb->d[i], all[i]);
+  sb->is.success = &sb->d[0];
+  sb->is.fail = &sb->d[1];
+  sb->is.queue = &sb->d[2];
+  sb->is.compute_input = &sb->d[3];
+  sb->is.compute_infer = &sb->d[4];
+  sb->is.compute_output = &sb->d[5];
+  sb->is.cache_hit = &sb->d[6];
+  sb->is.cache_miss = &sb->d[7];
+  sb->ms.inference_stats = &sb->is;
+  uint32_t nb = st.n_batch < 64 ? st.n_batch : 64;
+  for (uint32_t i = 0; i < nb; i++) {
+    Inference__InferBatchStatistics *b = &sb->b[i];
+    *b = (Inference__InferBatchStatistics)INFERENCE__INFER_BATCH_STATISTICS__INIT;
+    b->batch_size = st.batch[i].batch_size;
+    put_duration(&sb->bd[i][0], st.batch[i].compute_input);
+    put_duration(&sb->bd[i][1], st.batch[i].compute_infer);
+    put_duration(&sb->bd[i][2], st.batch[i].compute_output);
+    b->compute_input = &sb->bd[i][0];
+    b->compute_infer = &sb->bd[i][1];
+    b->compute_output = &sb->bd[i][2];
+    sb->bptr[i] = b;
+  }
+  sb->ms.batch_stats = sb->bptr;
+  sb->ms.n_batch_stats = nb;
+  return sb;
+}
+
+typedef struct stats_walk {
+  const char *name; /* NULL: every model */
+  int64_t version;  /* -1: every version */
+  hark_arena *a;
+  Inference__ModelStatistics **list;
+  size_t n, cap;
+} stats_walk;
+
+static void add_stats(hark_model *model, void *userp) {
+  stats_walk *w = userp;
+  if ((w->name && strcmp(hark_model_name(model), w->name) != 0) ||
+      (w->version >= 0 && hark_model_version(model) != w->version))
+    return;
+  w->list = hark_arena_grow(w->a, w->list, w->n, &w->cap, sizeof *w->list);
+  if (!w->list) hark_oom("reply", w->cap);
+  stats_block *sb = stats_block_new(w->a, model);
+  /* The model name must outlive the walk's reference: copy it. */
+  const char *name = hark_model_name(model);
+  sb->ms.name = hark_arena_strndup(w->a, name, strlen(name));
+  if (!sb->ms.name) hark_oom("reply", strlen(name));
+  w->list[w->n++] = &sb->ms; /* ms is the block's first member */
+}
+
+static void model_statistics(hark_grpc_call *c, ProtobufCMessage *msg) {
+  Inference__ModelStatisticsRequest *q = (Inference__ModelStatisticsRequest *)msg;
+  stats_walk w = {.name = *q->name ? q->name : NULL, .version = -1, .a = hark_arena_new()};
+  hark_error *err = hark_kserve_parse_version(q->version, true, &w.version);
+  if (!err) {
+    hark_server_model_foreach(server_of(c), add_stats, &w);
+    if (w.name && !w.n)
+      err = w.version >= 0 ? hark_error_new(HARK_ERR_NOT_FOUND,
+                                            "requested model '%s' version %" PRId64
+                                            " is not found",
+                                            w.name, w.version)
+                           : hark_error_new(HARK_ERR_NOT_FOUND,
+                                            "requested model '%s' is not found", w.name);
+  }
+  if (err) {
+    hark_grpc_reply_error(c, err);
+  } else {
+    Inference__ModelStatisticsResponse r = INFERENCE__MODEL_STATISTICS_RESPONSE__INIT;
+    r.model_stats = w.list;
+    r.n_model_stats = w.n;
+    hark_grpc_reply(c, &r.base, GRPC_STATUS_OK, NULL);
+  }
+  hark_arena_free(w.a);
+  FREE_MSG(msg);
+}
+
+/* ---- repository ----------------------------------------------------------------- */
+
+static void repository_index(hark_grpc_call *c, ProtobufCMessage *msg) {
+  Inference__RepositoryIndexRequest *q = (Inference__RepositoryIndexRequest *)msg;
+  bool ready = q->ready;
+  FREE_MSG(msg);
+  hark_index_entry *entries;
+  size_t n;
+  hark_error *err = hark_server_repository_index(server_of(c), ready, &entries, &n);
+  if (err) {
+    hark_grpc_reply_error(c, err);
+    return;
+  }
+  typedef Inference__RepositoryIndexResponse__ModelIndex model_index;
+  hark_arena *a = hark_arena_new();
+  model_index *items = take(a, n * sizeof *items);
+  model_index **ptrs = take(a, n * sizeof *ptrs);
+  for (size_t i = 0; i < n; i++) {
+    items[i] = (model_index)INFERENCE__REPOSITORY_INDEX_RESPONSE__MODEL_INDEX__INIT;
+    items[i].name = entries[i].name;
+    if (entries[i].version >= 0) {
+      items[i].version = take(a, 24);
+      snprintf(items[i].version, 24, "%" PRId64, entries[i].version);
+    }
+    if (entries[i].state) items[i].state = (char *)entries[i].state;
+    if (entries[i].reason) items[i].reason = entries[i].reason;
+    ptrs[i] = &items[i];
+  }
+  Inference__RepositoryIndexResponse r = INFERENCE__REPOSITORY_INDEX_RESPONSE__INIT;
+  r.models = ptrs;
+  r.n_models = n;
+  hark_grpc_reply(c, &r.base, GRPC_STATUS_OK, NULL);
+  hark_arena_free(a);
+  hark_index_free(entries, n);
+}
+
+/* Run on the engine's thread when a load or unload finishes. */
+static void load_done(hark_error *err, void *userp) {
+  hark_grpc_call *c = userp;
+  Inference__RepositoryModelLoadResponse r = INFERENCE__REPOSITORY_MODEL_LOAD_RESPONSE__INIT;
+  if (err) hark_grpc_reply_error(c, err);
+  else hark_grpc_reply(c, &r.base, GRPC_STATUS_OK, NULL);
+  hark_grpc_call_unref(c);
+}
+
+static void unload_done(hark_error *err, void *userp) {
+  hark_grpc_call *c = userp;
+  Inference__RepositoryModelUnloadResponse r = INFERENCE__REPOSITORY_MODEL_UNLOAD_RESPONSE__INIT;
+  if (err) hark_grpc_reply_error(c, err);
+  else hark_grpc_reply(c, &r.base, GRPC_STATUS_OK, NULL);
+  hark_grpc_call_unref(c);
+}
+
+static void repository_load(hark_grpc_call *c, ProtobufCMessage *msg) {
+  Inference__RepositoryModelLoadRequest *q = (Inference__RepositoryModelLoadRequest *)msg;
+  hark_error *err = NULL;
+  if (q->n_parameters)
+    err = hark_error_new(HARK_ERR_UNSUPPORTED,
+                         "load parameters (such as '%s') are not supported",
+                         q->parameters[0]->key);
+  if (!err) {
+    hark_grpc_call_ref(c);
+    err = hark_server_model_load(server_of(c), q->model_name, load_done, c);
+    if (err) hark_grpc_call_unref(c);
+  }
+  FREE_MSG(msg);
+  if (err) hark_grpc_reply_error(c, err);
+}
+
+static void repository_unload(hark_grpc_call *c, ProtobufCMessage *msg) {
+  Inference__RepositoryModelUnloadRequest *q = (Inference__RepositoryModelUnloadRequest *)msg;
+  hark_error *err = NULL;
+  for (size_t i = 0; !err && i < q->n_parameters; i++)
+    if (strcmp(q->parameters[i]->key, "unload_dependents") != 0)
+      err = hark_error_new(HARK_ERR_UNSUPPORTED, "unload parameter '%s' is not supported",
+                           q->parameters[i]->key);
+  if (!err) {
+    hark_grpc_call_ref(c);
+    err = hark_server_model_unload(server_of(c), q->model_name, unload_done, c);
+    if (err) hark_grpc_call_unref(c);
+  }
+  FREE_MSG(msg);
+  if (err) hark_grpc_reply_error(c, err);
+}
+
+/* ---- the method tables ------------------------------------------------------------- */
+
+#define REFUSE HARK_GRPC_REFUSE_DRAINING
+static const hark_grpc_method kserve_methods[] = {
+    {"ServerLive", &inference__server_live_request__descriptor, server_live, 0, NULL, NULL},
+    {"ServerReady", &inference__server_ready_request__descriptor, server_ready, 0, NULL, NULL},
+    {"ModelReady", &inference__model_ready_request__descriptor, model_ready, 0, NULL, NULL},
+    {"ServerMetadata", &inference__server_metadata_request__descriptor, server_metadata, 0, NULL,
+     NULL},
+    {"ModelMetadata", &inference__model_metadata_request__descriptor, model_metadata, 0, NULL,
+     NULL},
+    {"ModelInfer", &inference__model_infer_request__descriptor, hark_kserve_grpc_infer, REFUSE,
+     NULL, NULL},
+    {"ModelStreamInfer", &inference__model_infer_request__descriptor,
+     hark_kserve_grpc_stream_infer, HARK_GRPC_STREAMING | REFUSE, NULL, NULL},
+    {"ModelConfig", &inference__model_config_request__descriptor, model_config, 0, NULL, NULL},
+    {"ModelStatistics", &inference__model_statistics_request__descriptor, model_statistics, 0,
+     NULL, NULL},
+    {"RepositoryIndex", &inference__repository_index_request__descriptor, repository_index, 0,
+     NULL, NULL},
+    {"RepositoryModelLoad", &inference__repository_model_load_request__descriptor,
+     repository_load, 0, NULL, NULL},
+    {"RepositoryModelUnload", &inference__repository_model_unload_request__descriptor,
+     repository_unload, 0, NULL, NULL},
+};
+
+static const hark_grpc_method health_methods[] = {
+    {"Check", &grpc__health__v1__health_check_request__descriptor, health_check, 0, NULL, NULL},
+};
+
+static const hark_grpc_service kserve_service = {
+    "inference.GRPCInferenceService", kserve_methods,
+    sizeof kserve_methods / sizeof kserve_methods[0]};
+static const hark_grpc_service health_service = {
+    "grpc.health.v1.Health", health_methods, sizeof health_methods / sizeof health_methods[0]};
+
+hark_error *hark_kserve_grpc_register(hark_grpc *g, hark_server *server) {
+  hark_error *err = hark_grpc_add_service(g, &kserve_service, server);
+  return err ? err : hark_grpc_add_service(g, &health_service, server);
+}

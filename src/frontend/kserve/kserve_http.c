@@ -1,0 +1,504 @@
+/*
+ * kserve_http.c — the KServe v2 REST API as an HTTP service: the routes,
+ * and the handlers the transport calls (http/http.h). GETs (health,
+ * metadata, config, statistics, metrics) answer at once from the engine's
+ * public API. An infer request's body is parsed by the KServe codec into a
+ * hark_request that owns it, and queued with hark_server_infer(); the
+ * response is serialized on the worker thread that delivers it, straight
+ * into the reply buffer, and its call is posted back to the connection's
+ * loop, which sends the reply. Model load and unload finish on a server
+ * thread the same way.
+ */
+#include <cjson/cJSON.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "frontend/http/http.h"
+#include "frontend/kserve/kserve.h"
+#include "hark/backend.h"
+#include "hark/config.h"
+#include "util/alloc.h"
+
+#define MAX_PATH_LEN 2048
+#define MAX_SEGMENTS 8
+#define JSON "application/json"
+
+/* ---- routes ------------------------------------------------------------------- */
+
+/* The /v2/models/{m}[/versions/{v}][/action] family. */
+static hark_error *route_model(char **seg, int n, hark_kserve_route *rt) {
+  int i = 2;
+  if (i < n && strcmp(seg[i], "versions") == 0) {
+    if (i + 1 >= n) return NULL;
+    hark_error *err = hark_kserve_parse_version(seg[i + 1], false, &rt->version);
+    if (err) return err;
+    i += 2;
+  }
+  static const struct {
+    const char *name;
+    hark_kserve_route_kind kind;
+  } actions[] = {{"ready", HARK_ROUTE_MODEL_READY},
+                 {"config", HARK_ROUTE_MODEL_CONFIG},
+                 {"stats", HARK_ROUTE_MODEL_STATS},
+                 {"infer", HARK_ROUTE_INFER},
+                 {"stream", HARK_ROUTE_STREAM}};
+  if (i == n) rt->kind = HARK_ROUTE_MODEL_META;
+  for (size_t a = 0; i + 1 == n && a < sizeof actions / sizeof *actions; a++)
+    if (strcmp(seg[i], actions[a].name) == 0) rt->kind = actions[a].kind;
+  if (rt->kind != HARK_ROUTE_NONE) rt->model = hark_xstrdup(seg[1]);
+  return NULL;
+}
+
+hark_error *hark_kserve_route_parse(const char *path, bool metrics, hark_kserve_route *rt) {
+  *rt = (hark_kserve_route){.kind = HARK_ROUTE_NONE, .version = -1};
+  char buf[MAX_PATH_LEN], *seg[MAX_SEGMENTS + 1];
+  size_t len = strlen(path);
+  if (len >= sizeof buf || path[0] != '/') return NULL;
+  memcpy(buf, path + 1, len);
+  int n = 0;
+  for (char *s = buf, *slash; n <= MAX_SEGMENTS; s = slash + 1) {
+    seg[n++] = s;
+    if (!(slash = strchr(s, '/'))) break;
+    *slash = '\0';
+  }
+  if (n > MAX_SEGMENTS) return NULL;
+  for (int i = 0; i < n; i++)
+    if (!*seg[i]) return NULL; /* empty segment: "//" or a trailing "/" */
+  if (metrics) {
+    if (n == 1 && strcmp(seg[0], "metrics") == 0) rt->kind = HARK_ROUTE_METRICS;
+    return NULL;
+  }
+  if (strcmp(seg[0], "v2") != 0) return NULL;
+  if (n == 1)
+    rt->kind = HARK_ROUTE_SERVER_META;
+  else if (n == 3 && strcmp(seg[1], "health") == 0 && strcmp(seg[2], "live") == 0)
+    rt->kind = HARK_ROUTE_LIVE;
+  else if (n == 3 && strcmp(seg[1], "health") == 0 && strcmp(seg[2], "ready") == 0)
+    rt->kind = HARK_ROUTE_READY;
+  else if (n == 3 && strcmp(seg[1], "models") == 0 && strcmp(seg[2], "stats") == 0)
+    rt->kind = HARK_ROUTE_ALL_STATS;
+  else if (n >= 3 && strcmp(seg[1], "models") == 0)
+    return route_model(seg + 1, n - 1, rt);
+  else if (n == 3 && strcmp(seg[1], "repository") == 0 && strcmp(seg[2], "index") == 0)
+    rt->kind = HARK_ROUTE_REPO_INDEX;
+  else if (n == 5 && strcmp(seg[1], "repository") == 0 && strcmp(seg[2], "models") == 0 &&
+           (strcmp(seg[4], "load") == 0 || strcmp(seg[4], "unload") == 0)) {
+    rt->kind = seg[4][0] == 'l' ? HARK_ROUTE_REPO_LOAD : HARK_ROUTE_REPO_UNLOAD;
+    rt->model = hark_xstrdup(seg[3]);
+  }
+  return NULL;
+}
+
+void hark_kserve_route_clear(hark_kserve_route *rt) {
+  free(rt->model);
+  rt->model = NULL;
+}
+
+bool hark_kserve_route_is_post(hark_kserve_route_kind k) {
+  return k == HARK_ROUTE_INFER || k == HARK_ROUTE_REPO_INDEX || k == HARK_ROUTE_REPO_LOAD ||
+         k == HARK_ROUTE_REPO_UNLOAD;
+}
+
+/* What an exchange keeps between its head and its body. */
+typedef struct exchange {
+  hark_kserve_route rt;
+  size_t header_len; /* Inference-Header-Content-Length, or none */
+} exchange;
+
+static void exchange_free(void *p) {
+  exchange *x = p;
+  hark_kserve_route_clear(&x->rt);
+  free(x);
+}
+
+/* ---- replies -------------------------------------------------------------------- */
+
+/* 200 with the JSON document in `b`, or the error (taken) instead. */
+static void reply_doc(hark_http_conn *c, hark_buf *b, hark_error *err) {
+  if (err) {
+    hark_buf_free(b);
+    hark_http_reply_error(c, 0, err);
+    return;
+  }
+  hark_http_reply(c, 200, JSON, b, NULL, NULL);
+}
+
+/* ---- inference ---------------------------------------------------------------------- */
+
+/* One engine operation (infer, load, unload) and its reply. The reply is
+ * made on the thread that finishes the operation and sent from the loop. */
+typedef struct call {
+  hark_http_call call; /* first: the transport hands it back */
+  hark_server *server;
+  hark_kserve_request parsed; /* read by the worker while the request lives */
+  char *model_name;
+  int64_t model_version;
+  int status; /* 0 until a reply is ready */
+  const char *ctype;
+  hark_buf out;
+  size_t infer_header_len; /* 0: no binary data */
+} call;
+
+static call *call_new(hark_server *server) {
+  call *k = hark_xcalloc(1, sizeof *k);
+  k->server = server;
+  k->model_version = -1;
+  return k;
+}
+
+static void call_free(call *k) {
+  hark_buf_free(&k->out);
+  free(k->model_name);
+  free(k);
+}
+
+/* Any thread: the reply is {"error": ...} for `err` (not taken). */
+static void call_set_error(call *k, const hark_error *err) {
+  k->status = hark_code_http_status(hark_error_code(err));
+  k->ctype = JSON;
+  k->infer_header_len = 0;
+  hark_http_body_begin(&k->out);
+  hark_http_put_error(&k->out, hark_error_message(err));
+}
+
+/* Loop thread: the reply is ready; send it if the client is still there. */
+static void on_call_done(hark_http_call *hc, hark_http_conn *c) {
+  call *k = (call *)hc;
+  if (c) {
+    char num[32];
+    const char *hname = NULL;
+    if (k->infer_header_len) {
+      snprintf(num, sizeof num, "%zu", k->infer_header_len);
+      hname = "Inference-Header-Content-Length:";
+    }
+    hark_http_reply(c, k->status, k->ctype, &k->out, hname, num);
+  }
+  call_free(k);
+}
+
+/* Worker thread. Serializes the first response (a decoupled model's later
+ * ones are dropped: KServe HTTP has one response per request); an error
+ * replaces it. The request, and so `parsed`, lives until this returns. */
+static void on_infer_response(hark_response *resp, uint32_t flags, hark_error *err, void *userp) {
+  call *k = userp;
+  if (err) {
+    call_set_error(k, err);
+  } else if (resp && !k->status) {
+    size_t json_len;
+    bool binary;
+    hark_http_body_begin(&k->out);
+    hark_error *werr = hark_kserve_write_response(&k->out, resp, k->model_name,
+                                                  k->model_version, &k->parsed, &json_len, &binary);
+    if (werr) {
+      call_set_error(k, werr);
+      hark_error_free(werr);
+    } else {
+      k->status = 200;
+      k->ctype = binary ? "application/octet-stream" : JSON;
+      k->infer_header_len = binary ? json_len : 0;
+    }
+  }
+  hark_response_free(resp);
+  hark_error_free(err);
+  if (!(flags & HARK_RESPONSE_FINAL)) return;
+  if (!k->status) {
+    hark_error *none = hark_error_new(HARK_ERR_INTERNAL, "the model sent no response");
+    call_set_error(k, none);
+    hark_error_free(none);
+  }
+  hark_http_call_post(&k->call);
+}
+
+/* Parses the body and builds the request; on success the request owns the
+ * body and the parse arena. */
+static hark_error *build_infer(hark_http_conn *c, const exchange *x, hark_model *model, call *k,
+                               hark_request **out) {
+  const hark_model_config *cfg = hark_model_get_config(model);
+  if (cfg->decoupled)
+    return hark_error_new(HARK_ERR_UNSUPPORTED,
+                          "HTTP end point doesn't support models with decoupled transaction "
+                          "policy");
+  size_t len;
+  char *body = hark_http_body(c, &len);
+  hark_error *err = hark_kserve_parse(body, len, x->header_len, &k->parsed);
+  if (err) return err;
+  hark_request *req = hark_request_new(model);
+  err = hark_kserve_to_request(&k->parsed, req);
+  if (err) {
+    hark_request_free(req);
+    hark_kserve_request_clear(&k->parsed);
+    return err;
+  }
+  void *mem = hark_http_take_body(c);
+  if (mem) hark_request_attach(req, mem, free);
+  hark_request_set_callback(req, on_infer_response, k);
+  *out = req;
+  return NULL;
+}
+
+static void start_infer(hark_server *server, hark_http_conn *c, exchange *x) {
+  hark_model *model;
+  hark_error *err = hark_server_model_acquire(server, x->rt.model, x->rt.version, &model);
+  if (err) {
+    hark_http_reply_error(c, 0, err);
+    return;
+  }
+  call *k = call_new(server);
+  k->model_name = x->rt.model;
+  x->rt.model = NULL;
+  k->model_version = hark_model_version(model);
+  hark_request *req = NULL;
+  err = build_infer(c, x, model, k, &req);
+  hark_model_release(model); /* the request holds its own reference */
+  if (err) {
+    call_free(k);
+    hark_http_reply_error(c, 0, err);
+    return;
+  }
+  hark_http_call_start(c, &k->call, on_call_done);
+  err = hark_server_infer(server, req);
+  if (err) {
+    hark_request_free(req);
+    hark_http_call_abort(&k->call);
+    call_free(k);
+    hark_http_reply_error(c, 0, err);
+  }
+}
+
+/* ---- repository -------------------------------------------------------------- */
+
+/* Server thread: a load or unload finished. */
+static void on_repo_done(hark_error *err, void *userp) {
+  call *k = userp;
+  if (err) {
+    call_set_error(k, err);
+    hark_error_free(err);
+  } else {
+    hark_http_body_begin(&k->out);
+    hark_buf_puts(&k->out, "{}");
+    k->status = 200;
+    k->ctype = JSON;
+  }
+  hark_http_call_post(&k->call);
+}
+
+/* A body, if any, must be a JSON object; returns it parsed (or NULL). */
+static hark_error *parse_json_object(hark_http_conn *c, cJSON **out) {
+  size_t len;
+  char *body = hark_http_body(c, &len);
+  *out = NULL;
+  if (!len) return NULL;
+  cJSON *doc = cJSON_ParseWithLength(body, len);
+  if (!doc || !cJSON_IsObject(doc)) {
+    cJSON_Delete(doc);
+    return hark_error_new(HARK_ERR_INVALID_ARG, "request body is not a JSON object");
+  }
+  *out = doc;
+  return NULL;
+}
+
+static void repo_index(hark_server *server, hark_http_conn *c) {
+  cJSON *doc;
+  hark_error *err = parse_json_object(c, &doc);
+  if (err) {
+    hark_http_reply_error(c, 0, err);
+    return;
+  }
+  const cJSON *ready = cJSON_GetObjectItemCaseSensitive(doc, "ready");
+  bool ready_only = cJSON_IsTrue(ready);
+  bool bad = ready && !cJSON_IsBool(ready);
+  cJSON_Delete(doc);
+  if (bad) {
+    hark_http_reply_error(c, 0, hark_error_new(HARK_ERR_INVALID_ARG, "'ready' must be a boolean"));
+    return;
+  }
+  hark_buf b = {0};
+  hark_http_body_begin(&b);
+  reply_doc(c, &b, hark_kserve_write_index(&b, server, ready_only));
+}
+
+static void repo_load_unload(hark_server *server, hark_http_conn *c, exchange *x, bool load) {
+  cJSON *doc;
+  hark_error *err = parse_json_object(c, &doc);
+  if (err) {
+    hark_http_reply_error(c, 0, err);
+    return;
+  }
+  /* Triton's config and file overrides would silently do nothing here. */
+  const cJSON *params = cJSON_GetObjectItemCaseSensitive(doc, "parameters");
+  bool overrides = params && cJSON_GetArraySize(params) > 0;
+  cJSON_Delete(doc);
+  if (overrides) {
+    hark_http_reply_error(c, 0,
+                          hark_error_new(HARK_ERR_UNSUPPORTED,
+                                         "load parameters (config or file overrides) are not "
+                                         "supported"));
+    return;
+  }
+  call *k = call_new(server);
+  hark_http_call_start(c, &k->call, on_call_done);
+  err = load ? hark_server_model_load(server, x->rt.model, on_repo_done, k)
+             : hark_server_model_unload(server, x->rt.model, on_repo_done, k);
+  if (err) {
+    hark_http_call_abort(&k->call);
+    call_free(k);
+    hark_http_reply_error(c, 0, err);
+  }
+}
+
+/* ---- GETs ------------------------------------------------------------------------ */
+
+static void get_model_doc(hark_server *server, hark_http_conn *c, const hark_kserve_route *rt) {
+  hark_model *model;
+  hark_error *err = hark_server_model_acquire(server, rt->model, rt->version, &model);
+  if (rt->kind == HARK_ROUTE_MODEL_READY) {
+    bool ready = !err && hark_model_is_ready(model) && !hark_server_is_draining(server);
+    hark_error_free(err);
+    if (!err) hark_model_release(model);
+    hark_http_reply_text(c, ready ? 200 : 400, NULL, NULL, 0);
+    return;
+  }
+  if (err) {
+    hark_http_reply_error(c, 0, err);
+    return;
+  }
+  hark_buf b = {0};
+  hark_http_body_begin(&b);
+  if (rt->kind == HARK_ROUTE_MODEL_META) {
+    hark_kserve_write_model_metadata(&b, server, model);
+  } else {
+    char *json = hark_model_config_to_json(hark_model_get_config(model));
+    if (!json) err = hark_error_new(HARK_ERR_INTERNAL, "cannot write the model config");
+    else hark_buf_puts(&b, json);
+    free(json);
+  }
+  hark_model_release(model);
+  reply_doc(c, &b, err);
+}
+
+static void handle_get(hark_server *server, hark_http_conn *c, const hark_kserve_route *rt) {
+  hark_buf b = {0};
+  switch (rt->kind) {
+    case HARK_ROUTE_LIVE:
+      hark_http_reply_text(c, hark_server_is_live(server) ? 200 : 400, NULL, NULL, 0);
+      return;
+    case HARK_ROUTE_READY:
+      hark_http_reply_text(c, hark_server_is_ready(server) ? 200 : 400, NULL, NULL, 0);
+      return;
+    case HARK_ROUTE_METRICS: {
+      char *text = hark_server_metrics_render(server);
+      if (!text) {
+        hark_http_reply_error(c, 0, hark_error_new(HARK_ERR_INTERNAL, "cannot render metrics"));
+        return;
+      }
+      hark_http_reply_text(c, 200, "text/plain; version=0.0.4; charset=utf-8", text,
+                           strlen(text));
+      free(text);
+      return;
+    }
+    case HARK_ROUTE_MODEL_META:
+    case HARK_ROUTE_MODEL_READY:
+    case HARK_ROUTE_MODEL_CONFIG: get_model_doc(server, c, rt); return;
+    case HARK_ROUTE_SERVER_META:
+      hark_http_body_begin(&b);
+      hark_kserve_write_server_metadata(&b);
+      reply_doc(c, &b, NULL);
+      return;
+    default:
+      hark_http_body_begin(&b);
+      reply_doc(c, &b, hark_kserve_write_stats(&b, server, rt->model, rt->version));
+      return;
+  }
+}
+
+/* ---- the handlers ------------------------------------------------------------------ */
+
+static void handle_post(hark_server *server, hark_http_conn *c, exchange *x) {
+  switch (x->rt.kind) {
+    case HARK_ROUTE_INFER: start_infer(server, c, x); return;
+    case HARK_ROUTE_REPO_INDEX: repo_index(server, c); return;
+    case HARK_ROUTE_REPO_LOAD: repo_load_unload(server, c, x, true); return;
+    case HARK_ROUTE_REPO_UNLOAD: repo_load_unload(server, c, x, false); return;
+    default: return;
+  }
+}
+
+/* Inference-Header-Content-Length: the JSON part of a binary infer body. */
+static hark_error *header_len(hark_http_conn *c, size_t *out) {
+  char v[32], *end;
+  *out = HARK_KSERVE_NO_HEADER_LEN;
+  if (hark_http_header(c, "inference-header-content-length:", v, sizeof v) < 0) return NULL;
+  unsigned long long n = strtoull(v, &end, 10);
+  if (v[0] < '0' || v[0] > '9' || *end)
+    return hark_error_new(HARK_ERR_INVALID_ARG, "Inference-Header-Content-Length is not a number");
+  *out = (size_t)n;
+  return NULL;
+}
+
+static void on_head(void *userp, hark_http_conn *c, const hark_http_request *req) {
+  hark_server *server = userp;
+  hark_kserve_route rt;
+  hark_error *err = hark_kserve_route_parse(req->path, req->metrics, &rt);
+  if (err) {
+    hark_http_reply_error(c, 0, err);
+    return;
+  }
+  if (rt.kind == HARK_ROUTE_NONE) {
+    hark_http_reply_error(c, 0, hark_error_new(HARK_ERR_NOT_FOUND, "Not Found"));
+    return;
+  }
+  /* Draining: no new work (answered before the body is read, so the
+   * connection closes after it); probes, metadata and metrics still answer. */
+  if (rt.kind == HARK_ROUTE_INFER && hark_server_is_draining(server)) {
+    hark_kserve_route_clear(&rt);
+    hark_http_close_after(c);
+    hark_http_reply_error(c, 0,
+                          hark_error_new(HARK_ERR_UNAVAILABLE,
+                                         "Server is shutting down: not accepting new requests"));
+    return;
+  }
+  if (rt.kind == HARK_ROUTE_STREAM) {
+    hark_kserve_route_clear(&rt);
+    hark_http_reply_error(
+        c, 426,
+        hark_error_new(HARK_ERR_INVALID_ARG,
+                       "this is a WebSocket endpoint (Vosk's streaming protocol): connect "
+                       "with a WebSocket client"));
+    return;
+  }
+  bool post = hark_kserve_route_is_post(rt.kind);
+  if (req->method == HARK_HTTP_HEAD || req->method != (post ? HARK_HTTP_POST : HARK_HTTP_GET)) {
+    hark_kserve_route_clear(&rt);
+    if (req->method == HARK_HTTP_HEAD) /* a HEAD reply must not carry a body */
+      hark_http_reply_text(c, 405, NULL, NULL, 0);
+    else
+      hark_http_reply_error(c, 405, hark_error_new(HARK_ERR_INVALID_ARG, "Method Not Allowed"));
+    return;
+  }
+  if (!post) {
+    handle_get(server, c, &rt);
+    hark_kserve_route_clear(&rt);
+    return;
+  }
+  exchange *x = hark_xcalloc(1, sizeof *x);
+  x->rt = rt;
+  hark_http_set_state(c, x, exchange_free);
+  if ((err = header_len(c, &x->header_len))) {
+    hark_http_reply_error(c, 0, err);
+    return;
+  }
+  size_t align = x->header_len == HARK_KSERVE_NO_HEADER_LEN ? 0 : x->header_len;
+  int rc = hark_http_read_body(c, align);
+  if (rc == 0) handle_post(server, c, x);
+}
+
+static void on_body(void *userp, hark_http_conn *c) {
+  handle_post(userp, c, hark_http_state(c));
+}
+
+void hark_kserve_http_handler(hark_server *server, hark_http_handler *h) {
+  h->head = on_head;
+  h->body = on_body;
+  h->userp = server;
+}

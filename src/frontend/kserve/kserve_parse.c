@@ -1,0 +1,605 @@
+/*
+ * kserve_parse.c — parses KServe v2 infer requests (JSON, and JSON + binary
+ * tensor data) into tensors the engine can use, and builds hark_requests.
+ *
+ * A small purpose-built JSON reader rather than a DOM: the body is read
+ * once, strings (names, ids) are decoded where they lie, and "data" arrays
+ * are converted straight into the packed little-endian layout the engine
+ * expects. It also keeps 64-bit integers exact, which a DOM storing numbers
+ * as doubles (cJSON) cannot. Because "data" may come before "datatype" in
+ * an input object, the reader notes where "data" starts, skips it, and
+ * converts it once the object is complete. Everything parsing allocates
+ * lives in one arena, handed to the request so it is freed with it.
+ * Response writing and the output buffer live in kserve_write.c.
+ */
+#include <float.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "frontend/kserve/json_read.h"
+#include "frontend/kserve/kserve.h"
+
+/* ---- the parser ----------------------------------------------------------- */
+
+typedef struct parser {
+  hark_jr jr;
+  hark_arena *arena;
+} parser;
+
+/* ---- request parameters -------------------------------------------------- */
+
+/* Arena memory for the request (client-sized: a failure is its error). */
+static void *alloc(parser *ps, size_t n) {
+  void *p = hark_arena_alloc(ps->arena, n);
+  if (!p) hark_jr_fail(&ps->jr, "out of memory");
+  return p;
+}
+
+static char *arena_strndup(parser *ps, const char *s, size_t n) {
+  char *d = hark_arena_strndup(ps->arena, s, n);
+  if (!d) hark_jr_fail(&ps->jr, "out of memory");
+  return d;
+}
+
+/* Grows an arena array of `size`-byte items, n of them used and *cap
+ * allocated, to hold n + 1 (doubling). */
+static void *grow(parser *ps, void *arr, uint32_t n, size_t *cap, size_t size) {
+  if (n >= UINT32_MAX / 2) {
+    hark_jr_fail(&ps->jr, "too many items");
+    return NULL;
+  }
+  void *na = hark_arena_grow(ps->arena, arr, n, cap, size);
+  if (!na) hark_jr_fail(&ps->jr, "out of memory");
+  return na;
+}
+
+/* One parameter value: string, number or boolean. */
+static bool read_param(parser *ps, const char *key, hark_kserve_param *out) {
+  hark_jr_skip_ws(&ps->jr);
+  out->key = key;
+  char c = ps->jr.p < ps->jr.end ? *ps->jr.p : '\0';
+  if (c == '"') {
+    out->type = HARK_KSERVE_PARAM_STRING;
+    return hark_jr_string(&ps->jr, &out->value, NULL);
+  }
+  if (c == 't' || c == 'f') {
+    bool b;
+    out->type = HARK_KSERVE_PARAM_BOOL;
+    out->value = c == 't' ? "true" : "false";
+    return hark_jr_bool(&ps->jr, &b, key);
+  }
+  if (c == '-' || (c >= '0' && c <= '9')) {
+    hark_jr_num num;
+    if (!hark_jr_number(&ps->jr, &num)) return false;
+    out->type = num.integer ? HARK_KSERVE_PARAM_INT : HARK_KSERVE_PARAM_NUMBER;
+    out->value = arena_strndup(ps, num.text, num.len);
+    return out->value != NULL;
+  }
+  return hark_jr_fail(&ps->jr, "parameter '%s' must be a string, number or boolean", key);
+}
+
+static bool read_params(parser *ps, hark_kserve_request *r) {
+  bool first = true, done;
+  const char *key;
+  size_t cap = 0;
+  while (hark_jr_next_member(&ps->jr, &first, &key, &done) && !done) {
+    if (strcmp(key, "binary_data_output") == 0) {
+      if (!hark_jr_bool(&ps->jr, &r->binary_data_output, "parameter 'binary_data_output'"))
+        return false;
+      continue;
+    }
+    hark_kserve_param *grown = grow(ps, r->params, r->n_params, &cap, sizeof *grown);
+    if (!grown) return false;
+    r->params = grown;
+    if (!read_param(ps, key, &r->params[r->n_params])) return false;
+    r->n_params++;
+  }
+  return !ps->jr.err;
+}
+
+/* ---- inputs --------------------------------------------------------------- */
+
+typedef struct input_doc {
+  const char *name, *datatype;
+  bool has_shape, has_size;
+  uint32_t ndims;
+  int64_t shape[HARK_MAX_DIMS];
+  uint64_t binary_size;
+  char *data; /* where the "data" value starts, or NULL */
+} input_doc;
+
+static bool read_shape(parser *ps, input_doc *d) {
+  bool first = true, done;
+  d->has_shape = true;
+  d->ndims = 0;
+  while (hark_jr_next_element(&ps->jr, &first, &done) && !done) {
+    hark_jr_num num;
+    int64_t v;
+    hark_jr_skip_ws(&ps->jr);
+    if (ps->jr.p >= ps->jr.end || (*ps->jr.p != '-' && (*ps->jr.p < '0' || *ps->jr.p > '9')))
+      return hark_jr_fail(&ps->jr, "input '%s': shape must be an array of integers",
+                          d->name ? d->name : "?");
+    if (!hark_jr_number(&ps->jr, &num)) return false;
+    if (!hark_jr_to_i64(&num, 0, INT64_MAX, &v))
+      return hark_jr_fail(&ps->jr, "input '%s': shape dimensions must be non-negative integers",
+                          d->name ? d->name : "?");
+    if (d->ndims == HARK_MAX_DIMS)
+      return hark_jr_fail(&ps->jr, "input '%s': shape has more than %d dimensions",
+                          d->name ? d->name : "?", HARK_MAX_DIMS);
+    d->shape[d->ndims++] = v;
+  }
+  return !ps->jr.err;
+}
+
+static bool read_input_params(parser *ps, input_doc *d) {
+  bool first = true, done;
+  const char *key;
+  while (hark_jr_next_member(&ps->jr, &first, &key, &done) && !done) {
+    if (strcmp(key, "binary_data_size") == 0) {
+      hark_jr_num num;
+      hark_jr_skip_ws(&ps->jr);
+      if (!hark_jr_number(&ps->jr, &num) || !hark_jr_to_u64(&num, UINT64_MAX, &d->binary_size))
+        return hark_jr_fail(&ps->jr, "input '%s': binary_data_size must be a non-negative integer",
+                            d->name ? d->name : "?");
+      d->has_size = true;
+    } else if (strncmp(key, "shared_memory", 13) == 0) {
+      return hark_jr_fail(&ps->jr, "input '%s': shared memory is not supported",
+                          d->name ? d->name : "?");
+    } else if (!hark_jr_skip(&ps->jr)) {
+      return false;
+    }
+  }
+  return !ps->jr.err;
+}
+
+static bool read_input_doc(parser *ps, input_doc *d) {
+  bool first = true, done;
+  const char *key;
+  while (hark_jr_next_member(&ps->jr, &first, &key, &done) && !done) {
+    if (strcmp(key, "name") == 0) {
+      if (!hark_jr_string(&ps->jr, &d->name, NULL)) return false;
+    } else if (strcmp(key, "datatype") == 0) {
+      if (!hark_jr_string(&ps->jr, &d->datatype, NULL)) return false;
+    } else if (strcmp(key, "shape") == 0) {
+      if (!read_shape(ps, d)) return false;
+    } else if (strcmp(key, "parameters") == 0) {
+      if (!read_input_params(ps, d)) return false;
+    } else if (strcmp(key, "data") == 0) {
+      hark_jr_skip_ws(&ps->jr);
+      d->data = ps->jr.p;
+      if (!hark_jr_skip(&ps->jr)) return false;
+    } else if (!hark_jr_skip(&ps->jr)) {
+      return false;
+    }
+  }
+  return !ps->jr.err;
+}
+
+/* ---- JSON tensor data ----------------------------------------------------- */
+
+typedef struct conv {
+  parser *ps;
+  const hark_kserve_input *in;
+  unsigned char *buf; /* NULL once the element count is known to be wrong */
+  size_t cap, used;
+  int64_t want, seen;
+} conv;
+
+static bool bad_element(conv *cv, const char *expected) {
+  return hark_jr_fail(&cv->ps->jr, "input '%s': data element %lld is not %s", cv->in->name,
+                      (long long)cv->seen, expected);
+}
+
+static void store(conv *cv, const void *v, size_t n) {
+  if (cv->buf && cv->seen < cv->want) memcpy(cv->buf + cv->used, v, n);
+  if (cv->buf && cv->seen < cv->want) cv->used += n;
+}
+
+static bool bad_integer(conv *cv) {
+  char what[48];
+  snprintf(what, sizeof what, "an integer in range for %s", hark_datatype_name(cv->in->datatype));
+  return bad_element(cv, what);
+}
+
+static bool convert_int(conv *cv, const hark_jr_num *num) {
+  hark_datatype dt = cv->in->datatype;
+  static const int64_t lo[] = {[HARK_TYPE_INT8] = INT8_MIN,
+                               [HARK_TYPE_INT16] = INT16_MIN,
+                               [HARK_TYPE_INT32] = INT32_MIN,
+                               [HARK_TYPE_INT64] = INT64_MIN};
+  static const int64_t hi[] = {[HARK_TYPE_INT8] = INT8_MAX,
+                               [HARK_TYPE_INT16] = INT16_MAX,
+                               [HARK_TYPE_INT32] = INT32_MAX,
+                               [HARK_TYPE_INT64] = INT64_MAX};
+  static const uint64_t uhi[] = {[HARK_TYPE_UINT8] = UINT8_MAX,
+                                 [HARK_TYPE_UINT16] = UINT16_MAX,
+                                 [HARK_TYPE_UINT32] = UINT32_MAX,
+                                 [HARK_TYPE_UINT64] = UINT64_MAX};
+  if (dt >= HARK_TYPE_INT8 && dt <= HARK_TYPE_INT64) {
+    int64_t v;
+    if (!hark_jr_to_i64(num, lo[dt], hi[dt], &v)) return bad_integer(cv);
+    int8_t i8 = (int8_t)v;
+    int16_t i16 = (int16_t)v;
+    int32_t i32 = (int32_t)v;
+    if (dt == HARK_TYPE_INT8)
+      store(cv, &i8, 1);
+    else if (dt == HARK_TYPE_INT16)
+      store(cv, &i16, 2);
+    else if (dt == HARK_TYPE_INT32)
+      store(cv, &i32, 4);
+    else
+      store(cv, &v, 8);
+    return true;
+  }
+  uint64_t v;
+  if (!hark_jr_to_u64(num, uhi[dt], &v)) return bad_integer(cv);
+  uint8_t u8 = (uint8_t)v;
+  uint16_t u16 = (uint16_t)v;
+  uint32_t u32 = (uint32_t)v;
+  if (dt == HARK_TYPE_UINT8)
+    store(cv, &u8, 1);
+  else if (dt == HARK_TYPE_UINT16)
+    store(cv, &u16, 2);
+  else if (dt == HARK_TYPE_UINT32)
+    store(cv, &u32, 4);
+  else
+    store(cv, &v, 8);
+  return true;
+}
+
+static bool convert_scalar(conv *cv) {
+  parser *ps = cv->ps;
+  hark_datatype dt = cv->in->datatype;
+  char c = ps->jr.p < ps->jr.end ? *ps->jr.p : '\0';
+  if (dt == HARK_TYPE_BYTES) {
+    if (c != '"') return bad_element(cv, "a string (BYTES)");
+    size_t n;
+    if (cv->buf && cv->seen < cv->want) {
+      unsigned char *w = cv->buf + cv->used;
+      const char *after = hark_jr_decode_string(ps->jr.p, ps->jr.end, (char *)w + 4, &n);
+      if (!after) return hark_jr_syntax(&ps->jr, "bad string");
+      hark_bytes_put_len(w, (uint32_t)n);
+      cv->used += 4 + n;
+      ps->jr.p = (char *)after;
+      return true;
+    }
+    const char *after = hark_jr_scan_string(ps->jr.p, ps->jr.end, &n);
+    if (!after) return hark_jr_syntax(&ps->jr, "bad string");
+    ps->jr.p = (char *)after;
+    return true;
+  }
+  if (dt == HARK_TYPE_BOOL) {
+    if (c != 't' && c != 'f') return bad_element(cv, "a boolean (BOOL)");
+    if (!hark_jr_literal(&ps->jr, c == 't' ? "true" : "false")) return false;
+    uint8_t b = c == 't';
+    store(cv, &b, 1);
+    return true;
+  }
+  if (c != '-' && (c < '0' || c > '9')) {
+    char what[32];
+    snprintf(what, sizeof what, "a number (%s)", hark_datatype_name(dt));
+    return bad_element(cv, what);
+  }
+  hark_jr_num num;
+  if (!hark_jr_number(&ps->jr, &num)) return false;
+  if (dt == HARK_TYPE_FP32 || dt == HARK_TYPE_FP64) {
+    double d;
+    if (!hark_jr_to_double(&num, &d) || (dt == HARK_TYPE_FP32 && fabs(d) > FLT_MAX))
+      return bad_element(
+          cv, dt == HARK_TYPE_FP32 ? "a number in range for FP32" : "a number in range for FP64");
+    float f = (float)d;
+    if (dt == HARK_TYPE_FP32)
+      store(cv, &f, 4);
+    else
+      store(cv, &d, 8);
+    return true;
+  }
+  return convert_int(cv, &num);
+}
+
+/* Walks (possibly nested) arrays, converting every scalar in order. */
+static bool convert_value(conv *cv) {
+  parser *ps = cv->ps;
+  hark_jr_skip_ws(&ps->jr);
+  if (ps->jr.p < ps->jr.end && *ps->jr.p == '[') {
+    bool first = true, done;
+    while (hark_jr_next_element(&ps->jr, &first, &done) && !done)
+      if (!convert_value(cv)) return false;
+    return !ps->jr.err;
+  }
+  if (!convert_scalar(cv)) return false;
+  cv->seen++;
+  return true;
+}
+
+static bool convert_json_data(parser *ps, hark_kserve_input *in, char *data) {
+  int64_t count = hark_shape_count(in->shape, in->ndims);
+  if (in->datatype == HARK_TYPE_FP16 || in->datatype == HARK_TYPE_BF16)
+    return hark_jr_fail(&ps->jr,
+                        "input '%s': %s data cannot be sent as JSON; send it as binary data "
+                        "(binary_data_size)",
+                        in->name, hark_datatype_name(in->datatype));
+  char *resume = ps->jr.p;
+  ps->jr.p = data;
+  hark_jr_skip_ws(&ps->jr);
+  if (ps->jr.p >= ps->jr.end || *ps->jr.p != '[')
+    return hark_jr_fail(&ps->jr, "input '%s': 'data' must be an array", in->name);
+  /* Every element takes at least one byte of JSON text: a count beyond the
+   * text is wrong, and is found without allocating for it. */
+  size_t text = (size_t)(resume - data);
+  conv cv = {.ps = ps, .in = in, .want = count};
+  if (count >= 0 && (uint64_t)count <= text) {
+    size_t esize = hark_datatype_size(in->datatype);
+    cv.cap = in->datatype == HARK_TYPE_BYTES ? (size_t)count * 4 + text : (size_t)count * esize;
+    cv.buf = alloc(ps, cv.cap ? cv.cap : 1);
+    if (!cv.buf) return false;
+  }
+  if (!convert_value(&cv)) return false;
+  if (cv.seen != count)
+    return hark_jr_fail(&ps->jr, "input '%s': shape needs %lld elements but 'data' holds %lld",
+                        in->name, (long long)count, (long long)cv.seen);
+  in->data = cv.buf;
+  in->byte_size = cv.used;
+  ps->jr.p = resume;
+  return true;
+}
+
+/* ---- binary tensor data --------------------------------------------------- */
+
+typedef struct binary_cursor {
+  const char *p, *end;
+} binary_cursor;
+
+static bool take_binary(parser *ps, binary_cursor *bc, hark_kserve_input *in, uint64_t size) {
+  size_t left = (size_t)(bc->end - bc->p);
+  if (size > left)
+    return hark_jr_fail(&ps->jr,
+                        "input '%s': binary_data_size %llu is more than the %zu bytes of binary "
+                        "data left in the request body",
+                        in->name, (unsigned long long)size, left);
+  int64_t count = hark_shape_count(in->shape, in->ndims);
+  size_t esize = hark_datatype_size(in->datatype);
+  if (in->datatype == HARK_TYPE_BYTES) {
+    if (!hark_bytes_check(bc->p, (size_t)size, count))
+      return hark_jr_fail(&ps->jr,
+                          "input '%s': binary BYTES data is not %lld length-prefixed elements "
+                          "filling %llu bytes",
+                          in->name, (long long)count, (unsigned long long)size);
+  } else if (count < 0 || (uint64_t)count > SIZE_MAX / esize || (uint64_t)count * esize != size) {
+    return hark_jr_fail(&ps->jr,
+                        "input '%s': binary_data_size %llu does not match %lld %s elements "
+                        "(%llu bytes)",
+                        in->name, (unsigned long long)size, (long long)count,
+                        hark_datatype_name(in->datatype), (unsigned long long)count * esize);
+  }
+  in->data = bc->p;
+  in->byte_size = (size_t)size;
+  in->binary = true;
+  bc->p += size;
+  /* Backends read typed elements in place; keep them aligned. */
+  if (esize > 1 && (uintptr_t)in->data % esize) {
+    void *copy = alloc(ps, in->byte_size);
+    if (!copy) return false;
+    memcpy(copy, in->data, in->byte_size);
+    in->data = copy;
+  }
+  return true;
+}
+
+static bool finish_input(parser *ps, input_doc *d, binary_cursor *bc, hark_kserve_input *in) {
+  if (!d->name) return hark_jr_fail(&ps->jr, "an input has no 'name'");
+  in->name = d->name;
+  if (!d->datatype) return hark_jr_fail(&ps->jr, "input '%s' has no 'datatype'", d->name);
+  in->datatype = hark_datatype_from_name(d->datatype);
+  if (in->datatype == HARK_TYPE_INVALID)
+    return hark_jr_fail(&ps->jr, "input '%s' has unknown datatype '%s'", d->name, d->datatype);
+  if (!d->has_shape) return hark_jr_fail(&ps->jr, "input '%s' has no 'shape'", d->name);
+  in->ndims = d->ndims;
+  memcpy(in->shape, d->shape, sizeof in->shape);
+  if (hark_shape_count(in->shape, in->ndims) < 0)
+    return hark_jr_fail(&ps->jr, "input '%s': shape holds too many elements", d->name);
+  if (d->has_size && d->data)
+    return hark_jr_fail(&ps->jr, "input '%s' has both 'data' and a binary_data_size", d->name);
+  if (d->has_size) return take_binary(ps, bc, in, d->binary_size);
+  if (!d->data)
+    return hark_jr_fail(&ps->jr, "input '%s' has no 'data' and no binary_data_size", d->name);
+  return convert_json_data(ps, in, d->data);
+}
+
+static bool read_inputs(parser *ps, hark_kserve_request *r, binary_cursor *bc) {
+  bool first = true, done;
+  size_t cap = 0;
+  while (hark_jr_next_element(&ps->jr, &first, &done) && !done) {
+    input_doc d = {0};
+    if (!read_input_doc(ps, &d)) return false;
+    hark_kserve_input *grown = grow(ps, r->inputs, r->n_inputs, &cap, sizeof *grown);
+    if (!grown) return false;
+    r->inputs = grown;
+    if (!finish_input(ps, &d, bc, &r->inputs[r->n_inputs])) return false;
+    r->n_inputs++;
+  }
+  return !ps->jr.err;
+}
+
+/* ---- requested outputs ---------------------------------------------------- */
+
+static bool read_output(parser *ps, hark_kserve_output *out) {
+  bool first = true, done;
+  const char *key;
+  out->binary = -1;
+  while (hark_jr_next_member(&ps->jr, &first, &key, &done) && !done) {
+    if (strcmp(key, "name") == 0) {
+      if (!hark_jr_string(&ps->jr, &out->name, NULL)) return false;
+    } else if (strcmp(key, "parameters") == 0) {
+      bool pfirst = true, pdone;
+      const char *pkey;
+      while (hark_jr_next_member(&ps->jr, &pfirst, &pkey, &pdone) && !pdone) {
+        if (strcmp(pkey, "binary_data") == 0) {
+          bool b;
+          if (!hark_jr_bool(&ps->jr, &b, "output parameter 'binary_data'")) return false;
+          out->binary = b;
+        } else if (strcmp(pkey, "classification") == 0 || strncmp(pkey, "shared_memory", 13) == 0) {
+          return hark_jr_fail(&ps->jr, "output parameter '%s' is not supported", pkey);
+        } else if (!hark_jr_skip(&ps->jr)) {
+          return false;
+        }
+      }
+      if (ps->jr.err) return false;
+    } else if (!hark_jr_skip(&ps->jr)) {
+      return false;
+    }
+  }
+  if (ps->jr.err) return false;
+  if (!out->name) return hark_jr_fail(&ps->jr, "a requested output has no 'name'");
+  return true;
+}
+
+static bool read_outputs(parser *ps, hark_kserve_request *r) {
+  bool first = true, done;
+  size_t cap = 0;
+  while (hark_jr_next_element(&ps->jr, &first, &done) && !done) {
+    hark_kserve_output *grown = grow(ps, r->outputs, r->n_outputs, &cap, sizeof *grown);
+    if (!grown) return false;
+    r->outputs = grown;
+    if (!read_output(ps, &r->outputs[r->n_outputs])) return false;
+    r->n_outputs++;
+  }
+  return !ps->jr.err;
+}
+
+/* ---- the request ------------------------------------------------------- */
+
+/* Marks `key` seen; a repeated one is ambiguous, so an error. */
+static bool once(parser *ps, unsigned *seen, unsigned bit, const char *key) {
+  if (*seen & bit) return hark_jr_fail(&ps->jr, "'%s' appears more than once", key);
+  *seen |= bit;
+  return true;
+}
+
+static bool read_request(parser *ps, hark_kserve_request *r, binary_cursor *bc) {
+  bool first = true, done;
+  unsigned seen = 0;
+  const char *key;
+  hark_jr_skip_ws(&ps->jr);
+  if (ps->jr.p >= ps->jr.end)
+    return hark_jr_fail(&ps->jr, "request body is empty; expected a JSON object");
+  while (hark_jr_next_member(&ps->jr, &first, &key, &done) && !done) {
+    bool ok;
+    if (strcmp(key, "id") == 0) {
+      if (!hark_jr_peek(&ps->jr, '"')) return hark_jr_fail(&ps->jr, "'id' must be a string");
+      ok = once(ps, &seen, 1, key) && hark_jr_string(&ps->jr, &r->id, NULL);
+    } else if (strcmp(key, "parameters") == 0) {
+      ok = once(ps, &seen, 2, key) && read_params(ps, r);
+    } else if (strcmp(key, "inputs") == 0) {
+      ok = once(ps, &seen, 4, key) && read_inputs(ps, r, bc);
+    } else if (strcmp(key, "outputs") == 0) {
+      ok = once(ps, &seen, 8, key) && read_outputs(ps, r);
+    } else {
+      ok = hark_jr_skip(&ps->jr);
+    }
+    if (!ok) return false;
+  }
+  if (ps->jr.err) return false;
+  hark_jr_skip_ws(&ps->jr);
+  if (ps->jr.p != ps->jr.end)
+    return hark_jr_syntax(&ps->jr, "unexpected data after the JSON object");
+  if (!(seen & 4)) return hark_jr_fail(&ps->jr, "request has no 'inputs'");
+  return true;
+}
+
+hark_error *hark_kserve_parse(char *body, size_t len, size_t header_len, hark_kserve_request *out) {
+  memset(out, 0, sizeof *out);
+  size_t json_len = header_len == HARK_KSERVE_NO_HEADER_LEN ? len : header_len;
+  if (json_len > len)
+    return hark_error_new(HARK_ERR_INVALID_ARG,
+                          "Inference-Header-Content-Length %zu is larger than the request "
+                          "body (%zu bytes)",
+                          header_len, len);
+  parser ps = {.jr = {.p = body, .end = body + json_len}};
+  ps.arena = hark_arena_new();
+  binary_cursor bc = {body + json_len, body + len};
+  if (read_request(&ps, out, &bc) && bc.p != bc.end)
+    hark_jr_fail(&ps.jr, "the request body has %zu bytes of binary data that no input claims",
+                 (size_t)(bc.end - bc.p));
+  out->arena = ps.arena;
+  if (ps.jr.err) hark_kserve_request_clear(out);
+  return ps.jr.err;
+}
+
+void hark_kserve_request_clear(hark_kserve_request *r) {
+  hark_arena_free(r->arena);
+  memset(r, 0, sizeof *r);
+}
+
+/* ---- model versions ---------------------------------------------------------- */
+
+hark_error *hark_kserve_parse_version(const char *s, bool empty_ok, int64_t *out) {
+  *out = -1;
+  if (!s || !*s)
+    return empty_ok ? NULL
+                    : hark_error_new(HARK_ERR_INVALID_ARG, "invalid model version '%s'", s ? s : "");
+  int64_t v = 0;
+  for (const char *p = s; *p; p++) {
+    if (*p < '0' || *p > '9' || v > (INT64_MAX - 9) / 10)
+      return hark_error_new(HARK_ERR_INVALID_ARG, "invalid model version '%s'", s);
+    v = v * 10 + (*p - '0');
+  }
+  *out = v;
+  return NULL;
+}
+
+/* ---- building the engine's request ---------------------------------------- */
+
+static hark_error *bad_param(const char *key, const char *want) {
+  return hark_error_new(HARK_ERR_INVALID_ARG, "parameter '%s' must be %s", key, want);
+}
+
+static hark_error *apply_param(const hark_kserve_param *p, hark_request *req) {
+  hark_jr_num num = {p->value, strlen(p->value), p->type == HARK_KSERVE_PARAM_INT};
+  uint64_t v;
+  if (strcmp(p->key, "priority") == 0) {
+    if (p->type != HARK_KSERVE_PARAM_INT || !hark_jr_to_u64(&num, UINT32_MAX, &v))
+      return bad_param(p->key, "a non-negative integer");
+    hark_request_set_priority(req, (uint32_t)v);
+  } else if (strcmp(p->key, "timeout") == 0) {
+    if (p->type != HARK_KSERVE_PARAM_INT || !hark_jr_to_u64(&num, UINT64_MAX, &v))
+      return bad_param(p->key, "a non-negative integer (microseconds)");
+    hark_request_set_timeout_us(req, v);
+  } else if (strcmp(p->key, "sequence_id") == 0) {
+    if (p->type == HARK_KSERVE_PARAM_STRING)
+      hark_request_set_correlation_id_str(req, p->value);
+    else if (p->type == HARK_KSERVE_PARAM_INT && hark_jr_to_u64(&num, UINT64_MAX, &v))
+      hark_request_set_correlation_id(req, v);
+    else
+      return bad_param(p->key, "a non-negative integer or a string");
+  } else if (strcmp(p->key, "sequence_start") == 0 || strcmp(p->key, "sequence_end") == 0) {
+    if (p->type != HARK_KSERVE_PARAM_BOOL) return bad_param(p->key, "a boolean");
+    uint32_t flag = p->key[9] == 's' ? HARK_REQUEST_SEQUENCE_START : HARK_REQUEST_SEQUENCE_END;
+    uint32_t flags = hark_request_flags(req);
+    flags = strcmp(p->value, "true") == 0 ? flags | flag : flags & ~flag;
+    hark_request_set_flags(req, flags);
+  } else {
+    hark_request_set_parameter(req, p->key, p->value);
+  }
+  return NULL;
+}
+
+hark_error *hark_kserve_to_request(hark_kserve_request *r, hark_request *req) {
+  if (r->id) hark_request_set_id(req, r->id);
+  for (uint32_t i = 0; i < r->n_params; i++) {
+    hark_error *err = apply_param(&r->params[i], req);
+    if (err) return err;
+  }
+  for (uint32_t i = 0; i < r->n_inputs; i++) {
+    const hark_kserve_input *in = &r->inputs[i];
+    hark_error *err = hark_request_add_input(req, in->name, in->datatype, in->shape, in->ndims,
+                                             in->data, in->byte_size);
+    if (err) return err;
+  }
+  for (uint32_t i = 0; i < r->n_outputs; i++)
+    hark_request_add_requested_output(req, r->outputs[i].name);
+  hark_request_attach(req, r->arena, hark_arena_free);
+  return NULL;
+}

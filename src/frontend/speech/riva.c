@@ -1,0 +1,654 @@
+/*
+ * riva.c — Riva's speech recognition service
+ * (nvidia.riva.asr.RivaSpeechRecognition) on hark's speech models, so
+ * Riva's clients work against hark unchanged: a codec between the gRPC
+ * transport and speech sessions (session.c).
+ *
+ * StreamingRecognize is a session: the first message's streaming_config
+ * picks the model (config.model, else --speech-model) and its settings;
+ * every audio_content message then becomes one item of the session, with
+ * its place among the stream's replies (a transport slot). The client's
+ * half-close ends the session (END), whose final closes the stream with
+ * OK; a call that ends otherwise (cancelled, past its deadline, failed)
+ * closes the session, which drops the waiting audio and ends the sequence
+ * on the client's behalf, so the decoder goes back to the pool at once.
+ * With interim_results on, every audio message gets exactly one response
+ * (Riva's streaming benchmark client counts on it): a partial, a final, or
+ * no results when there is nothing to say yet; with it off only non-empty
+ * finals are sent. Any error ends the stream with its status after the
+ * replies before it.
+ *
+ * Audio: LINEAR_PCM (16-bit little-endian mono), MULAW and ALAW (expanded
+ * to 16-bit PCM by the session), or ENCODING_UNSPECIFIED with a WAV header
+ * at the start (the model reads it); sample_rate_hertz 8000..48000,
+ * resampled by the model.
+ *
+ * Recognize runs the whole recording as one request (a one-shot
+ * sequence); GetRivaSpeechRecognitionConfig lists the speech models (a
+ * model with a BYTES input AUDIO and an output TRANSCRIPT) and their
+ * parameters.
+ */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+
+#include "frontend/speech/asr_result.h"
+#include "frontend/speech/session.h"
+#include "frontend/speech/speech.h"
+#include "hark/backend.h"
+#include "hark/config.h"
+#include "riva_asr.pb-c.h"
+#include "util/alloc.h"
+#include "util/arena.h"
+#include "util/log.h"
+
+typedef Nvidia__Riva__Asr__RecognitionConfig recognition_config;
+typedef Nvidia__Riva__Asr__SpeechRecognitionAlternative pb_alternative;
+typedef Nvidia__Riva__Asr__WordInfo pb_word;
+
+#define FREE_MSG(m) protobuf_c_message_free_unpacked((ProtobufCMessage *)(m), NULL)
+#define MAX_ALTERNATIVES 16
+#define DEFAULT_SPEECH_MODEL "asr"
+
+struct hark_riva {
+  hark_server *server;
+  const char *speech_model;
+  hark_speech_admission adm;
+};
+
+/* ---- settings --------------------------------------------------------------- */
+
+/* What a RecognitionConfig asks for, checked against the model. */
+typedef struct riva_config {
+  hark_model *model;         /* a reference */
+  hark_speech_settings st;   /* what the session sends the model */
+  uint32_t alternatives;     /* >= 1: how many a result carries */
+  char *request_id;          /* echoed; NULL when none */
+} riva_config;
+
+static void config_fini(riva_config *rc) {
+  if (rc->model) hark_model_release(rc->model);
+  hark_speech_settings_fini(&rc->st);
+  free(rc->request_id);
+  memset(rc, 0, sizeof *rc);
+}
+
+static bool has_io(const hark_model_io *io, uint32_t n, const char *name, hark_datatype type) {
+  for (uint32_t i = 0; i < n; i++)
+    if (!strcmp(io[i].name, name) && io[i].datatype == type) return true;
+  return false;
+}
+
+/* A speech model: audio in as BYTES "AUDIO", text out as "TRANSCRIPT". */
+static bool is_speech_model(const hark_model_config *cfg) {
+  return has_io(cfg->inputs, cfg->n_inputs, "AUDIO", HARK_TYPE_BYTES) &&
+         has_io(cfg->outputs, cfg->n_outputs, "TRANSCRIPT", HARK_TYPE_BYTES);
+}
+
+static const char *encoding_name(int e) {
+  const ProtobufCEnumValue *v =
+      protobuf_c_enum_descriptor_get_value(&nvidia__riva__audio_encoding__descriptor, e);
+  return v ? v->name : "unknown";
+}
+
+static hark_error *check_endpointing(const Nvidia__Riva__Asr__EndpointingConfig *ep,
+                                     hark_speech_settings *st) {
+  if (!ep) return NULL;
+  const int32_t hist[] = {ep->start_history, ep->stop_history, ep->stop_history_eou};
+  const float thr[] = {ep->start_threshold, ep->stop_threshold, ep->stop_threshold_eou};
+  for (int i = 0; i < 3; i++) {
+    if (hist[i] < 0 || hist[i] > 60000)
+      return hark_error_new(HARK_ERR_INVALID_ARG,
+                            "endpointing_config: histories are milliseconds in 0..60000, got %d",
+                            (int)hist[i]);
+    if (!(thr[i] >= 0.0f && thr[i] <= 1.0f))
+      return hark_error_new(HARK_ERR_INVALID_ARG,
+                            "endpointing_config: thresholds are in 0.0..1.0, got %g",
+                            (double)thr[i]);
+  }
+  st->startspeech_ms = (uint32_t)ep->start_history;
+  st->silence_ms = (uint32_t)ep->stop_history;
+  return NULL;
+}
+
+static hark_error *check_audio(const recognition_config *rc, hark_speech_settings *st) {
+  switch (rc->encoding) {
+    case NVIDIA__RIVA__AUDIO_ENCODING__ENCODING_UNSPECIFIED:
+    case NVIDIA__RIVA__AUDIO_ENCODING__LINEAR_PCM: st->encoding = HARK_SPEECH_PCM16; break;
+    case NVIDIA__RIVA__AUDIO_ENCODING__MULAW: st->encoding = HARK_SPEECH_MULAW; break;
+    case NVIDIA__RIVA__AUDIO_ENCODING__ALAW: st->encoding = HARK_SPEECH_ALAW; break;
+    default:
+      return hark_error_new(HARK_ERR_INVALID_ARG,
+                            "encoding %s (%d) is not supported: send LINEAR_PCM, MULAW or ALAW, "
+                            "or leave it unspecified and start the audio with a WAV header",
+                            encoding_name(rc->encoding), (int)rc->encoding);
+  }
+  if (rc->sample_rate_hertz != 0 &&
+      (rc->sample_rate_hertz < 8000 || rc->sample_rate_hertz > 48000))
+    return hark_error_new(HARK_ERR_INVALID_ARG,
+                          "sample_rate_hertz %d is out of range: 8000..48000 Hz are supported",
+                          (int)rc->sample_rate_hertz);
+  st->sample_rate = (uint32_t)rc->sample_rate_hertz;
+  if (!st->sample_rate && st->encoding != HARK_SPEECH_PCM16)
+    st->sample_rate = 8000; /* G.711 is telephone audio */
+  if (rc->audio_channel_count > 1)
+    return hark_error_new(HARK_ERR_INVALID_ARG,
+                          "audio_channel_count %d: only mono audio (1 channel) is supported",
+                          (int)rc->audio_channel_count);
+  return NULL;
+}
+
+/* The model `rc` names, checked: a speech model, streaming if asked, of
+ * the language asked for. */
+static hark_error *config_model(const hark_riva *r, const recognition_config *rc, bool streaming,
+                                hark_model **out) {
+  const char *name = rc->model && *rc->model ? rc->model : r->speech_model;
+  hark_error *err = hark_server_model_acquire(r->server, name, -1, out);
+  if (err) return err;
+  const hark_model_config *cfg = hark_model_get_config(*out);
+  const char *lang = hark_model_config_parameter(cfg, "language_code");
+  if (!is_speech_model(cfg))
+    err = hark_error_new(HARK_ERR_INVALID_ARG,
+                         "model '%s' is not a speech model (it needs a BYTES input AUDIO and an "
+                         "output TRANSCRIPT)",
+                         name);
+  else if (streaming && !cfg->sequence_batching.enabled)
+    err = hark_error_new(HARK_ERR_INVALID_ARG,
+                         "model '%s' does not stream (it has no sequence_batching): use Recognize",
+                         name);
+  else if (lang && rc->language_code && *rc->language_code && strcasecmp(lang, rc->language_code))
+    err = hark_error_new(HARK_ERR_INVALID_ARG, "model '%s' recognises %s, not %s", name, lang,
+                         rc->language_code);
+  if (err) {
+    hark_model_release(*out);
+    *out = NULL;
+  }
+  return err;
+}
+
+/* Reads `rc` (NULL: every default) into *out, with a reference to the
+ * model it names. On error *out holds nothing. */
+static hark_error *config_parse(const hark_riva *r, const recognition_config *rc, bool streaming,
+                                const Nvidia__Riva__RequestId *id, riva_config *out) {
+  static const recognition_config defaults = NVIDIA__RIVA__ASR__RECOGNITION_CONFIG__INIT;
+  if (!rc) rc = &defaults;
+  memset(out, 0, sizeof *out);
+  hark_error *err = check_audio(rc, &out->st);
+  if (!err && rc->diarization_config && rc->diarization_config->enable_speaker_diarization)
+    err = hark_error_new(HARK_ERR_INVALID_ARG, "speaker diarization is not supported");
+  if (!err && rc->max_alternatives < 0)
+    err = hark_error_new(HARK_ERR_INVALID_ARG, "max_alternatives must not be negative, got %d",
+                         (int)rc->max_alternatives);
+  if (!err) err = check_endpointing(rc->endpointing_config, &out->st);
+  if (!err) err = config_model(r, rc, streaming, &out->model);
+  if (err) {
+    config_fini(out);
+    return err;
+  }
+  out->alternatives = rc->max_alternatives == 0                  ? 1
+                      : rc->max_alternatives > MAX_ALTERNATIVES ? MAX_ALTERNATIVES
+                                                                : (uint32_t)rc->max_alternatives;
+  out->st.max_alternatives = out->alternatives > 1 ? out->alternatives : 0;
+  out->st.words = rc->enable_word_time_offsets;
+  if (id && id->value && *id->value) out->request_id = hark_xstrdup(id->value);
+  return NULL;
+}
+
+/* ---- results as protobuf -------------------------------------------------------- */
+
+/* The alternatives of one result, their parts in one arena. */
+typedef struct alt_set {
+  hark_arena *a;
+  pb_alternative alt[MAX_ALTERNATIVES];
+  pb_alternative *alt_p[MAX_ALTERNATIVES];
+  size_t n_alt;
+} alt_set;
+
+static char *dup_n(alt_set *a, const char *p, uint32_t len) {
+  char *s = hark_arena_strndup(a->a, p, len);
+  if (!s) hark_oom("result", len);
+  return s;
+}
+
+static int32_t ms(float seconds) {
+  double v = round((double)seconds * 1000.0);
+  return v < 0 ? 0 : v > INT32_MAX ? INT32_MAX : (int32_t)v;
+}
+
+static void alt_add(alt_set *a, const char *text, uint32_t len, float conf, bool final) {
+  pb_alternative *alt = &a->alt[a->n_alt];
+  nvidia__riva__asr__speech_recognition_alternative__init(alt);
+  alt->transcript = dup_n(a, text, len);
+  if (final) alt->confidence = conf;
+  a->alt_p[a->n_alt++] = alt;
+}
+
+static void add_words(alt_set *a, const hark_asr_result *r) {
+  pb_word *words = hark_arena_alloc(a->a, r->n_words * sizeof *words);
+  pb_word **word_p = hark_arena_alloc(a->a, r->n_words * sizeof *word_p);
+  if (!words || !word_p) hark_oom("result", r->n_words * sizeof *words);
+  size_t n = 0;
+  for (uint32_t i = 0; i < r->n_words; i++) {
+    const char *w;
+    uint32_t len;
+    float start, end, conf;
+    if (!hark_asr_result_word(r, i, &w, &len, &start, &end, &conf)) break;
+    pb_word *pw = &words[n];
+    nvidia__riva__asr__word_info__init(pw);
+    pw->start_time = ms(start);
+    pw->end_time = ms(end);
+    pw->word = dup_n(a, w, len);
+    pw->confidence = conf;
+    word_p[n++] = pw;
+  }
+  a->alt[0].words = word_p;
+  a->alt[0].n_words = n;
+}
+
+/* Alternatives of `r`: the transcript first (the words belong to it), then
+ * up to max - 1 other n-best texts (finals only); confidences and words
+ * (when asked) on finals, as Riva sends them. */
+static void alt_set_build(alt_set *a, const hark_asr_result *r, uint32_t max, bool words) {
+  memset(a, 0, sizeof *a);
+  a->a = hark_arena_new();
+  alt_add(a, r->text, r->text_len, r->confidence, r->is_final);
+  for (uint32_t i = 0; r->is_final && a->n_alt < max && a->n_alt < MAX_ALTERNATIVES; i++) {
+    const char *text;
+    uint32_t len;
+    float conf;
+    if (!r->alts || !hark_asr_result_alternative(r, i, &text, &len, &conf)) break;
+    if (len == r->text_len && !memcmp(text, r->text, len)) continue;
+    alt_add(a, text, len, conf, true);
+  }
+  if (r->is_final && words && r->n_words) add_words(a, r);
+}
+
+static void alt_set_free(alt_set *a) { hark_arena_free(a->a); }
+
+/* ---- StreamingRecognize --------------------------------------------------------- */
+
+/* A stream: the call's state. */
+typedef struct riva_stream {
+  hark_riva *r;
+  hark_speech_session *session; /* NULL until the streaming_config came */
+  riva_config cfg;              /* its model and settings go to the session */
+  bool interim;
+  bool ended;       /* queue thread: END was submitted */
+  uint32_t n_audio; /* audio messages so far */
+} riva_stream;
+
+/* One audio message (or the END) and its place among the replies. */
+typedef struct riva_job {
+  hark_grpc_slot slot; /* first: the transport hands it back */
+  hark_grpc_call *c;   /* a reference, until the job is answered */
+  bool end;
+} riva_job;
+
+static void stream_free(void *p) {
+  riva_stream *rs = p;
+  config_fini(&rs->cfg);
+  free(rs);
+}
+
+static void job_free(hark_grpc_slot *slot) { free(slot); }
+
+/* The reply to one item of the stream, or nothing when there is nothing to
+ * send. */
+static void stream_reply(hark_grpc_call *c, riva_job *j, const hark_response *resp) {
+  riva_stream *rs = hark_grpc_call_state(c);
+  hark_asr_result r;
+  hark_asr_result_read(resp, &r);
+  bool say = r.is_final ? (r.text_len > 0 || (rs->interim && !j->end)) : rs->interim && !j->end;
+  if (!say) return;
+  Nvidia__Riva__Asr__StreamingRecognizeResponse msg =
+      NVIDIA__RIVA__ASR__STREAMING_RECOGNIZE_RESPONSE__INIT;
+  Nvidia__Riva__Asr__StreamingRecognitionResult res =
+      NVIDIA__RIVA__ASR__STREAMING_RECOGNITION_RESULT__INIT;
+  Nvidia__Riva__Asr__StreamingRecognitionResult *res_p = &res;
+  Nvidia__Riva__RequestId id = NVIDIA__RIVA__REQUEST_ID__INIT;
+  alt_set a;
+  alt_set_build(&a, &r, rs->cfg.alternatives, rs->cfg.st.words);
+  /* Nothing heard yet, or an utterance without words: a response with no
+   * results keeps one response per audio message. */
+  if (r.text_len > 0) {
+    res.alternatives = a.alt_p;
+    res.n_alternatives = a.n_alt;
+    res.is_final = r.is_final;
+    res.channel_tag = 1;
+    res.audio_processed = r.audio_processed;
+    msg.results = &res_p;
+    msg.n_results = 1;
+  }
+  if (rs->cfg.request_id) {
+    id.value = rs->cfg.request_id;
+    msg.id = &id;
+  }
+  size_t size = 0;
+  if (hark_grpc_slot_write(c, &j->slot, &msg.base, &size) == HARK_GRPC_WRITE_TOO_BIG) {
+    char text[100];
+    snprintf(text, sizeof text, "a response of %zu bytes is over the limit", size);
+    hark_grpc_stream_fail(c, GRPC_STATUS_RESOURCE_EXHAUSTED, text);
+  }
+  alt_set_free(&a);
+}
+
+/* An item's result, on an engine worker (or at once, when the engine
+ * refused it). Every job is answered exactly once. */
+static void on_result(void *userp, void *tag, hark_speech_status status, hark_response *resp,
+                      hark_error *err) {
+  (void)userp;
+  riva_job *j = tag;
+  hark_grpc_call *c = j->c;
+  if (status == HARK_SPEECH_FAILED)
+    hark_grpc_stream_fail(c, hark_grpc_status(hark_error_code(err)), hark_error_message(err));
+  else if (status == HARK_SPEECH_OK && !hark_grpc_stream_over(c))
+    stream_reply(c, j, resp);
+  hark_response_free(resp);
+  hark_error_free(err);
+  hark_grpc_slot_done(c, &j->slot);
+  hark_grpc_call_unref(c); /* the job's reference */
+}
+
+static const hark_speech_handler handler = {.result = on_result};
+
+/* Queues one item of the stream with its place among the replies.
+ * Queue thread. */
+static void stream_submit(hark_grpc_call *c, riva_stream *rs, hark_speech_item_kind kind,
+                          const void *audio, size_t n) {
+  riva_job *j = hark_xcalloc(1, sizeof *j);
+  j->c = c;
+  j->end = kind == HARK_SPEECH_END;
+  if (j->end) rs->ended = true;
+  hark_grpc_slot_append(c, &j->slot, job_free);
+  hark_grpc_call_ref(c);
+  hark_speech_submit(rs->session, kind, audio, n, j);
+}
+
+static hark_error *stream_configure(hark_grpc_call *c,
+                                    const Nvidia__Riva__Asr__StreamingRecognizeRequest *q) {
+  hark_riva *r = hark_grpc_call_service(c);
+  const Nvidia__Riva__Asr__StreamingRecognitionConfig *sc = q->streaming_config;
+  if (hark_server_is_draining(r->server))
+    return hark_error_new(HARK_ERR_UNAVAILABLE, "Server is shutting down");
+  riva_stream *rs = hark_xcalloc(1, sizeof *rs);
+  hark_error *err = config_parse(r, sc ? sc->config : NULL, true, q->id, &rs->cfg);
+  if (!err) err = hark_speech_admit(&r->adm, rs->cfg.model);
+  if (err) {
+    stream_free(rs);
+    return err;
+  }
+  rs->r = r;
+  rs->interim = sc && sc->interim_results;
+  rs->cfg.st.partials = rs->interim;
+  rs->session = hark_speech_open(r->server, &r->adm, "riva", &handler, rs);
+  HARK_LOG_STREAM(HARK_LOG_VERBOSE, hark_speech_id(rs->session),
+                  "riva: stream opened on model '%s' version %lld (%u Hz, interim %s)",
+                  hark_model_name(rs->cfg.model), (long long)hark_model_version(rs->cfg.model),
+                  rs->cfg.st.sample_rate, rs->interim ? "on" : "off");
+  /* The session takes the model and the settings; rs->cfg.st's plain
+   * fields stay readable for the replies. */
+  hark_speech_configure(rs->session, rs->cfg.model, &rs->cfg.st);
+  rs->cfg.model = NULL;
+  hark_grpc_call_set_state(c, rs, stream_free);
+  return NULL;
+}
+
+static void streaming_recognize(hark_grpc_call *c, ProtobufCMessage *m) {
+  Nvidia__Riva__Asr__StreamingRecognizeRequest *q = (void *)m;
+  riva_stream *rs = hark_grpc_call_state(c);
+  char text[200];
+  if (hark_grpc_stream_over(c) || (rs && rs->ended)) {
+    /* failing with its error, or cancelled: drop what still arrives (a
+     * request after the sequence's END would open a new one) */
+  } else if (q->streaming_request_case ==
+             NVIDIA__RIVA__ASR__STREAMING_RECOGNIZE_REQUEST__STREAMING_REQUEST_STREAMING_CONFIG) {
+    hark_error *err = NULL;
+    if (rs) {
+      snprintf(text, sizeof text,
+               "streaming_config must come only in the first message; it came again after %u "
+               "audio messages",
+               rs->n_audio);
+      hark_grpc_stream_fail(c, GRPC_STATUS_INVALID_ARGUMENT, text);
+    } else if ((err = stream_configure(c, q))) {
+      hark_grpc_stream_fail(c, hark_grpc_status(hark_error_code(err)), hark_error_message(err));
+      hark_error_free(err);
+    }
+  } else if (q->streaming_request_case ==
+             NVIDIA__RIVA__ASR__STREAMING_RECOGNIZE_REQUEST__STREAMING_REQUEST_AUDIO_CONTENT) {
+    if (!rs) {
+      hark_grpc_stream_fail(c, GRPC_STATUS_INVALID_ARGUMENT,
+                            "the first message must carry streaming_config; audio came first");
+    } else {
+      rs->n_audio++;
+      stream_submit(c, rs, HARK_SPEECH_AUDIO, q->audio_content.data, q->audio_content.len);
+    }
+  } else {
+    hark_grpc_stream_fail(c, GRPC_STATUS_INVALID_ARGUMENT,
+                          "a StreamingRecognizeRequest needs streaming_config or audio_content");
+  }
+  FREE_MSG(q);
+}
+
+/* The client is done sending: END gives the last utterance its final. */
+static void streaming_half_close(hark_grpc_call *c) {
+  riva_stream *rs = hark_grpc_call_state(c);
+  if (rs && !rs->ended && !hark_grpc_stream_over(c)) stream_submit(c, rs, HARK_SPEECH_END, NULL, 0);
+}
+
+/* The call is over. Closing the session ends its sequence if it is still
+ * open (the client cancelled or its deadline passed, or the stream
+ * failed), so the model gives its decoder back now rather than at the
+ * idle timeout. */
+static void streaming_closed(hark_grpc_call *c) {
+  riva_stream *rs = hark_grpc_call_state(c);
+  if (!rs) return;
+  bool cancelled = hark_grpc_call_cancelled(c), failed = hark_grpc_stream_over(c);
+  HARK_LOG_STREAM(HARK_LOG_VERBOSE, hark_speech_id(rs->session),
+                  "riva: stream over after %u audio messages: %s", rs->n_audio,
+                  cancelled ? "cancelled" : failed && !rs->ended ? "failed" : "ok");
+  hark_speech_close(rs->session);
+  rs->session = NULL;
+}
+
+/* ---- Recognize ---------------------------------------------------------------- */
+
+typedef struct recognize_job {
+  hark_grpc_call *c;
+  riva_config cfg;
+  hark_response *last;
+} recognize_job;
+
+static void recognize_reply(recognize_job *rj) {
+  hark_asr_result r;
+  hark_asr_result_read(rj->last, &r);
+  r.is_final = true; /* the whole recording: one final */
+  alt_set a;
+  alt_set_build(&a, &r, rj->cfg.alternatives, rj->cfg.st.words);
+  Nvidia__Riva__Asr__RecognizeResponse msg = NVIDIA__RIVA__ASR__RECOGNIZE_RESPONSE__INIT;
+  Nvidia__Riva__Asr__SpeechRecognitionResult res = NVIDIA__RIVA__ASR__SPEECH_RECOGNITION_RESULT__INIT;
+  Nvidia__Riva__Asr__SpeechRecognitionResult *res_p = &res;
+  Nvidia__Riva__RequestId id = NVIDIA__RIVA__REQUEST_ID__INIT;
+  res.alternatives = a.alt_p;
+  res.n_alternatives = a.n_alt;
+  res.channel_tag = 1;
+  res.audio_processed = r.audio_processed;
+  msg.results = &res_p;
+  msg.n_results = 1;
+  if (rj->cfg.request_id) {
+    id.value = rj->cfg.request_id;
+    msg.id = &id;
+  }
+  hark_grpc_reply(rj->c, &msg.base, GRPC_STATUS_OK, NULL);
+  alt_set_free(&a);
+}
+
+static void on_recognize_response(hark_response *resp, uint32_t flags, hark_error *err,
+                                  void *userp) {
+  recognize_job *rj = userp;
+  if (resp) {
+    hark_response_free(rj->last);
+    rj->last = resp;
+  }
+  if (!(flags & HARK_RESPONSE_FINAL)) {
+    hark_error_free(err);
+    return;
+  }
+  hark_grpc_call *c = rj->c;
+  if (err)
+    hark_grpc_reply_error(c, err);
+  else
+    recognize_reply(rj);
+  hark_response_free(rj->last);
+  config_fini(&rj->cfg);
+  free(rj);
+  hark_grpc_call_unref(c); /* the engine's reference */
+}
+
+static void recognize(hark_grpc_call *c, ProtobufCMessage *m) {
+  Nvidia__Riva__Asr__RecognizeRequest *q = (void *)m;
+  hark_riva *r = hark_grpc_call_service(c);
+  recognize_job *rj = hark_xcalloc(1, sizeof *rj);
+  rj->c = c;
+  hark_request *req = NULL;
+  hark_error *err = config_parse(r, q->config, false, q->id, &rj->cfg);
+  if (!err)
+    err = hark_speech_request_oneshot(rj->cfg.model, &rj->cfg.st, q->audio.data, q->audio.len,
+                                      &req);
+  if (!err) {
+    if (q->id && *q->id->value) hark_request_set_id(req, q->id->value);
+    hark_request_set_callback(req, on_recognize_response, rj);
+    hark_grpc_call_ref(c);
+    err = hark_server_infer(r->server, req);
+    if (err) {
+      hark_grpc_call_unref(c);
+      hark_request_free(req);
+    }
+  }
+  if (err) {
+    config_fini(&rj->cfg);
+    free(rj);
+    hark_grpc_reply_error(c, err);
+  }
+  FREE_MSG(q);
+}
+
+/* ---- GetRivaSpeechRecognitionConfig ------------------------------------------------- */
+
+typedef Nvidia__Riva__Asr__RivaSpeechRecognitionConfigResponse__Config pb_model_config;
+typedef Nvidia__Riva__Asr__RivaSpeechRecognitionConfigResponse__Config__ParametersEntry pb_param;
+
+/* The reply's parts, in one arena (internal-sized). */
+typedef struct config_list {
+  const char *want; /* "" = every speech model */
+  hark_arena *a;
+  pb_model_config **models;
+  size_t n, cap;
+} config_list;
+
+static void *take(hark_arena *a, size_t n) {
+  void *p = hark_arena_alloc(a, n ? n : 1);
+  if (!p) hark_oom("reply", n);
+  return p;
+}
+
+static char *take_str(hark_arena *a, const char *s) {
+  char *d = hark_arena_strndup(a, s, strlen(s));
+  if (!d) hark_oom("reply", strlen(s));
+  return d;
+}
+
+static void add_param(hark_arena *a, pb_model_config *mc, size_t *cap, const char *key,
+                      const char *value) {
+  mc->parameters = hark_arena_grow(a, mc->parameters, mc->n_parameters, cap,
+                                   sizeof *mc->parameters);
+  if (!mc->parameters) hark_oom("reply", *cap);
+  pb_param *p = take(a, sizeof *p);
+  nvidia__riva__asr__riva_speech_recognition_config_response__config__parameters_entry__init(p);
+  p->key = take_str(a, key);
+  p->value = take_str(a, value);
+  mc->parameters[mc->n_parameters++] = p;
+}
+
+static void collect_model(hark_model *model, void *userp) {
+  config_list *l = userp;
+  const hark_model_config *cfg = hark_model_get_config(model);
+  const char *name = hark_model_name(model);
+  if (!is_speech_model(cfg) || (*l->want && strcmp(l->want, name))) return;
+  for (size_t i = 0; i < l->n; i++) /* versions come oldest first: keep the newest */
+    if (!strcmp(l->models[i]->model_name, name)) {
+      l->models[i] = l->models[--l->n];
+      break;
+    }
+  l->models = hark_arena_grow(l->a, l->models, l->n, &l->cap, sizeof *l->models);
+  if (!l->models) hark_oom("reply", l->cap);
+  pb_model_config *mc = take(l->a, sizeof *mc);
+  nvidia__riva__asr__riva_speech_recognition_config_response__config__init(mc);
+  l->models[l->n++] = mc;
+  mc->model_name = take_str(l->a, name);
+  size_t cap = 0;
+  char num[32];
+  bool streaming = cfg->sequence_batching.enabled;
+  add_param(l->a, mc, &cap, "type", streaming ? "online" : "offline");
+  add_param(l->a, mc, &cap, "streaming", streaming ? "true" : "false");
+  snprintf(num, sizeof num, "%lld", (long long)hark_model_version(model));
+  add_param(l->a, mc, &cap, "version", num);
+  add_param(l->a, mc, &cap, "backend", cfg->backend ? cfg->backend : "");
+  for (uint32_t i = 0; i < cfg->n_parameters; i++)
+    add_param(l->a, mc, &cap, cfg->parameters[i].key, cfg->parameters[i].value);
+}
+
+static void get_config(hark_grpc_call *c, ProtobufCMessage *m) {
+  Nvidia__Riva__Asr__RivaSpeechRecognitionConfigRequest *q = (void *)m;
+  hark_riva *r = hark_grpc_call_service(c);
+  config_list l = {.want = q->model_name ? q->model_name : "", .a = hark_arena_new()};
+  hark_server_model_foreach(r->server, collect_model, &l);
+  Nvidia__Riva__Asr__RivaSpeechRecognitionConfigResponse resp =
+      NVIDIA__RIVA__ASR__RIVA_SPEECH_RECOGNITION_CONFIG_RESPONSE__INIT;
+  resp.model_config = l.models;
+  resp.n_model_config = l.n;
+  char text[256];
+  if (*l.want && !l.n) {
+    snprintf(text, sizeof text, "no speech model '%s' is loaded", l.want);
+    hark_grpc_reply(c, NULL, GRPC_STATUS_NOT_FOUND, text);
+  } else {
+    hark_grpc_reply(c, &resp.base, GRPC_STATUS_OK, NULL);
+  }
+  hark_arena_free(l.a);
+  FREE_MSG(q);
+}
+
+/* ---- the service ------------------------------------------------------------------ */
+
+#define REFUSE HARK_GRPC_REFUSE_DRAINING
+static const hark_grpc_method methods[] = {
+    {"Recognize", &nvidia__riva__asr__recognize_request__descriptor, recognize, REFUSE, NULL,
+     NULL},
+    {"StreamingRecognize", &nvidia__riva__asr__streaming_recognize_request__descriptor,
+     streaming_recognize, HARK_GRPC_STREAMING | REFUSE, streaming_half_close, streaming_closed},
+    {"GetRivaSpeechRecognitionConfig",
+     &nvidia__riva__asr__riva_speech_recognition_config_request__descriptor, get_config, 0, NULL,
+     NULL},
+};
+
+static const hark_grpc_service service = {"nvidia.riva.asr.RivaSpeechRecognition", methods,
+                                          sizeof methods / sizeof methods[0]};
+
+hark_riva *hark_riva_new(hark_server *server, const hark_speech_options *opts) {
+  hark_riva *r = hark_xcalloc(1, sizeof *r);
+  r->server = server;
+  r->speech_model =
+      opts->speech_model && *opts->speech_model ? opts->speech_model : DEFAULT_SPEECH_MODEL;
+  atomic_init(&r->adm.streams, 0);
+  r->adm.max_streams = opts->max_streams;
+  r->adm.backlog_limit = opts->backlog_limit;
+  r->adm.protocol = "gRPC";
+  return r;
+}
+
+hark_error *hark_riva_register(hark_grpc *g, hark_riva *r) {
+  return hark_grpc_add_service(g, &service, r);
+}
+
+void hark_riva_free(hark_riva *r) { free(r); }
