@@ -247,8 +247,11 @@ static void run(hark_speech_session *s, item *it) {
       hark_request_set_correlation_id(req, s->corr_id);
       hark_request_set_id(req, s->id);
       hark_request_set_callback(req, on_response, it);
-      it->err = hark_server_infer(s->server, req);
-      if (!it->err) return; /* on_response goes on */
+      /* Once the engine has it, `it` is on_response's: it may be answered
+       * and freed before hark_server_infer returns. */
+      hark_error *err = hark_server_infer(s->server, req);
+      if (!err) return;
+      it->err = err;
       hark_request_free(req);
     }
     if (status == HARK_SPEECH_FAILED) {
