@@ -12,6 +12,7 @@
 
 #include "frontend/grpc/grpc_impl.h"
 #include "util/alloc.h"
+#include "util/arena.h"
 #include "util/log.h"
 
 grpc_status_code hark_grpc_status(hark_code code) {
@@ -92,19 +93,54 @@ bool hark_grpc_start_batch(hark_grpc_call *c, const grpc_op *ops, size_t n, hark
   return false;
 }
 
+/* protobuf-c allocates the message's parts in the call's message arena:
+ * one block for a whole ModelInferRequest instead of a malloc per field,
+ * and one free. */
+static void *pb_alloc(void *arena, size_t size) { return hark_arena_alloc(arena, size); }
+static void pb_free(void *arena, void *ptr) { (void)arena, (void)ptr; }
+
+/* Unpacks bytes [p, p + n) into the call's message arena. */
+static ProtobufCMessage *unpack_bytes(hark_grpc_call *c, const uint8_t *p, size_t n) {
+  c->msg_arena = hark_arena_new();
+  ProtobufCAllocator a = {pb_alloc, pb_free, c->msg_arena};
+  ProtobufCMessage *msg = protobuf_c_message_unpack(c->reg->m->request, &a, n, p);
+  if (!msg) {
+    hark_arena_free(c->msg_arena);
+    c->msg_arena = NULL;
+  }
+  return msg;
+}
+
 ProtobufCMessage *hark_grpc_unpack(hark_grpc_call *c) {
   ProtobufCMessage *msg = NULL;
+  grpc_byte_buffer *bb = c->recv;
   grpc_byte_buffer_reader reader;
-  if (c->recv && grpc_byte_buffer_reader_init(&reader, c->recv)) {
+  if (!bb) return NULL;
+  c->recv = NULL;
+  if (bb->type == GRPC_BB_RAW && bb->data.raw.compression == GRPC_COMPRESS_NONE &&
+      bb->data.raw.slice_buffer.count == 1) { /* one slice: read in place */
+    grpc_slice s = bb->data.raw.slice_buffer.slices[0];
+    msg = unpack_bytes(c, GRPC_SLICE_START_PTR(s), GRPC_SLICE_LENGTH(s));
+  } else if (grpc_byte_buffer_reader_init(&reader, bb)) {
     grpc_slice s = grpc_byte_buffer_reader_readall(&reader);
     grpc_byte_buffer_reader_destroy(&reader);
-    msg = protobuf_c_message_unpack(c->reg->m->request, NULL, GRPC_SLICE_LENGTH(s),
-                                    GRPC_SLICE_START_PTR(s));
+    msg = unpack_bytes(c, GRPC_SLICE_START_PTR(s), GRPC_SLICE_LENGTH(s));
     grpc_slice_unref(s);
   }
-  if (c->recv) grpc_byte_buffer_destroy(c->recv);
-  c->recv = NULL;
+  grpc_byte_buffer_destroy(bb);
   return msg;
+}
+
+void hark_grpc_handle(hark_grpc_call *c, ProtobufCMessage *msg) {
+  c->reg->m->handle(c, msg);
+  hark_arena_free(c->msg_arena);
+  c->msg_arena = NULL;
+}
+
+hark_arena *hark_grpc_take_message(hark_grpc_call *c) {
+  hark_arena *a = c->msg_arena;
+  c->msg_arena = NULL;
+  return a;
 }
 
 static void on_send(hark_grpc_call *c, bool ok) {

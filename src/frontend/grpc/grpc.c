@@ -80,7 +80,7 @@ static void serve_unary(hark_grpc_call *c) {
     hark_grpc_reply(c, NULL, GRPC_STATUS_INVALID_ARGUMENT, text);
     return;
   }
-  c->reg->m->handle(c, msg);
+  hark_grpc_handle(c, msg);
 }
 
 static void on_new(hark_grpc_call *c, bool ok) {

@@ -22,6 +22,7 @@
 #include <stddef.h>
 
 #include "hark/types.h"
+#include "util/arena.h"
 
 typedef struct hark_grpc hark_grpc;
 typedef struct hark_grpc_call hark_grpc_call;
@@ -31,9 +32,10 @@ typedef struct hark_grpc_call hark_grpc_call;
 #define HARK_GRPC_REFUSE_DRAINING 2u /* new calls get UNAVAILABLE while draining */
 
 /*
- * A method. `handle` owns `msg` (free with protobuf_c_message_free_unpacked)
- * and, for a unary method, must reply exactly once, now or later (holding
- * a call reference meanwhile). Streams only, optional, queue thread:
+ * A method. `msg` lives until `handle` returns (in an arena the transport
+ * frees), unless the handler keeps it with hark_grpc_take_message. For a
+ * unary method `handle` must reply exactly once, now or later (holding a
+ * call reference meanwhile). Streams only, optional, queue thread:
  * `half_close` — the client sent its last message cleanly (a slot
  * appended now is answered before the status); `closed` — the call is
  * over, finished, failed or cancelled (hark_grpc_call_cancelled says).
@@ -95,6 +97,9 @@ void hark_grpc_call_unref(hark_grpc_call *c);
 /* A service's state for the call, freed with it by free_fn. */
 void hark_grpc_call_set_state(hark_grpc_call *c, void *state, void (*free_fn)(void *));
 void *hark_grpc_call_state(const hark_grpc_call *c);
+/* Inside handle(): the message handed to it outlives the call to it; the
+ * caller owns the arena that holds it (free with hark_arena_free). */
+hark_arena *hark_grpc_take_message(hark_grpc_call *c);
 /* A stream the client cancelled (or whose deadline passed); meaningful
  * once the call is over. */
 bool hark_grpc_call_cancelled(const hark_grpc_call *c);

@@ -67,6 +67,7 @@ struct hark_grpc_call {
   grpc_call_details details; /* unregistered calls only */
   grpc_metadata_array request_md;
   grpc_byte_buffer *recv;
+  struct hark_arena *msg_arena; /* the message handle() has, until it returns */
   grpc_byte_buffer *send;
   grpc_slice status_details;
   bool has_status_details;
@@ -98,9 +99,12 @@ hark_grpc_call *hark_grpc_call_new(hark_grpc_cq *q, const hark_grpc_reg *reg,
                                    void (*on_new)(hark_grpc_call *c, bool ok));
 /* Starts a batch holding a call reference until its tag completes. */
 bool hark_grpc_start_batch(hark_grpc_call *c, const grpc_op *ops, size_t n, hark_grpc_tag *tag);
-/* The call's message as one contiguous protobuf of the method's request
- * type; NULL if malformed. Consumes c->recv. */
+/* The call's message, unpacked into a fresh arena (c->msg_arena), of the
+ * method's request type; NULL if malformed. Consumes c->recv. */
 ProtobufCMessage *hark_grpc_unpack(hark_grpc_call *c);
+/* Runs the method's handler on `msg`, then frees its arena unless the
+ * handler took it. */
+void hark_grpc_handle(hark_grpc_call *c, ProtobufCMessage *msg);
 /* `msg` packed into a byte buffer; NULL when over the limit (*size says
  * how big it is). */
 grpc_byte_buffer *hark_grpc_pack(const ProtobufCMessage *msg, size_t max, size_t *size);

@@ -271,7 +271,7 @@ static void on_stream_read(hark_grpc_call *c, bool ok) {
   }
   pthread_mutex_unlock(&c->mu);
   if (msg) {
-    m->handle(c, msg);
+    hark_grpc_handle(c, msg);
     pthread_mutex_lock(&c->mu);
     if (c->n_slots < HARK_GRPC_STREAM_MAX_PENDING) start_read_locked(c);
     pthread_mutex_unlock(&c->mu);

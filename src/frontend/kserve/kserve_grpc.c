@@ -21,21 +21,18 @@
 #include "hark/config.h"
 #include "util/alloc.h"
 
-#define FREE_MSG(m) protobuf_c_message_free_unpacked((ProtobufCMessage *)(m), NULL)
 
 static hark_server *server_of(hark_grpc_call *c) { return hark_grpc_call_service(c); }
 
 /* ---- health ---------------------------------------------------------------- */
 
 static void server_live(hark_grpc_call *c, ProtobufCMessage *msg) {
-  FREE_MSG(msg);
   Inference__ServerLiveResponse r = INFERENCE__SERVER_LIVE_RESPONSE__INIT;
   r.live = hark_server_is_live(server_of(c));
   hark_grpc_reply(c, &r.base, GRPC_STATUS_OK, NULL);
 }
 
 static void server_ready(hark_grpc_call *c, ProtobufCMessage *msg) {
-  FREE_MSG(msg);
   Inference__ServerReadyResponse r = INFERENCE__SERVER_READY_RESPONSE__INIT;
   r.ready = hark_server_is_ready(server_of(c));
   hark_grpc_reply(c, &r.base, GRPC_STATUS_OK, NULL);
@@ -49,7 +46,6 @@ static void model_ready(hark_grpc_call *c, ProtobufCMessage *msg) {
   hark_error *err = hark_kserve_parse_version(q->version, true, &version);
   hark_model *model = NULL;
   if (!err) err = hark_server_model_acquire(server_of(c), q->name, version, &model);
-  FREE_MSG(msg);
   if (err && hark_error_code(err) == HARK_ERR_INVALID_ARG) {
     hark_grpc_reply_error(c, err);
     return;
@@ -67,7 +63,6 @@ static void health_check(hark_grpc_call *c, ProtobufCMessage *msg) {
   bool known = !*q->service || strcmp(q->service, "inference.GRPCInferenceService") == 0;
   char text[200];
   snprintf(text, sizeof text, "unknown service '%.150s'", q->service);
-  FREE_MSG(msg);
   if (!known) {
     hark_grpc_reply(c, NULL, GRPC_STATUS_NOT_FOUND, text);
     return;
@@ -82,7 +77,6 @@ static void health_check(hark_grpc_call *c, ProtobufCMessage *msg) {
 /* ---- metadata --------------------------------------------------------------- */
 
 static void server_metadata(hark_grpc_call *c, ProtobufCMessage *msg) {
-  FREE_MSG(msg);
   Inference__ServerMetadataResponse r = INFERENCE__SERVER_METADATA_RESPONSE__INIT;
   r.name = HARK_SERVER_NAME;
   r.version = HARK_SERVER_VERSION;
@@ -140,21 +134,19 @@ static tensor_md **io_metadata(hark_arena *a, const hark_model_io *io, uint32_t 
 }
 
 /* The model a request names (name, version string), with a reference;
- * NULL when it already replied with the error. Frees msg either way. */
-static hark_model *acquire_or_reply(hark_grpc_call *c, const char *name, const char *version_s,
-                                    ProtobufCMessage *msg) {
+ * NULL when it already replied with the error. */
+static hark_model *acquire_or_reply(hark_grpc_call *c, const char *name, const char *version_s) {
   int64_t version;
   hark_model *model = NULL;
   hark_error *err = hark_kserve_parse_version(version_s, true, &version);
   if (!err) err = hark_server_model_acquire(server_of(c), name, version, &model);
-  FREE_MSG(msg);
   if (err) hark_grpc_reply_error(c, err);
   return model;
 }
 
 static void model_metadata(hark_grpc_call *c, ProtobufCMessage *msg) {
   Inference__ModelMetadataRequest *q = (Inference__ModelMetadataRequest *)msg;
-  hark_model *model = acquire_or_reply(c, q->name, q->version, msg);
+  hark_model *model = acquire_or_reply(c, q->name, q->version);
   if (!model) return;
   const hark_model_config *cfg = hark_model_get_config(model);
   bool batch = cfg->max_batch_size > 0;
@@ -180,7 +172,7 @@ static void model_metadata(hark_grpc_call *c, ProtobufCMessage *msg) {
 
 static void model_config(hark_grpc_call *c, ProtobufCMessage *msg) {
   Inference__ModelConfigRequest *q = (Inference__ModelConfigRequest *)msg;
-  hark_model *model = acquire_or_reply(c, q->name, q->version, msg);
+  hark_model *model = acquire_or_reply(c, q->name, q->version);
   if (!model) return;
   hark_arena *a = hark_arena_new();
   Inference__ModelConfigResponse r = INFERENCE__MODEL_CONFIG_RESPONSE__INIT;
@@ -298,7 +290,6 @@ static void model_statistics(hark_grpc_call *c, ProtobufCMessage *msg) {
     hark_grpc_reply(c, &r.base, GRPC_STATUS_OK, NULL);
   }
   hark_arena_free(w.a);
-  FREE_MSG(msg);
 }
 
 /* ---- repository ----------------------------------------------------------------- */
@@ -306,7 +297,6 @@ static void model_statistics(hark_grpc_call *c, ProtobufCMessage *msg) {
 static void repository_index(hark_grpc_call *c, ProtobufCMessage *msg) {
   Inference__RepositoryIndexRequest *q = (Inference__RepositoryIndexRequest *)msg;
   bool ready = q->ready;
-  FREE_MSG(msg);
   hark_index_entry *entries;
   size_t n;
   hark_error *err = hark_server_repository_index(server_of(c), ready, &entries, &n);
@@ -366,7 +356,6 @@ static void repository_load(hark_grpc_call *c, ProtobufCMessage *msg) {
     err = hark_server_model_load(server_of(c), q->model_name, load_done, c);
     if (err) hark_grpc_call_unref(c);
   }
-  FREE_MSG(msg);
   if (err) hark_grpc_reply_error(c, err);
 }
 
@@ -382,7 +371,6 @@ static void repository_unload(hark_grpc_call *c, ProtobufCMessage *msg) {
     err = hark_server_model_unload(server_of(c), q->model_name, unload_done, c);
     if (err) hark_grpc_call_unref(c);
   }
-  FREE_MSG(msg);
   if (err) hark_grpc_reply_error(c, err);
 }
 

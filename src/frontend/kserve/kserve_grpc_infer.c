@@ -30,8 +30,6 @@ typedef Inference__ModelInferRequest infer_request;
 typedef Inference__ModelInferRequest__InferInputTensor input_tensor;
 typedef Inference__InferTensorContents contents;
 
-static void free_message(void *msg) { protobuf_c_message_free_unpacked(msg, NULL); }
-
 static hark_error *bad(const char *name, const char *what) {
   return hark_error_new(HARK_ERR_INVALID_ARG, "input '%s': %s", name, what);
 }
@@ -387,8 +385,8 @@ static void on_response(hark_response *resp, uint32_t flags, hark_error *err, vo
   hark_grpc_call_unref(c); /* the engine's reference */
 }
 
-/* Hands `msg` to the engine as job `j`. On error the message is freed and
- * nothing reaches the engine. */
+/* Hands `msg` to the engine as job `j`. On error nothing reached the
+ * engine. */
 static hark_error *submit(job *j, ProtobufCMessage *msg, hark_response_fn fn) {
   hark_grpc_call *c = j->c;
   infer_request *q = (infer_request *)msg;
@@ -397,15 +395,13 @@ static hark_error *submit(job *j, ProtobufCMessage *msg, hark_response_fn fn) {
   hark_model *model = NULL;
   hark_error *err = hark_kserve_parse_version(q->model_version, true, &version);
   if (!err) err = hark_server_model_acquire(hark_grpc_call_service(c), q->model_name, version, &model);
-  if (err) {
-    free_message(msg);
-    return err;
-  }
+  if (err) return err;
   j->model_name = hark_xstrdup(hark_model_name(model));
   j->model_version = hark_model_version(model);
   hark_request *req = hark_request_new(model);
   hark_model_release(model);
-  hark_request_attach(req, msg, free_message); /* inputs point into it */
+  /* The inputs point into the message: it lives as long as the request. */
+  hark_request_attach(req, hark_grpc_take_message(c), hark_arena_free);
   j->request = q;
   err = hark_kserve_grpc_to_request(q, req, &j->sequence_id);
   if (!err) {

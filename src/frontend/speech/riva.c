@@ -48,7 +48,6 @@ typedef Nvidia__Riva__Asr__RecognitionConfig recognition_config;
 typedef Nvidia__Riva__Asr__SpeechRecognitionAlternative pb_alternative;
 typedef Nvidia__Riva__Asr__WordInfo pb_word;
 
-#define FREE_MSG(m) protobuf_c_message_free_unpacked((ProtobufCMessage *)(m), NULL)
 #define MAX_ALTERNATIVES 16
 #define DEFAULT_SPEECH_MODEL "asr"
 
@@ -428,7 +427,6 @@ static void streaming_recognize(hark_grpc_call *c, ProtobufCMessage *m) {
     hark_grpc_stream_fail(c, GRPC_STATUS_INVALID_ARGUMENT,
                           "a StreamingRecognizeRequest needs streaming_config or audio_content");
   }
-  FREE_MSG(q);
 }
 
 /* The client is done sending: END gives the last utterance its final. */
@@ -531,7 +529,6 @@ static void recognize(hark_grpc_call *c, ProtobufCMessage *m) {
     free(rj);
     hark_grpc_reply_error(c, err);
   }
-  FREE_MSG(q);
 }
 
 /* ---- GetRivaSpeechRecognitionConfig ------------------------------------------------- */
@@ -616,7 +613,6 @@ static void get_config(hark_grpc_call *c, ProtobufCMessage *m) {
     hark_grpc_reply(c, &resp.base, GRPC_STATUS_OK, NULL);
   }
   hark_arena_free(l.a);
-  FREE_MSG(q);
 }
 
 /* ---- the service ------------------------------------------------------------------ */
