@@ -31,6 +31,7 @@
 
 #include "cli.h"
 #include "grpcc.h"
+#include "hostport.h"
 #include "httpc.h"
 #include "perf.h"
 #include "stats.h"
@@ -224,7 +225,7 @@ static int parse_opts(int argc, char **argv, perf_opts *o) {
   bool grpc = strcmp(o->protocol, "grpc") == 0;
   if (!o->url) o->url = grpc ? "localhost:8001" : "localhost:8000";
   if (o->warmup_ms < 0) o->warmup_ms = o->interval_ms / 5;
-  if (httpc_split_hostport(o->url, grpc ? "8001" : "8000", o->host, sizeof o->host, o->port, sizeof o->port) < 0)
+  if (hark_split_hostport(o->url, grpc ? "8001" : "8000", o->host, sizeof o->host, o->port, sizeof o->port) < 0)
     return bad("bad --url '%s' (HOST:PORT)", o->url);
   bool v6 = strchr(o->host, ':') != NULL;
   snprintf(o->hostport, sizeof o->hostport, "%s%s%s:%s", v6 ? "[" : "", o->host, v6 ? "]" : "", o->port);

@@ -30,7 +30,7 @@
 #include <unistd.h>
 
 #include "cli.h"
-#include "httpc.h"
+#include "hostport.h"
 #include "transcribe.h"
 #include "wsc.h"
 
@@ -157,7 +157,7 @@ static int parse_server(tr_opts *o) {
   if (strncmp(s, "grpc://", 7) == 0) {
     o->grpc = true;
     s += 7;
-    if (s[strcspn(s, "/")] || httpc_split_hostport(s, "8001", o->host, sizeof o->host, o->port, sizeof o->port) < 0)
+    if (s[strcspn(s, "/")] || hark_split_hostport(s, "8001", o->host, sizeof o->host, o->port, sizeof o->port) < 0)
       return bad("bad --server '%s' (grpc://HOST:PORT)", o->server);
     bool v6 = strchr(o->host, ':') != NULL;
     snprintf(o->hostport, sizeof o->hostport, "%s%s%s:%s", v6 ? "[" : "", o->host, v6 ? "]" : "", o->port);
@@ -165,7 +165,7 @@ static int parse_server(tr_opts *o) {
   }
   if (strncmp(s, "ws://", 5) == 0) s += 5;
   else if (strncmp(s, "http://", 7) == 0) s += 7;
-  if (httpc_split_hostport(s, "8000", o->host, sizeof o->host, o->port, sizeof o->port) < 0)
+  if (hark_split_hostport(s, "8000", o->host, sizeof o->host, o->port, sizeof o->port) < 0)
     return bad("bad --server '%s' (ws://HOST:PORT[/PATH])", o->server);
   size_t hp = strcspn(s, "/");
   snprintf(o->hostport, sizeof o->hostport, "%.*s", (int)hp, s);
