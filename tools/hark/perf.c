@@ -6,8 +6,8 @@
  * max_batch_size), builds one request (perf_request.c; perf_grpc.c for
  * gRPC), checks the server accepts it, then for each concurrency level
  * runs that many threads, each on its own connection (an HTTP keep-alive
- * connection, or a gRPC channel with its own TCP connection), sending the
- * same bytes back to back.
+ * connection, or an h2c connection for gRPC), sending the same bytes back
+ * to back.
  * A shared phase (warmup → measure → stop) decides what counts: a request
  * is measured when it completes inside the measurement window, so
  * throughput = measured successes × batch / window. The hot loop does no
@@ -412,7 +412,7 @@ static int start_workers(worker *ws, int n, level_shared *sh, int *started) {
     w->sh = sh;
     bool mem = stats_series_reserve(&w->lat, PERF_LAT_INITIAL) == 0;
     if (mem && sh->greq) {
-      w->gc = perf_grpc_conn_new(sh->o->hostport, sh->o->timeout_ms);
+      w->gc = perf_grpc_conn_new(sh->o->host, sh->o->port, sh->o->timeout_ms);
       mem = w->gc != NULL;
     } else if (mem && httpc_init(&w->conn, sh->o->host, sh->o->port, sh->o->timeout_ms) < 0) {
       fprintf(stderr, "hark perf: %s\n", w->conn.err);
@@ -553,7 +553,7 @@ static int run_all(const perf_opts *o, const perf_request *req, const perf_grpc_
 
 /* One ModelInfer before the load, as probe() for HTTP. */
 static int probe_grpc(const perf_opts *o, const perf_grpc_request *req) {
-  perf_grpc_conn *c = perf_grpc_conn_new(o->hostport, o->timeout_ms);
+  perf_grpc_conn *c = perf_grpc_conn_new(o->host, o->port, o->timeout_ms);
   char msg[1024];
   bool dead = false;
   int rc = c ? perf_grpc_infer(c, req, &dead, msg, sizeof msg) : -1;
