@@ -9,11 +9,12 @@
  * over h2grpc.h, nghttp2 on one h2c connection per client thread (like
  * HTTP's one keep-alive connection per thread), not over C core: at
  * concurrency 16 against one harkd on the 2-core bench machine, C core's
- * client spent 45-57 us of CPU per call and reached 0.53-0.66 of h2load's
- * rate on the same server (bench/grpc_vs_http_h2load.sh's request, h2load
- * -t1 -c16 -m1, alternated), so bench/grpc_vs_http.sh measured the client;
- * h2grpc spends 18-23 us per call (h2load 14-17 us) and its rate's median
- * over a run's rounds was 0.93-1.30 of h2load's (0.93 against h2load -t2).
+ * client spent 45-57 us of CPU per call and its rate's median over a run's
+ * rounds was 0.59-0.83 of h2load's on the same server (bench/
+ * grpc_vs_http_h2load.sh's request, h2load -t1 -c16 -m1, alternated), so
+ * bench/grpc_vs_http.sh measured the client; h2grpc spends 18-23 us per
+ * call (h2load 14-17 us) and its median ratio was 0.93, 1.02 and 1.32 in
+ * three runs (0.93 against h2load -t2; the machine was shared and noisy).
  */
 #include <stdio.h>
 #include <stdlib.h>
