@@ -18,13 +18,12 @@ void grpcc_init(void) { grpc_init(); }
 
 void grpcc_shutdown(void) { grpc_shutdown(); }
 
-grpc_channel *grpcc_channel(const char *target, bool own_connection) {
-  grpc_arg args[3] = {
+grpc_channel *grpcc_channel(const char *target) {
+  grpc_arg args[2] = {
       {.type = GRPC_ARG_INTEGER, .key = GRPC_ARG_MAX_RECEIVE_MESSAGE_LENGTH, .value.integer = GRPCC_MAX_MESSAGE},
       {.type = GRPC_ARG_INTEGER, .key = GRPC_ARG_MAX_SEND_MESSAGE_LENGTH, .value.integer = GRPCC_MAX_MESSAGE},
-      {.type = GRPC_ARG_INTEGER, .key = GRPC_ARG_USE_LOCAL_SUBCHANNEL_POOL, .value.integer = 1},
   };
-  grpc_channel_args ca = {.num_args = own_connection ? 3 : 2, .args = args};
+  grpc_channel_args ca = {.num_args = 2, .args = args};
   grpc_channel_credentials *creds = grpc_insecure_credentials_create();
   grpc_channel *ch = grpc_channel_create(target, creds, &ca);
   grpc_channel_credentials_release(creds);
@@ -65,7 +64,8 @@ const char *grpcc_status_name(grpc_status_code code) {
   return (unsigned)code < sizeof names / sizeof names[0] ? names[code] : "UNKNOWN";
 }
 
-void grpcc_status_set(grpcc_status *st, grpc_status_code code, grpc_slice details) {
+/* Takes `details` (unrefs it) into st->details, with the code. */
+static void status_set(grpcc_status *st, grpc_status_code code, grpc_slice details) {
   size_t n = GRPC_SLICE_LENGTH(details);
   if (n >= sizeof st->details) n = sizeof st->details - 1;
   memcpy(st->details, GRPC_SLICE_START_PTR(details), n);
@@ -74,7 +74,18 @@ void grpcc_status_set(grpcc_status *st, grpc_status_code code, grpc_slice detail
   grpc_slice_unref(details);
 }
 
-void grpcc_unary_batch_init(grpcc_unary_batch *b, grpc_byte_buffer *out) {
+/* The six operations of a unary call, and what they receive. */
+typedef struct unary_batch {
+  grpc_op ops[6];
+  grpc_metadata_array md, trailing;
+  grpc_byte_buffer *in; /* the reply, when one came */
+  grpc_status_code code;
+  grpc_slice details;
+} unary_batch;
+
+/* Sets up b to send `out` (still the caller's) and receive the reply and
+ * status: start it with grpc_call_start_batch(call, b->ops, 6, ...). */
+static void unary_batch_init(unary_batch *b, grpc_byte_buffer *out) {
   memset(b, 0, sizeof *b);
   grpc_metadata_array_init(&b->md);
   grpc_metadata_array_init(&b->trailing);
@@ -94,7 +105,8 @@ void grpcc_unary_batch_init(grpcc_unary_batch *b, grpc_byte_buffer *out) {
   b->ops[5].data.recv_status_on_client.status_details = &b->details;
 }
 
-void grpcc_unary_batch_fini(grpcc_unary_batch *b) {
+/* Frees what the call left in b. */
+static void unary_batch_fini(unary_batch *b) {
   grpc_slice_unref(b->details);
   if (b->in) grpc_byte_buffer_destroy(b->in);
   grpc_metadata_array_destroy(&b->md);
@@ -110,15 +122,15 @@ int grpcc_unary(grpc_channel *ch, const char *method, const ProtobufCMessage *re
   grpc_call *call = grpc_channel_create_call(ch, NULL, GRPC_PROPAGATE_DEFAULTS, cq, path, NULL,
                                              grpcc_deadline(timeout_ms), NULL);
   grpc_byte_buffer *out = grpcc_pack(req);
-  grpcc_unary_batch b;
-  grpcc_unary_batch_init(&b, out);
+  unary_batch b;
+  unary_batch_init(&b, out);
   int tag;
   grpc_call_error e = grpc_call_start_batch(call, b.ops, 6, &tag, NULL);
   if (e == GRPC_CALL_OK) {
     grpc_event ev;
     do ev = grpc_completion_queue_next(cq, gpr_inf_future(GPR_CLOCK_MONOTONIC), NULL);
     while (ev.type != GRPC_OP_COMPLETE);
-    grpcc_status_set(st, b.code, grpc_slice_ref(b.details));
+    status_set(st, b.code, grpc_slice_ref(b.details));
   } else {
     st->code = GRPC_STATUS_INTERNAL;
     snprintf(st->details, sizeof st->details, "cannot start the call (error %d)", (int)e);
@@ -130,7 +142,7 @@ int grpcc_unary(grpc_channel *ch, const char *method, const ProtobufCMessage *re
       snprintf(st->details, sizeof st->details, "the reply to %s does not parse", method);
     }
   }
-  grpcc_unary_batch_fini(&b);
+  unary_batch_fini(&b);
   grpc_byte_buffer_destroy(out);
   grpc_call_unref(call);
   grpc_completion_queue_shutdown(cq);

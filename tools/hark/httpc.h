@@ -45,11 +45,6 @@ typedef struct httpc_response {
 int httpc_init(httpc *c, const char *host, const char *port, int timeout_ms);
 void httpc_free(httpc *c);
 
-/* Splits "HOST:PORT", "[V6]:PORT" or "HOST" (default port) into parts.
- * Returns 0, or -1 when it does not fit. */
-int httpc_split_hostport(const char *s, const char *default_port, char *host, size_t host_cap,
-                         char *port, size_t port_cap);
-
 /* Sends req (a full HTTP/1.1 request) and reads the response into *resp.
  * Connects first if needed; on a reused connection the server closed, it
  * reconnects once and resends. Returns 0, or -1 with c->err set (transport

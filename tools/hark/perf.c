@@ -6,8 +6,8 @@
  * max_batch_size), builds one request (perf_request.c; perf_grpc.c for
  * gRPC), checks the server accepts it, then for each concurrency level
  * runs that many threads, each on its own connection (an HTTP keep-alive
- * connection, or a gRPC channel with its own TCP connection), sending the
- * same bytes back to back.
+ * connection, or an h2c connection for gRPC), sending the same bytes back
+ * to back.
  * A shared phase (warmup → measure → stop) decides what counts: a request
  * is measured when it completes inside the measurement window, so
  * throughput = measured successes × batch / window. The hot loop does no
@@ -31,6 +31,7 @@
 
 #include "cli.h"
 #include "grpcc.h"
+#include "hostport.h"
 #include "httpc.h"
 #include "perf.h"
 #include "stats.h"
@@ -224,7 +225,7 @@ static int parse_opts(int argc, char **argv, perf_opts *o) {
   bool grpc = strcmp(o->protocol, "grpc") == 0;
   if (!o->url) o->url = grpc ? "localhost:8001" : "localhost:8000";
   if (o->warmup_ms < 0) o->warmup_ms = o->interval_ms / 5;
-  if (httpc_split_hostport(o->url, grpc ? "8001" : "8000", o->host, sizeof o->host, o->port, sizeof o->port) < 0)
+  if (hark_split_hostport(o->url, grpc ? "8001" : "8000", o->host, sizeof o->host, o->port, sizeof o->port) < 0)
     return bad("bad --url '%s' (HOST:PORT)", o->url);
   bool v6 = strchr(o->host, ':') != NULL;
   snprintf(o->hostport, sizeof o->hostport, "%s%s%s:%s", v6 ? "[" : "", o->host, v6 ? "]" : "", o->port);
@@ -411,7 +412,7 @@ static int start_workers(worker *ws, int n, level_shared *sh, int *started) {
     w->sh = sh;
     bool mem = stats_series_reserve(&w->lat, PERF_LAT_INITIAL) == 0;
     if (mem && sh->greq) {
-      w->gc = perf_grpc_conn_new(sh->o->hostport, sh->o->timeout_ms);
+      w->gc = perf_grpc_conn_new(sh->o->host, sh->o->port, sh->o->timeout_ms);
       mem = w->gc != NULL;
     } else if (mem && httpc_init(&w->conn, sh->o->host, sh->o->port, sh->o->timeout_ms) < 0) {
       fprintf(stderr, "hark perf: %s\n", w->conn.err);
@@ -552,7 +553,7 @@ static int run_all(const perf_opts *o, const perf_request *req, const perf_grpc_
 
 /* One ModelInfer before the load, as probe() for HTTP. */
 static int probe_grpc(const perf_opts *o, const perf_grpc_request *req) {
-  perf_grpc_conn *c = perf_grpc_conn_new(o->hostport, o->timeout_ms);
+  perf_grpc_conn *c = perf_grpc_conn_new(o->host, o->port, o->timeout_ms);
   char msg[1024];
   bool dead = false;
   int rc = c ? perf_grpc_infer(c, req, &dead, msg, sizeof msg) : -1;

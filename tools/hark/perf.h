@@ -78,13 +78,13 @@ void perf_request_build(const perf_model *m, const perf_body_opts *o, const char
 
 /* ---- KServe over gRPC (perf_grpc.c) ---------------------------------------- */
 
-/* The ModelInferRequest every gRPC client sends, packed once. */
+/* The ModelInferRequest every gRPC client sends, packed and framed once. */
 typedef struct perf_grpc_request {
-  void *packed; /* grpc_byte_buffer *, owned; each call sends a copy */
+  unsigned char *framed; /* owned: gRPC's 5-byte prefix and the message */
   size_t size;
 } perf_grpc_request;
 
-/* One client thread's connection: its own channel and completion queue. */
+/* One client thread's connection: an h2c connection of its own (h2grpc.h). */
 typedef struct perf_grpc_conn perf_grpc_conn;
 
 /* Reads the model's metadata (ModelMetadata) and max_batch_size
@@ -100,8 +100,9 @@ void perf_grpc_request_build(const perf_model *m, const char *model, const char 
                              perf_grpc_request *r);
 void perf_grpc_request_free(perf_grpc_request *r);
 
-/* NULL when out of memory. Free with perf_grpc_conn_free. */
-perf_grpc_conn *perf_grpc_conn_new(const char *target, int timeout_ms);
+/* A connection to HOST:PORT (made at the first call). NULL when out of
+ * memory. Free with perf_grpc_conn_free. */
+perf_grpc_conn *perf_grpc_conn_new(const char *host, const char *port, int timeout_ms);
 void perf_grpc_conn_free(perf_grpc_conn *c);
 
 /* One ModelInfer call. Returns 0 on OK; -1 with a message in err ("STATUS:
@@ -109,7 +110,7 @@ void perf_grpc_conn_free(perf_grpc_conn *c);
  * (UNAVAILABLE: the connection failed). */
 int perf_grpc_infer(perf_grpc_conn *c, const perf_grpc_request *r, bool *transport, char *err, size_t errcap);
 
-/* From another thread: cancels the call in progress, if any. Shutdown only. */
+/* From another thread: fails the call in progress, if any. Shutdown only. */
 void perf_grpc_conn_abort(perf_grpc_conn *c);
 
 #endif

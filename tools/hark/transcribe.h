@@ -1,10 +1,11 @@
 /*
  * transcribe.h — what `hark transcribe` shares between its files:
- * transcribe.c parses the options, reads the files and runs the WebSocket
- * streams (one epoll loop, wsc connections); transcribe_grpc.c runs the
- * same jobs over Riva's StreamingRecognize (one completion queue); both
- * fill one tr_job per stream, and transcribe_report.c turns the jobs and
- * the latency series into the human report or the --json document.
+ * transcribe.c parses the options and reads the files; transcribe_ws.c
+ * runs the streams over Vosk's WebSocket protocol (one libwebsockets
+ * context), transcribe_grpc.c over Riva's StreamingRecognize (one
+ * completion queue); both fill one tr_job per stream, and
+ * transcribe_report.c turns the jobs and the latency series into the
+ * human report or the --json document.
  */
 #ifndef HARK_TOOLS_TRANSCRIBE_H
 #define HARK_TOOLS_TRANSCRIBE_H
@@ -80,6 +81,13 @@ void tr_partial(const tr_opts *o, const tr_file *f, const tr_job *j, const char 
 void tr_final(const tr_opts *o, const tr_file *f, tr_job *j, const cJSON *doc);
 /* The stream's one line when it ends (text mode). */
 void tr_print_end(const tr_file *f, const tr_job *j);
+
+/* ---- WebSocket (transcribe_ws.c) ---- */
+
+/* Runs every job of `run` over WebSocket. Returns 0 when the jobs ran
+ * (each has its status), -1 (with a message) when the server cannot be
+ * reached or memory ran out. */
+int tr_ws_run(tr_run *run);
 
 /* ---- gRPC (transcribe_grpc.c) ---- */
 

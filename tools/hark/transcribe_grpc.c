@@ -444,7 +444,7 @@ static int setup(gloop *l, tr_run *run, const tr_file *files) {
     if (!s->sent_ns) return -1;
   }
   grpcc_init();
-  l->ch = grpcc_channel(o->hostport, false);
+  l->ch = grpcc_channel(o->hostport);
   l->cq = grpc_completion_queue_create_for_next(NULL);
   l->method = grpc_channel_register_call(l->ch, RIVA_STREAMING, NULL, NULL);
   return 0;
