@@ -73,8 +73,12 @@ run() {
   local rps done2xx failed
   rps=$(awk '/^finished in/ {print $4}' <<<"$out" | tr -d ',')
   done2xx=$(awk '/^status codes:/ {print $3}' <<<"$out")
-  failed=$(awk '/^requests:/ {for (i = 1; i <= NF; i++) if ($(i+1) ~ /^failed/) print $i}' <<<"$out")
-  [[ ${failed:-0} == 0 ]] || { echo "$out" >&2; bench_die "$1: $failed failed requests"; }
+  failed=$(awk '/^requests:/ {for (i = 1; i <= NF; i++) if ($(i+1) ~ /^(failed|errored|timeout)/) n += $i} END {print n + 0}' <<<"$out")
+  if [[ $failed != 0 || -z $done2xx || $done2xx == 0 ]]; then
+    echo "$out" >&2
+    tail -20 "$BENCH_TMP/harkd.log" >&2
+    bench_die "$1: $failed failed, errored or timed-out requests, ${done2xx:-no} 2xx replies"
+  fi
   # Warm-up requests count at the server, not in h2load's totals.
   ((after - before >= done2xx)) ||
     bench_die "$1: h2load saw $done2xx 2xx replies but the server counted $((after - before)) successes"
