@@ -29,6 +29,7 @@
 
 #include "core/core.h"
 #include "core/repo_fs.h"
+#include "runtime/pool.h"
 #include "util/log.h"
 
 typedef struct model_entry {
@@ -636,10 +637,11 @@ hark_error *hark_server_new(const hark_server_options *opts, hark_server **out) 
     long cores = sysconf(_SC_NPROCESSORS_ONLN);
     threads = cores > 0 ? (uint32_t)cores : 1;
   }
-  hark_error *err = hark_pool_new(threads, 65536, &s->pool);
-  if (err) {
+  int rc = hark_pool_new(threads, 65536, &s->pool);
+  if (rc != 0) {
     hark_server_free(s);
-    return err;
+    return hark_error_new(HARK_ERR_INTERNAL, "cannot start the worker pool (%u threads): %s",
+                          threads, strerror(rc));
   }
   hark_pool_set_inline_max_ns(s->pool, (uint64_t)opts->inline_max_us * 1000u);
   atomic_store(&s->live, true);
@@ -659,7 +661,7 @@ hark_error *hark_server_new(const hark_server_options *opts, hark_server **out) 
   for (uint32_t i = 0; i < n; i++) free(names[i]);
   free(names);
   if (s->control == HARK_MODEL_CONTROL_POLL) {
-    int rc = pthread_create(&s->poll_thread, NULL, poll_run, s);
+    rc = pthread_create(&s->poll_thread, NULL, poll_run, s);
     if (rc != 0) {
       hark_server_free(s);
       return hark_error_new(HARK_ERR_INTERNAL, "cannot start the repository poll thread: %s",

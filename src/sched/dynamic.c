@@ -14,14 +14,14 @@
  * rejected requests, so no callback and no execute ever runs under the lock.
  * One exception to "the worker pool": on a front-end thread that allows it,
  * a model whose executions average a few microseconds has its first batch
- * run by the pump's own thread (pool.c, "inline runs").
+ * run by the pump's own thread (runtime/pool.c, "inline runs").
  * An instance is busy from the moment its batch is formed until its
  * execution returns, so it never runs two batches at once; the number of
  * queued pool tasks is bounded by the instance count.
  *
  * Timers: rather than a thread per model sleeping on its own condition
  * variable, every scheduler embeds one hark_timer on the pool's single
- * timer thread (pool.c), re-armed at the end of each pump. A fire only runs
+ * timer thread (runtime/pool.c), re-armed at the end of each pump. A fire only runs
  * a pump; a stale or early fire is harmless because the pump recomputes
  * everything from the queue and the clock.
  *
@@ -44,7 +44,7 @@
 #include "sched/sched_impl.h"
 
 #define REJECT_CHUNK 32u
-/* Executions timed before a model may run inline (pool.c): the first
+/* Executions timed before a model may run inline (runtime/pool.c): the first
  * requests, with their cold caches and lazy set-ups, do not decide. */
 #define INLINE_WARMUP 16u
 
@@ -267,7 +267,7 @@ static void dyn_pump(dyn_sched *s) {
     pthread_mutex_unlock(&s->lock);
 
     /* A cheap model's first batch may run right here, on a front end's
-     * thread that allowed it (pool.c), instead of on a worker. */
+     * thread that allowed it (runtime/pool.c), instead of on a worker. */
     dyn_instance *here = NULL;
     if (launch && atomic_load_explicit(&s->exec_timed, memory_order_relaxed) >= INLINE_WARMUP &&
         hark_pool_inline_begin(pool, atomic_load_explicit(&s->exec_avg_ns, memory_order_relaxed))) {

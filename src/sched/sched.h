@@ -1,41 +1,19 @@
 /*
- * sched.h — schedulers and the worker pool (src/sched).
+ * sched.h — the schedulers (src/sched).
  *
  * Every loaded model version has one scheduler, chosen by its config as in
  * Triton: ensemble_scheduling → ensemble; sequence_batching → sequence
  * batcher; dynamic_batching → dynamic batcher; otherwise default (one request per execution, FIFO, by
  * priority). A scheduler owns its queue: requests enter with
  * hark_sched_enqueue(), leave as batches handed to hark_model_execute() on a
- * worker of the shared pool, one batch per instance at a time.
- *
- * CPU work runs on one bounded pool for the whole server, sized to the
- * machine; there is never a thread per connection or per request.
+ * worker of the shared pool (src/runtime/pool.h), one batch per instance at
+ * a time.
  */
 #ifndef HARK_SCHED_H
 #define HARK_SCHED_H
 
 #include "hark/server.h"
-
-/* ---- worker pool ---------------------------------------------------------- */
-
-typedef struct hark_pool hark_pool;
-
-/* `threads` workers, at most `max_queue` tasks waiting. */
-hark_error *hark_pool_new(uint32_t threads, uint32_t max_queue,
-                          hark_pool **out);
-/* Runs every task already submitted, then joins the workers and frees. */
-void hark_pool_free(hark_pool *pool);
-/* Queues fn(arg) to run on a worker. UNAVAILABLE when the queue is full or
- * the pool is stopping (fn never runs then). */
-hark_error *hark_pool_submit(hark_pool *pool, void (*fn)(void *), void *arg);
-uint32_t hark_pool_threads(const hark_pool *pool);
-/* Inline runs (pool.c): batches of a model whose executions average at
- * most `ns` may run on a thread that allowed it; 0 (the default): never. */
-void hark_pool_set_inline_max_ns(hark_pool *pool, uint64_t ns);
-/* The calling thread (not a worker) may run cheap batches in place. */
-void hark_pool_thread_may_inline(bool on);
-
-/* ---- schedulers ------------------------------------------------------------ */
+#include "runtime/pool.h"
 
 typedef struct hark_sched hark_sched;
 
