@@ -52,7 +52,7 @@ typedef struct dyn_sched dyn_sched;
 
 typedef struct dyn_instance {
   dyn_sched *s;
-  hark_instance *instance;
+  uint32_t index;
   bool busy;             /* a batch is formed and its execution not done */
   hark_pool_task task;
   hark_request **batch;  /* max(1, max_batch_size) slots */
@@ -82,8 +82,7 @@ struct order_slot {
 
 struct dyn_sched {
   hark_sched base;
-  hark_model *model;
-  hark_pool *pool;
+  hark_sched_desc d;
   pthread_mutex_t lock;
   pthread_cond_t idle; /* stop waits for it */
   hark_queue *queue;
@@ -248,7 +247,7 @@ static void dyn_execute(void *arg);
  * counted itself in s->users under s->lock; the pump uncounts it last.
  */
 static void dyn_pump(dyn_sched *s) {
-  hark_pool *pool = s->pool;
+  hark_pool *pool = s->d.pool;
   for (;;) {
     void *rejected[REJECT_CHUNK];
     dyn_instance *launch = NULL;
@@ -300,9 +299,9 @@ static void dyn_execute(void *arg) {
   dyn_instance *di = arg;
   dyn_sched *s = di->s;
   hark_log_context saved;
-  hark_sched_log_batch(s->model, di->instance, di->batch, di->n, &saved);
+  hark_sched_log_batch(&s->d, di->index, di->batch, di->n, &saved);
   uint64_t start = hark_now_ns();
-  hark_model_execute(s->model, di->instance, di->batch, di->n);
+  s->d.run(s->d.ctx, di->index, di->batch, di->n);
   uint64_t took = hark_now_ns() - start;
   uint64_t avg = atomic_load_explicit(&s->exec_avg_ns, memory_order_relaxed);
   /* The warm-up's executions (cold caches, lazy set-ups) are not averaged:
@@ -341,12 +340,12 @@ static hark_error *dyn_enqueue(hark_sched *base, hark_request *req) {
   pthread_mutex_lock(&s->lock);
   uint32_t priority = hark_request_priority(req);
   if (s->stopping)
-    err = hark_error_new(HARK_ERR_UNAVAILABLE, "model '%s' version %lld is unloading",
-                         hark_model_name(s->model), (long long)hark_model_version(s->model));
+    err = hark_error_new(HARK_ERR_UNAVAILABLE, "model '%s' version %lld is unloading", s->d.name,
+                         (long long)s->d.version);
   else if (s->priority_levels && priority > s->priority_levels)
     err = hark_error_new(HARK_ERR_INVALID_ARG,
                          "priority %u is outside [1, %u] for model '%s' (0 means the default)",
-                         priority, s->priority_levels, hark_model_name(s->model));
+                         priority, s->priority_levels, s->d.name);
   else
     err = hark_queue_push(s->queue, req, priority, hark_request_timeout_us(req),
                           hark_request_batch_size(req), now);
@@ -409,7 +408,7 @@ static void dyn_destroy(dyn_sched *s) {
 static void dyn_free(hark_sched *base) {
   dyn_sched *s = (dyn_sched *)base;
   /* A late timer fire may still be pumping: wait it out. */
-  hark_pool_timer_cancel(s->pool, &s->timer);
+  hark_pool_timer_cancel(s->d.pool, &s->timer);
   dyn_destroy(s);
 }
 
@@ -420,19 +419,17 @@ static const hark_sched_ops dyn_ops = {
     .queued = dyn_queued,
 };
 
-hark_error *hark_sched_dynamic_new(hark_model *model, hark_pool *pool, uint32_t default_max_queue,
-                                   hark_sched **out) {
+hark_error *hark_sched_dynamic_new(const hark_sched_desc *desc, hark_sched **out) {
   *out = NULL;
-  const hark_model_config *cfg = hark_model_get_config(model);
-  uint32_t n_insts = hark_model_instance_count(model);
+  const hark_model_config *cfg = desc->config;
+  uint32_t n_insts = desc->n_instances;
   if (n_insts == 0)
     return hark_error_new(HARK_ERR_INVALID_ARG, "model '%s' has no instances to run on",
-                          hark_model_name(model));
+                          desc->name);
   dyn_sched *s = calloc(1, sizeof *s);
   if (!s) return hark_error_new(HARK_ERR_INTERNAL, "out of memory");
   s->base.ops = &dyn_ops;
-  s->model = model;
-  s->pool = pool;
+  s->d = *desc;
   pthread_mutex_init(&s->lock, NULL);
   pthread_cond_init(&s->idle, NULL);
   pthread_mutex_init(&s->olock, NULL);
@@ -448,10 +445,10 @@ hark_error *hark_sched_dynamic_new(hark_model *model, hark_pool *pool, uint32_t 
   s->ordered = db->enabled && db->preserve_ordering;
   s->priority_levels = db->priority_levels;
   hark_batch_policy_init(&s->policy, cfg);
-  hark_error *err = hark_queue_new(db, default_max_queue, &s->queue);
+  hark_error *err = hark_queue_new(db, desc->default_max_queue, &s->queue);
   if (err) {
-    hark_error *wrapped = hark_error_new(hark_error_code(err), "model '%s': %s",
-                                         hark_model_name(model), hark_error_message(err));
+    hark_error *wrapped = hark_error_new(hark_error_code(err), "model '%s': %s", desc->name,
+                                         hark_error_message(err));
     hark_error_free(err);
     dyn_destroy(s);
     return wrapped;
@@ -469,7 +466,7 @@ hark_error *hark_sched_dynamic_new(hark_model *model, hark_pool *pool, uint32_t 
   for (uint32_t i = 0; i < n_insts; i++) {
     dyn_instance *di = &s->insts[i];
     di->s = s;
-    di->instance = hark_model_instance_at(model, i);
+    di->index = i;
     di->task.fn = dyn_execute;
     di->task.arg = di;
     di->batch = calloc(per_batch, sizeof *di->batch);

@@ -22,7 +22,7 @@
  * backend log meanwhile carries them; logs the batch at verbose level. Call
  * before the execute (the requests may be gone after it), restore after.
  */
-void hark_sched_log_batch(hark_model *model, hark_instance *instance,
+void hark_sched_log_batch(const hark_sched_desc *desc, uint32_t instance,
                           hark_request **requests, uint32_t n, hark_log_context *saved);
 static inline void hark_sched_log_restore(const hark_log_context *saved) {
   hark_log_context_restore(saved);
@@ -43,13 +43,10 @@ struct hark_sched {
 };
 
 /* The default scheduler and the dynamic batcher (dynamic.c). */
-hark_error *hark_sched_dynamic_new(hark_model *model, hark_pool *pool,
-                                   uint32_t default_max_queue, hark_sched **out);
+hark_error *hark_sched_dynamic_new(const hark_sched_desc *desc, hark_sched **out);
 /* The sequence batcher (sequence.c). */
-hark_error *hark_sched_sequence_new(hark_model *model, hark_pool *pool,
-                                    uint32_t default_max_queue, hark_sched **out);
+hark_error *hark_sched_sequence_new(const hark_sched_desc *desc, hark_sched **out);
 /* The ensemble scheduler (ensemble.c). */
-hark_error *hark_sched_ensemble_new(hark_model *model, hark_server *server,
-                                    hark_sched **out);
+hark_error *hark_sched_ensemble_new(const hark_sched_desc *desc, hark_sched **out);
 
 #endif

@@ -16,8 +16,9 @@
  *     the execute that carried it returned, so a sequence never runs twice
  *     at once and its responses arrive in order;
  *   - dropped sequences' state (END done, idle expiry, restart, unload)
- *     goes to the backend's sequence_fini outside the lock, never inside an
- *     execute on the same thread, never while that sequence runs.
+ *     goes to the descriptor's sequence_fini (the backend's) outside the
+ *     lock, never inside an execute on the same thread, never while that
+ *     sequence runs.
  * Pumping (expire, form batches, arm the pool's shared timer) follows
  * dynamic.c: whichever thread caused an event pumps; `users` counts
  * threads inside so that stop can wait. Stop flushes: every queued request
@@ -61,7 +62,6 @@ typedef struct seq_call {
 
 typedef struct seq_instance {
   seq_sched *s;
-  hark_instance *instance;
   uint32_t index;
   bool busy;
   hark_pool_task task;
@@ -86,10 +86,8 @@ typedef struct seq_implicit {
 
 struct seq_sched {
   hark_sched base;
-  hark_model *model;
-  const hark_model_config *cfg;
+  hark_sched_desc d;
   const hark_sequence_batching *sb;
-  hark_pool *pool;
   pthread_mutex_t lock;
   pthread_cond_t idle;
   hark_seqtab *tab;
@@ -116,7 +114,7 @@ static void implicit_free(seq_implicit *im) {
 static void drops_fini(seq_sched *s, hark_seq_drop *d) {
   for (hark_seq_drop *next; d; d = next) {
     next = d->next;
-    hark_model_sequence_fini(s->model, d->states.backend);
+    if (d->states.backend && s->d.sequence_fini) s->d.sequence_fini(s->d.ctx, d->states.backend);
     implicit_free(d->states.implicit);
     free(d);
   }
@@ -126,17 +124,17 @@ static void drops_fini(seq_sched *s, hark_seq_drop *d) {
 
 static void seq_on_response(hark_response *resp, uint32_t flags, hark_error *err, void *userp);
 
-static void add_input(hark_request *req, const char *name, hark_datatype dt, const int64_t *dims,
-                      uint32_t ndims, bool batched, void *data, size_t bytes) {
+static void add_input(seq_sched *s, hark_request *req, const char *name, hark_datatype dt,
+                      const int64_t *dims, uint32_t ndims, void *data, size_t bytes) {
   int64_t shape[HARK_MAX_DIMS + 1];
   uint32_t n = 0;
-  if (batched) shape[n++] = 1;
+  if (s->batched) shape[n++] = 1;
   for (uint32_t i = 0; i < ndims && n < HARK_MAX_DIMS; i++) shape[n++] = dims[i];
   hark_request_attach(req, data, free);
   hark_error *err = hark_request_add_input(req, name, dt, shape, n, data, bytes);
   if (err) {
-    HARK_ERROR("model '%s': cannot add sequence input '%s': %s",
-               hark_model_name(hark_request_model(req)), name, hark_error_message(err));
+    HARK_ERROR("model '%s': cannot add sequence input '%s': %s", s->d.name, name,
+               hark_error_message(err));
     hark_error_free(err);
   }
 }
@@ -186,7 +184,7 @@ static void add_control(seq_sched *s, hark_request *req, const hark_seq_control 
       memcpy(data, &v32, 4);
     }
   }
-  add_input(req, c->name, c->datatype, one, 1, s->batched, data, bytes);
+  add_input(s, req, c->name, c->datatype, one, 1, data, bytes);
 }
 
 /* Zeros of the state's initial shape. */
@@ -216,8 +214,8 @@ static void add_states(seq_sched *s, hark_request *req, hark_seq_states *states,
     void *copy = malloc(t->bytes ? t->bytes : 1);
     if (!copy) abort();
     memcpy(copy, t->data, t->bytes);
-    add_input(req, sb->states[i].input_name, sb->states[i].datatype, t->dims, t->ndims, s->batched,
-              copy, t->bytes);
+    add_input(s, req, sb->states[i].input_name, sb->states[i].datatype, t->dims, t->ndims, copy,
+              t->bytes);
   }
 }
 
@@ -230,7 +228,7 @@ static void keep_states(seq_sched *s, seq_call *call, hark_response *resp) {
     if (!hark_response_take_output(resp, sb->states[i].output_name, &out)) continue;
     if (!im || out.datatype != sb->states[i].datatype) {
       HARK_ERROR("model '%s': state output '%s' has type %s, expected %s; state kept",
-                 hark_model_name(s->model), sb->states[i].output_name,
+                 s->d.name, sb->states[i].output_name,
                  hark_datatype_name(out.datatype), hark_datatype_name(sb->states[i].datatype));
       free((void *)out.data);
       continue;
@@ -294,9 +292,9 @@ static void seq_pump(seq_sched *s) {
   hark_seqtab_expire(s->tab, s->stopping, now, &wake);
   form_batches(s, now, &wake, &launch);
   if (wake == UINT64_MAX)
-    hark_pool_timer_disarm(s->pool, &s->timer);
+    hark_pool_timer_disarm(s->d.pool, &s->timer);
   else
-    hark_pool_timer_arm(s->pool, &s->timer, wake);
+    hark_pool_timer_arm(s->d.pool, &s->timer, wake);
   /* Inside this scheduler's execute the drops wait for it to return. */
   hark_seq_drop *drops = tls_executing == s ? NULL : hark_seqtab_take_drops(s->tab);
   atomic_store(&s->queued, hark_seqtab_queued(s->tab));
@@ -304,7 +302,7 @@ static void seq_pump(seq_sched *s) {
 
   for (seq_instance *si = launch, *next; si; si = next) {
     next = si->launch_next; /* the task may run and finish at once */
-    hark_pool_submit_task(s->pool, &si->task);
+    hark_pool_submit_task(s->d.pool, &si->task);
   }
   drops_fini(s, drops);
 
@@ -352,8 +350,8 @@ static void seq_execute(void *arg) {
   seq_sched *outer = tls_executing;
   tls_executing = s;
   hark_log_context saved;
-  hark_sched_log_batch(s->model, si->instance, si->reqs, si->n, &saved);
-  hark_model_execute(s->model, si->instance, si->reqs, si->n);
+  hark_sched_log_batch(&s->d, si->index, si->reqs, si->n, &saved);
+  s->d.run(s->d.ctx, si->index, si->reqs, si->n);
   hark_sched_log_restore(&saved);
   tls_executing = outer;
 
@@ -390,7 +388,7 @@ static void id_text(const hark_seq_key *key, char *buf, size_t cap) {
 }
 
 static hark_error *refusal(seq_sched *s, hark_seq_status st, const hark_seq_key *key) {
-  const char *model = hark_model_name(s->model);
+  const char *model = s->d.name;
   char id[224] = "(none)";
   if (key) id_text(key, id, sizeof id);
   switch (st) {
@@ -426,7 +424,7 @@ static hark_error *seq_enqueue(hark_sched *base, hark_request *req) {
     return hark_error_new(HARK_ERR_INVALID_ARG,
                           "model '%s' uses sequence_batching: each request must have batch size "
                           "1, got %u",
-                          hark_model_name(s->model), hark_request_batch_size(req));
+                          s->d.name, hark_request_batch_size(req));
   const char *sid = hark_request_correlation_id_str(req);
   uint64_t nid = hark_request_correlation_id(req);
   hark_seq_key key = {.is_str = sid != NULL, .num = nid, .str = sid};
@@ -440,8 +438,8 @@ static hark_error *seq_enqueue(hark_sched *base, hark_request *req) {
   hark_error *err = NULL;
   uint64_t now = hark_now_ns();
   if (s->stopping) {
-    err = hark_error_new(HARK_ERR_UNAVAILABLE, "model '%s' version %lld is unloading",
-                         hark_model_name(s->model), (long long)hark_model_version(s->model));
+    err = hark_error_new(HARK_ERR_UNAVAILABLE, "model '%s' version %lld is unloading", s->d.name,
+                         (long long)s->d.version);
   } else {
     hark_seq_status st =
         hark_seqtab_push(s->tab, oneshot ? NULL : &key, hark_request_flags(req), call, now);
@@ -495,7 +493,7 @@ static void seq_destroy(seq_sched *s) {
 
 static void seq_free(hark_sched *base) {
   seq_sched *s = (seq_sched *)base;
-  hark_pool_timer_cancel(s->pool, &s->timer); /* a late fire may be pumping */
+  hark_pool_timer_cancel(s->d.pool, &s->timer); /* a late fire may be pumping */
   seq_destroy(s);
 }
 
@@ -506,21 +504,18 @@ static const hark_sched_ops seq_ops = {
     .queued = seq_queued,
 };
 
-hark_error *hark_sched_sequence_new(hark_model *model, hark_pool *pool, uint32_t default_max_queue,
-                                    hark_sched **out) {
+hark_error *hark_sched_sequence_new(const hark_sched_desc *desc, hark_sched **out) {
   *out = NULL;
-  const hark_model_config *cfg = hark_model_get_config(model);
-  uint32_t n_insts = hark_model_instance_count(model);
+  const hark_model_config *cfg = desc->config;
+  uint32_t n_insts = desc->n_instances;
   if (n_insts == 0)
     return hark_error_new(HARK_ERR_INVALID_ARG, "model '%s' has no instances to run on",
-                          hark_model_name(model));
+                          desc->name);
   seq_sched *s = calloc(1, sizeof *s);
   if (!s) return hark_error_new(HARK_ERR_INTERNAL, "out of memory");
   s->base.ops = &seq_ops;
-  s->model = model;
-  s->cfg = cfg;
+  s->d = *desc;
   s->sb = &cfg->sequence_batching;
-  s->pool = pool;
   s->oldest = s->sb->strategy == HARK_SEQ_OLDEST;
   s->batched = cfg->max_batch_size > 0;
   s->max_batch = cfg->max_batch_size ? cfg->max_batch_size : 1;
@@ -530,7 +525,7 @@ hark_error *hark_sched_sequence_new(hark_model *model, hark_pool *pool, uint32_t
   atomic_init(&s->queued, 0);
 
   hark_seq_policy policy;
-  hark_seq_policy_init(&policy, cfg, n_insts, default_max_queue);
+  hark_seq_policy_init(&policy, cfg, n_insts, desc->default_max_queue);
   s->tab = hark_seqtab_new(&policy);
   s->entries = calloc(s->max_batch, sizeof *s->entries);
   s->insts = calloc(n_insts, sizeof *s->insts);
@@ -543,7 +538,6 @@ hark_error *hark_sched_sequence_new(hark_model *model, hark_pool *pool, uint32_t
     seq_instance *si = &s->insts[i];
     si->s = s;
     si->index = i;
-    si->instance = hark_model_instance_at(model, i);
     si->task.fn = seq_execute;
     si->task.arg = si;
     si->calls = calloc(s->max_batch, sizeof *si->calls);
