@@ -1,275 +1,31 @@
 /*
- * config.c — config.pbtxt → hark_model_config, and the config back out as
- * the JSON Triton's /v2/models/{m}/config returns.
+ * config.c — config.pbtxt → hark_model_config: the model's schema tables,
+ * the checks that span several fields, and the public parse and free.
  *
- * pbtxt.c gives a schema-free tree; the schema lives here as tables. Each
- * message type is an array of field_spec rows (name, value type, repeated
- * or not, where the value is stored, hooks), and one walker applies any
- * table to any tree node: unknown and unsupported names, wrong value kinds,
- * lists on singular fields and repeated singular fields are refused there,
- * once, with the file and line. Adding a message (sequence_batching, say)
- * means a struct to fill, a table, and a row pointing at it (config_seq.c
- * holds sequence_batching's; config_impl.h shares the machinery). Checks that
- * span several fields (preferred sizes vs max_batch_size, ensemble vs
- * backend) run after the walk, and find their line in the tree again.
+ * The tables are walked by config_walk.c (the machinery, shared with
+ * config_seq.c, which holds sequence_batching's tables). The config goes
+ * back out as JSON in config_json.c.
  */
-#include <cjson/cJSON.h>
 #include <inttypes.h>
-#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "core/config_impl.h"
+#include "core/config_seq.h"
+#include "core/config_walk.h"
 
-/* ---- errors ------------------------------------------------------------------ */
-
-/* "FILE:LINE: message", or "FILE: message" when no line applies (line 0). */
-hark_error *hark_cfg_fail(const cfg_ctx *c, hark_code code, uint32_t line, const char *fmt, ...) {
-  char msg[1024];
-  va_list ap;
-  va_start(ap, fmt);
-  vsnprintf(msg, sizeof msg, fmt, ap);
-  va_end(ap);
-  if (line == 0) return hark_error_new(code, "%s: %s", c->file, msg);
-  return hark_error_new(code, "%s:%u: %s", c->file, line, msg);
-}
-
-hark_error *hark_cfg_out_of_memory(void) {
-  return hark_error_new(HARK_ERR_INTERNAL, "out of memory parsing a model config");
-}
-
-/* The index-th value of field `name` in message `msg` (list elements count
- * one by one), or NULL. Checks made after the walk use it to find lines. */
-const hark_pb_field *hark_cfg_find_value(const hark_pb_field *msg, const char *name,
-                                         uint32_t index) {
-  for (const hark_pb_field *f = msg ? msg->child : NULL; f; f = f->next) {
-    if (strcmp(f->name, name) != 0) continue;
-    if (f->kind != HARK_PB_LIST) {
-      if (index-- == 0) return f;
-      continue;
-    }
-    for (const hark_pb_field *e = f->child; e; e = e->next)
-      if (index-- == 0) return e;
-  }
-  return NULL;
-}
-
-/* The line of a value, or `fallback` (0: none) when the field is absent. */
-uint32_t hark_cfg_line_of(const hark_pb_field *msg, const char *name, uint32_t index,
-                          uint32_t fallback) {
-  const hark_pb_field *v = hark_cfg_find_value(msg, name, index);
-  return v ? v->line : fallback;
-}
-
-/* ---- scalar conversion ----------------------------------------------------------- */
-
-static const char *expected_kind(const field_spec *fs) {
-  switch (fs->type) {
-  case V_MESSAGE: return "a message";
-  case V_STRING: return "a string";
-  case V_BOOL: return "true or false";
-  case V_U32:
-  case V_U64: return "an unsigned integer";
-  case V_I64: return "an integer";
-  case V_ENUM: return "an enum name";
-  }
-  return "a value";
-}
-
-hark_error *hark_cfg_kind_error(const cfg_ctx *c, const field_spec *fs, const hark_pb_field *v) {
-  bool show = v->kind != HARK_PB_MESSAGE && v->kind != HARK_PB_STRING && v->kind != HARK_PB_LIST;
-  return hark_cfg_fail(c, HARK_ERR_INVALID_ARG, v->line, "field '%s' expects %s, not %s%s%.64s%s",
-                       fs->name, expected_kind(fs), hark_pb_kind_name(v->kind), show ? " '" : "",
-                       show ? v->text : "", show ? "'" : "");
-}
-
-static hark_error *range_error(const cfg_ctx *c, const field_spec *fs, const hark_pb_field *v,
-                               int64_t lo, uint64_t hi) {
-  return hark_cfg_fail(c, HARK_ERR_INVALID_ARG, v->line,
-                       "value %.64s for field '%s' is out of range [%" PRId64 ", %" PRIu64 "]",
-                       v->text, fs->name, lo, hi);
-}
-
-/* An integer in [0, type_max], narrowed further by the spec's range. */
-hark_error *hark_cfg_get_uint(const cfg_ctx *c, const field_spec *fs, const hark_pb_field *v,
-                              uint64_t type_max, uint64_t *out) {
-  if (v->kind != HARK_PB_INT) return hark_cfg_kind_error(c, fs, v);
-  uint64_t lo = fs->max ? (uint64_t)fs->min : 0, hi = fs->max ? (uint64_t)fs->max : type_max;
-  if ((v->negative && v->u != 0) || v->u < lo || v->u > hi)
-    return range_error(c, fs, v, (int64_t)lo, hi);
-  *out = v->u;
-  return NULL;
-}
-
-static hark_error *get_int(const cfg_ctx *c, const field_spec *fs, const hark_pb_field *v,
-                           int64_t *out) {
-  if (v->kind != HARK_PB_INT) return hark_cfg_kind_error(c, fs, v);
-  int64_t lo = fs->max ? fs->min : INT64_MIN, hi = fs->max ? fs->max : INT64_MAX;
-  bool fits = v->negative ? v->u <= (uint64_t)INT64_MAX + 1 : v->u <= (uint64_t)INT64_MAX;
-  /* -(2^63) has no positive twin: negate in unsigned arithmetic. */
-  int64_t x = !fits ? 0 : v->negative ? (int64_t)(0 - v->u) : (int64_t)v->u;
-  if (!fits || x < lo || x > hi) return range_error(c, fs, v, lo, (uint64_t)hi);
-  *out = x;
-  return NULL;
-}
-
-/* protobuf's spellings: true/True/t/1 and false/False/f/0. */
-static hark_error *get_bool(const cfg_ctx *c, const field_spec *fs, const hark_pb_field *v,
-                            bool *out) {
-  static const char *const yes[] = {"true", "True", "t"}, *const no[] = {"false", "False", "f"};
-  if (v->kind == HARK_PB_INT && !v->negative && v->u <= 1) {
-    *out = v->u == 1;
-    return NULL;
-  }
-  for (size_t i = 0; v->kind == HARK_PB_IDENT && i < ARRAY_LEN(yes); i++) {
-    if (strcmp(v->text, yes[i]) == 0) return *out = true, NULL;
-    if (strcmp(v->text, no[i]) == 0) return *out = false, NULL;
-  }
-  return hark_cfg_kind_error(c, fs, v);
-}
-
-/* A string without NULs (they would cut a C string short), malloc'ed. */
-hark_error *hark_cfg_get_string(const cfg_ctx *c, const field_spec *fs, const hark_pb_field *v,
-                                char **out) {
-  if (v->kind != HARK_PB_STRING) return hark_cfg_kind_error(c, fs, v);
-  if (strlen(v->text) != v->len)
-    return hark_cfg_fail(c, HARK_ERR_INVALID_ARG, v->line, "field '%s' holds a NUL byte", fs->name);
-  char *s = malloc(v->len + 1);
-  if (!s) return hark_cfg_out_of_memory();
-  memcpy(s, v->text, v->len + 1);
-  *out = s;
-  return NULL;
-}
-
-static hark_error *get_enum(const cfg_ctx *c, const field_spec *fs, const hark_pb_field *v,
-                            unsigned *out) {
-  if (v->kind != HARK_PB_IDENT) return hark_cfg_kind_error(c, fs, v);
-  char names[256] = "";
-  for (uint32_t i = 0; i < fs->n_enums; i++) {
-    if (strcmp(v->text, fs->enums[i]) == 0) return *out = i, NULL;
-    size_t used = strlen(names);
-    snprintf(names + used, sizeof names - used, "%s%s", i ? ", " : "", fs->enums[i]);
-  }
-  return hark_cfg_fail(c, HARK_ERR_INVALID_ARG, v->line,
-                       "field '%s' has no value '%.64s' (expected one of %s)", fs->name, v->text,
-                       names);
-}
-
-/* The enums this file stores through `unsigned *` must be unsigned-sized. */
-_Static_assert(sizeof(hark_instance_kind) == sizeof(unsigned), "enum size");
-_Static_assert(sizeof(hark_timeout_action) == sizeof(unsigned), "enum size");
-
-static hark_error *store_scalar(cfg_ctx *c, const field_spec *fs, void *obj,
-                                const hark_pb_field *v) {
-  void *dst = (char *)obj + fs->offset;
-  hark_error *err = NULL;
-  uint64_t u = 0;
-  char *s = NULL;
-  switch (fs->type) {
-  case V_STRING:
-    if (!(err = hark_cfg_get_string(c, fs, v, &s))) {
-      free(*(char **)dst);
-      *(char **)dst = s;
-    }
-    return err;
-  case V_BOOL: return get_bool(c, fs, v, dst);
-  case V_U32:
-    if (!(err = hark_cfg_get_uint(c, fs, v, UINT32_MAX, &u))) *(uint32_t *)dst = (uint32_t)u;
-    return err;
-  case V_U64: return hark_cfg_get_uint(c, fs, v, UINT64_MAX, dst);
-  case V_I64: return get_int(c, fs, v, dst);
-  case V_ENUM: return get_enum(c, fs, v, dst);
-  case V_MESSAGE: break;
-  }
-  return hark_cfg_kind_error(c, fs, v);
-}
-
-/* ---- the walker -------------------------------------------------------------------- */
-
-static hark_error *walk(cfg_ctx *c, const msg_spec *ms, void *obj, const hark_pb_field *msg,
-                        const char *where);
-
-static const field_spec *find_spec(const msg_spec *ms, const char *name) {
-  for (size_t i = 0; i < ms->n; i++)
-    if (strcmp(ms->fields[i].name, name) == 0) return &ms->fields[i];
-  return NULL;
-}
-
-static hark_error *apply(cfg_ctx *c, const field_spec *fs, void *obj, const hark_pb_field *v,
-                         const char *where) {
-  if (fs->type != V_MESSAGE) {
-    if (v->kind == HARK_PB_MESSAGE) return hark_cfg_kind_error(c, fs, v);
-    return fs->set ? fs->set(c, fs, obj, v) : store_scalar(c, fs, obj, v);
-  }
-  if (v->kind != HARK_PB_MESSAGE) return hark_cfg_kind_error(c, fs, v);
-  void *sub = fs->open ? fs->open(obj) : (char *)obj + fs->offset;
-  if (!sub) return hark_cfg_out_of_memory();
-  char path[256];
-  snprintf(path, sizeof path, "%s%s%s", where ? where : "", where ? "." : "", fs->name);
-  hark_error *err = walk(c, fs->sub, sub, v, path);
-  if (!err && fs->done) err = fs->done(c, obj, v);
-  return err;
-}
-
-/* Refuses a field the schema does not take, a list or a repeat where one
- * value belongs; `seen` has a bit per table row. */
-static hark_error *admit(const cfg_ctx *c, const field_spec *fs, size_t row, const hark_pb_field *f,
-                         const char *where, uint64_t *seen) {
-  char in[300] = "";
-  if (where) snprintf(in, sizeof in, " in '%s'", where);
-  if (!fs)
-    return hark_cfg_fail(c, HARK_ERR_INVALID_ARG, f->line, "unknown field '%.64s'%s", f->name, in);
-  if (fs->flags & F_UNSUPPORTED)
-    return hark_cfg_fail(c, HARK_ERR_UNSUPPORTED, f->line, "unsupported field '%s'%s", f->name, in);
-  if (fs->flags & F_REPEATED) return NULL;
-  if (f->kind == HARK_PB_LIST)
-    return hark_cfg_fail(c, HARK_ERR_INVALID_ARG, f->line,
-                         "field '%s'%s is not repeated: it takes no list", f->name, in);
-  uint64_t bit = row < 64 ? (uint64_t)1 << row : 0;
-  if (*seen & bit)
-    return hark_cfg_fail(c, HARK_ERR_INVALID_ARG, f->line, "field '%s'%s is set more than once",
-                         f->name, in);
-  *seen |= bit;
-  return NULL;
-}
-
-/* Applies table `ms` to the fields of `msg`, storing into obj. Recursion
- * follows the schema, not the input, so its depth is the schema's. */
-static hark_error *walk(cfg_ctx *c, const msg_spec *ms, void *obj, const hark_pb_field *msg,
-                        const char *where) {
-  uint64_t seen = 0;
-  for (const hark_pb_field *f = msg->child; f; f = f->next) {
-    const field_spec *fs = find_spec(ms, f->name);
-    hark_error *err = admit(c, fs, fs ? (size_t)(fs - ms->fields) : 0, f, where, &seen);
-    if (!err && f->kind != HARK_PB_LIST) err = apply(c, fs, obj, f, where);
-    for (const hark_pb_field *e = f->kind == HARK_PB_LIST ? f->child : NULL; !err && e; e = e->next)
-      err = apply(c, fs, obj, e, where);
-    if (err) return err;
-  }
-  return NULL;
-}
-
-/* ---- arrays ------------------------------------------------------------------------ */
-
-/* Room for element n of an array holding n, which doubles whenever n is a
- * power of two (so no capacity is stored); the new element is zeroed. */
-void *hark_cfg_grow(void *arr, uint32_t n, size_t size) {
-  if (n >= UINT32_MAX / 2) return NULL;
-  if ((n & (n - 1)) == 0) {
-    arr = realloc(arr, (n ? (size_t)n * 2 : 1) * size);
-    if (!arr) return NULL;
-  }
-  memset((char *)arr + (size_t)n * size, 0, size);
-  return arr;
-}
-
-/* For messages whose fields live in the parent's struct. */
-void *hark_cfg_open_self(void *obj) { return obj; }
+/* Bounds that keep a hostile config from sizing threads or queues. */
+#define MAX_INSTANCE_COUNT 1024
+#define MAX_PRIORITY_LEVELS 1024
 
 /* ---- dynamic_batching ------------------------------------------------------------- */
 
 static const char *const timeout_actions[] = {"REJECT", "DELAY"};
+
+const char *hark_cfg_timeout_action_name(hark_timeout_action a) {
+  return (unsigned)a < ARRAY_LEN(timeout_actions) ? timeout_actions[a] : "";
+}
 
 static const field_spec queue_policy_fields[] = {
     ENUM("timeout_action", hark_queue_policy, timeout_action, timeout_actions),
@@ -366,7 +122,7 @@ static hark_error *add_version(cfg_ctx *c, const field_spec *fs, void *obj,
                                const hark_pb_field *v) {
   hark_version_policy *vp = obj;
   int64_t x = 0;
-  hark_error *err = get_int(c, fs, v, &x);
+  hark_error *err = hark_cfg_get_int(c, fs, v, &x);
   if (err) return err;
   int64_t *a = hark_cfg_grow(vp->versions, vp->n_versions, sizeof *a);
   if (!a) return hark_cfg_out_of_memory();
@@ -432,8 +188,9 @@ static const msg_spec version_policy_spec = SPEC(version_policy_fields);
 
 /* ---- input and output ---------------------------------------------------------------- */
 
-hark_error *hark_cfg_set_data_type(cfg_ctx *c, const field_spec *fs, void *obj,
-                                   const hark_pb_field *v) {
+/* `data_type` and `dims` of an input or output. */
+static hark_error *set_data_type(cfg_ctx *c, const field_spec *fs, void *obj,
+                                 const hark_pb_field *v) {
   hark_model_io *io = obj;
   if (v->kind != HARK_PB_IDENT) return hark_cfg_kind_error(c, fs, v);
   io->datatype = hark_datatype_from_config_name(v->text);
@@ -445,10 +202,10 @@ hark_error *hark_cfg_set_data_type(cfg_ctx *c, const field_spec *fs, void *obj,
   return NULL;
 }
 
-hark_error *hark_cfg_add_dim(cfg_ctx *c, const field_spec *fs, void *obj, const hark_pb_field *v) {
+static hark_error *add_dim(cfg_ctx *c, const field_spec *fs, void *obj, const hark_pb_field *v) {
   hark_model_io *io = obj;
   int64_t d = 0;
-  hark_error *err = get_int(c, fs, v, &d);
+  hark_error *err = hark_cfg_get_int(c, fs, v, &d);
   if (err) return err;
   if (d < 1 && d != -1)
     return hark_cfg_fail(c, HARK_ERR_INVALID_ARG, v->line,
@@ -461,8 +218,8 @@ hark_error *hark_cfg_add_dim(cfg_ctx *c, const field_spec *fs, void *obj, const 
 
 static const field_spec input_fields[] = {
     SCALAR("name", V_STRING, hark_model_io, name),
-    CUSTOM("data_type", V_ENUM, hark_cfg_set_data_type, 0, 0, 0),
-    CUSTOM("dims", V_I64, hark_cfg_add_dim, F_REPEATED, 0, 0),
+    CUSTOM("data_type", V_ENUM, set_data_type, 0, 0, 0),
+    CUSTOM("dims", V_I64, add_dim, F_REPEATED, 0, 0),
     SCALAR("optional", V_BOOL, hark_model_io, optional),
     UNSUPPORTED("format"),
     UNSUPPORTED("reshape"),
@@ -472,8 +229,8 @@ static const field_spec input_fields[] = {
 };
 static const field_spec output_fields[] = {
     SCALAR("name", V_STRING, hark_model_io, name),
-    CUSTOM("data_type", V_ENUM, hark_cfg_set_data_type, 0, 0, 0),
-    CUSTOM("dims", V_I64, hark_cfg_add_dim, F_REPEATED, 0, 0),
+    CUSTOM("data_type", V_ENUM, set_data_type, 0, 0, 0),
+    CUSTOM("dims", V_I64, add_dim, F_REPEATED, 0, 0),
     UNSUPPORTED("reshape"),
     UNSUPPORTED("label_filename"),
     UNSUPPORTED("is_shape_tensor"),
@@ -513,6 +270,10 @@ static hark_error *done_output(cfg_ctx *c, void *obj, const hark_pb_field *v) {
 /* ---- instance_group -------------------------------------------------------------------- */
 
 static const char *const instance_kinds[] = {"KIND_AUTO", "KIND_CPU", "KIND_GPU", "KIND_MODEL"};
+
+const char *hark_cfg_instance_kind_name(hark_instance_kind k) {
+  return (unsigned)k < ARRAY_LEN(instance_kinds) ? instance_kinds[k] : "";
+}
 
 /* `gpus: []` says nothing and is accepted; any GPU id is refused. */
 static hark_error *reject_gpus(cfg_ctx *c, const field_spec *fs, void *obj,
@@ -677,7 +438,7 @@ static const field_spec model_fields[] = {
     UNSUPPORTED("runtime"),
 };
 static const msg_spec model_spec = SPEC(model_fields);
-_Static_assert(ARRAY_LEN(model_fields) <= 64, "walk() tracks repeats in a 64-bit mask");
+_Static_assert(ARRAY_LEN(model_fields) <= 64, "hark_cfg_walk tracks repeats in a 64-bit mask");
 
 /* ---- checks across fields ----------------------------------------------------------------- */
 
@@ -803,7 +564,7 @@ hark_error *hark_model_config_parse(const char *text, size_t len, const char *fi
   }
   c.cfg->version_policy.kind = HARK_VERSION_LATEST;
   c.cfg->version_policy.latest_num_versions = 1;
-  err = walk(&c, &model_spec, c.cfg, c.root, NULL);
+  err = hark_cfg_walk(&c, &model_spec, c.cfg, c.root, NULL);
   if (!err) err = finish(&c, dir_name);
   hark_pbtxt_free(doc);
   if (err) {
@@ -855,149 +616,4 @@ const char *hark_model_config_parameter(const hark_model_config *cfg, const char
   for (uint32_t i = 0; cfg && key && i < cfg->n_parameters; i++)
     if (strcmp(cfg->parameters[i].key, key) == 0) return cfg->parameters[i].value;
   return NULL;
-}
-
-/* ---- JSON, as Triton's /v2/models/{m}/config --------------------------------------------- */
-
-/* Integers go out as raw text so 64-bit values keep every digit (a cJSON
- * number is a double); Triton, too, prints them as numbers, not strings. */
-cJSON *hark_cfg_json_raw_int(int64_t v) {
-  char b[24];
-  snprintf(b, sizeof b, "%" PRId64, v);
-  return cJSON_CreateRaw(b);
-}
-
-static void json_int(cJSON *o, const char *key, int64_t v) {
-  cJSON_AddItemToObject(o, key, hark_cfg_json_raw_int(v));
-}
-
-void hark_cfg_json_uint(cJSON *o, const char *key, uint64_t v) {
-  char b[24];
-  snprintf(b, sizeof b, "%" PRIu64, v);
-  cJSON_AddRawToObject(o, key, b);
-}
-
-void hark_cfg_json_string(cJSON *o, const char *key, const char *s) {
-  cJSON_AddStringToObject(o, key, s ? s : "");
-}
-
-static void json_version_policy(cJSON *root, const hark_version_policy *vp) {
-  cJSON *o = cJSON_AddObjectToObject(root, "version_policy");
-  if (vp->kind == HARK_VERSION_ALL) {
-    cJSON_AddObjectToObject(o, "all");
-  } else if (vp->kind == HARK_VERSION_SPECIFIC) {
-    cJSON *a = cJSON_AddArrayToObject(cJSON_AddObjectToObject(o, "specific"), "versions");
-    for (uint32_t i = 0; i < vp->n_versions; i++)
-      cJSON_AddItemToArray(a, hark_cfg_json_raw_int(vp->versions[i]));
-  } else {
-    hark_cfg_json_uint(cJSON_AddObjectToObject(o, "latest"), "num_versions",
-                       vp->latest_num_versions);
-  }
-}
-
-static void json_ios(cJSON *root, const char *key, const hark_model_io *ios, uint32_t n,
-                     bool inputs) {
-  cJSON *a = cJSON_AddArrayToObject(root, key);
-  for (uint32_t i = 0; i < n; i++) {
-    cJSON *o = cJSON_CreateObject();
-    cJSON_AddItemToArray(a, o);
-    hark_cfg_json_string(o, "name", ios[i].name);
-    hark_cfg_json_string(o, "data_type", hark_datatype_config_name(ios[i].datatype));
-    cJSON *dims = cJSON_AddArrayToObject(o, "dims");
-    for (uint32_t d = 0; d < ios[i].ndims; d++)
-      cJSON_AddItemToArray(dims, hark_cfg_json_raw_int(ios[i].dims[d]));
-    if (inputs) cJSON_AddBoolToObject(o, "optional", ios[i].optional);
-  }
-}
-
-static void json_instance_groups(cJSON *root, const hark_model_config *cfg) {
-  cJSON *a = cJSON_AddArrayToObject(root, "instance_group");
-  for (uint32_t i = 0; i < cfg->n_instance_groups; i++) {
-    const hark_instance_group *g = &cfg->instance_groups[i];
-    cJSON *o = cJSON_CreateObject();
-    cJSON_AddItemToArray(a, o);
-    hark_cfg_json_string(o, "name", g->name);
-    hark_cfg_json_string(
-        o, "kind", (unsigned)g->kind < ARRAY_LEN(instance_kinds) ? instance_kinds[g->kind] : "");
-    hark_cfg_json_uint(o, "count", g->count);
-  }
-}
-
-static void json_queue_policy(cJSON *o, const hark_queue_policy *p) {
-  hark_cfg_json_string(o, "timeout_action",
-                       (unsigned)p->timeout_action < ARRAY_LEN(timeout_actions)
-                           ? timeout_actions[p->timeout_action]
-                           : "");
-  hark_cfg_json_uint(o, "default_timeout_microseconds", p->default_timeout_us);
-  cJSON_AddBoolToObject(o, "allow_timeout_override", p->allow_timeout_override);
-  hark_cfg_json_uint(o, "max_queue_size", p->max_queue_size);
-}
-
-static void json_dynamic_batching(cJSON *root, const hark_dynamic_batching *db) {
-  cJSON *o = cJSON_AddObjectToObject(root, "dynamic_batching");
-  cJSON *pref = cJSON_AddArrayToObject(o, "preferred_batch_size");
-  for (uint32_t i = 0; i < db->n_preferred_batch_size; i++)
-    cJSON_AddItemToArray(pref, hark_cfg_json_raw_int(db->preferred_batch_size[i]));
-  hark_cfg_json_uint(o, "max_queue_delay_microseconds", db->max_queue_delay_us);
-  cJSON_AddBoolToObject(o, "preserve_ordering", db->preserve_ordering);
-  hark_cfg_json_uint(o, "priority_levels", db->priority_levels);
-  hark_cfg_json_uint(o, "default_priority_level", db->default_priority_level);
-  json_queue_policy(cJSON_AddObjectToObject(o, "default_queue_policy"), &db->default_queue_policy);
-  cJSON *map = cJSON_AddObjectToObject(o, "priority_queue_policy");
-  for (uint32_t i = 0; i < db->n_priority_queue_policy; i++) {
-    char key[16];
-    snprintf(key, sizeof key, "%u", db->priority_queue_policy[i].level);
-    json_queue_policy(cJSON_AddObjectToObject(map, key), &db->priority_queue_policy[i].policy);
-  }
-}
-
-static void json_string_map(cJSON *o, const char *key, const hark_kv *kvs, uint32_t n) {
-  cJSON *map = cJSON_AddObjectToObject(o, key);
-  for (uint32_t i = 0; i < n; i++) hark_cfg_json_string(map, kvs[i].key, kvs[i].value);
-}
-
-static void json_ensemble(cJSON *root, const hark_model_config *cfg) {
-  cJSON *steps =
-      cJSON_AddArrayToObject(cJSON_AddObjectToObject(root, "ensemble_scheduling"), "step");
-  for (uint32_t i = 0; i < cfg->n_ensemble_steps; i++) {
-    const hark_ensemble_step *s = &cfg->ensemble_steps[i];
-    cJSON *o = cJSON_CreateObject();
-    cJSON_AddItemToArray(steps, o);
-    hark_cfg_json_string(o, "model_name", s->model_name);
-    json_int(o, "model_version", s->model_version);
-    json_string_map(o, "input_map", s->input_map, s->n_input_map);
-    json_string_map(o, "output_map", s->output_map, s->n_output_map);
-  }
-}
-
-static void json_parameters(cJSON *root, const hark_model_config *cfg) {
-  cJSON *map = cJSON_AddObjectToObject(root, "parameters");
-  for (uint32_t i = 0; i < cfg->n_parameters; i++)
-    hark_cfg_json_string(cJSON_AddObjectToObject(map, cfg->parameters[i].key), "string_value",
-                         cfg->parameters[i].value);
-}
-
-char *hark_model_config_to_json(const hark_model_config *cfg) {
-  if (!cfg) return NULL;
-  cJSON *root = cJSON_CreateObject();
-  if (!root) return NULL;
-  hark_cfg_json_string(root, "name", cfg->name);
-  hark_cfg_json_string(root, "platform", cfg->platform);
-  hark_cfg_json_string(root, "backend", cfg->backend);
-  json_version_policy(root, &cfg->version_policy);
-  hark_cfg_json_uint(root, "max_batch_size", cfg->max_batch_size);
-  json_ios(root, "input", cfg->inputs, cfg->n_inputs, true);
-  json_ios(root, "output", cfg->outputs, cfg->n_outputs, false);
-  json_instance_groups(root, cfg);
-  if (cfg->dynamic_batching.enabled) json_dynamic_batching(root, &cfg->dynamic_batching);
-  if (cfg->sequence_batching.enabled)
-    hark_cfg_json_sequence_batching(root, &cfg->sequence_batching);
-  if (cfg->n_ensemble_steps) json_ensemble(root, cfg);
-  json_parameters(root, cfg);
-  cJSON_AddBoolToObject(cJSON_AddObjectToObject(root, "model_transaction_policy"), "decoupled",
-                        cfg->decoupled);
-  hark_cfg_json_string(root, "default_model_filename", cfg->default_model_filename);
-  char *s = cJSON_PrintUnformatted(root);
-  cJSON_Delete(root);
-  return s;
 }

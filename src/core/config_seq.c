@@ -1,7 +1,8 @@
 /*
  * config_seq.c — the sequence_batching block of config.pbtxt: its schema
- * tables (walked by config.c's walker), the checks that need the whole
- * model, its JSON form and its freeing.
+ * tables (walked by config_walk.c), the checks that need the whole model,
+ * and its freeing. Its JSON form is written with the rest in
+ * config_json.c.
  *
  * Triton's SequenceBatching, the subset hark runs: max_sequence_idle_
  * microseconds (0 or absent: Triton's 1 s), one of direct { } and oldest
@@ -13,7 +14,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "core/config_impl.h"
+#include "core/config_seq.h"
 
 #define DEFAULT_IDLE_US 1000000u
 
@@ -21,6 +22,10 @@
 
 static const char *const control_kinds[] = {"CONTROL_SEQUENCE_START", "CONTROL_SEQUENCE_READY",
                                             "CONTROL_SEQUENCE_END", "CONTROL_SEQUENCE_CORRID"};
+
+const char *hark_cfg_control_kind_name(hark_seq_control_kind kind) {
+  return (unsigned)kind < ARRAY_LEN(control_kinds) ? control_kinds[kind] : "";
+}
 _Static_assert(sizeof(hark_seq_control_kind) == sizeof(unsigned), "enum size");
 _Static_assert(sizeof(hark_seq_strategy) == sizeof(unsigned), "enum size");
 
@@ -462,77 +467,4 @@ void hark_cfg_free_sequence_batching(hark_sequence_batching *sb) {
     free(sb->states[i].output_name);
   }
   free(sb->states);
-}
-
-/* ---- JSON, as Triton's /v2/models/{m}/config ------------------------------------------------- */
-
-static void json_dims(cJSON *o, const char *key, const int64_t *dims, uint32_t n) {
-  cJSON *a = cJSON_AddArrayToObject(o, key);
-  for (uint32_t i = 0; i < n; i++) cJSON_AddItemToArray(a, hark_cfg_json_raw_int(dims[i]));
-}
-
-static void json_control(cJSON *arr, const hark_seq_control *ctl) {
-  cJSON *o = cJSON_CreateObject();
-  cJSON_AddItemToArray(arr, o);
-  hark_cfg_json_string(o, "name", ctl->name);
-  cJSON *c = cJSON_CreateObject();
-  cJSON_AddItemToArray(cJSON_AddArrayToObject(o, "control"), c);
-  hark_cfg_json_string(c, "kind", control_kinds[ctl->kind]);
-  if (ctl->kind == HARK_SEQ_CONTROL_CORRID) {
-    hark_cfg_json_string(c, "data_type", hark_datatype_config_name(ctl->datatype));
-    return;
-  }
-  cJSON *ft;
-  switch (ctl->datatype) {
-  case HARK_TYPE_FP32:
-    ft = cJSON_AddArrayToObject(c, "fp32_false_true");
-    for (int i = 0; i < 2; i++)
-      cJSON_AddItemToArray(ft, cJSON_CreateNumber(ctl->fp32_false_true[i]));
-    break;
-  case HARK_TYPE_BOOL:
-    ft = cJSON_AddArrayToObject(c, "bool_false_true");
-    for (int i = 0; i < 2; i++) cJSON_AddItemToArray(ft, cJSON_CreateBool(ctl->bool_false_true[i]));
-    break;
-  default:
-    ft = cJSON_AddArrayToObject(c, "int32_false_true");
-    for (int i = 0; i < 2; i++)
-      cJSON_AddItemToArray(ft, hark_cfg_json_raw_int(ctl->int32_false_true[i]));
-  }
-}
-
-void hark_cfg_json_sequence_batching(cJSON *root, const hark_sequence_batching *sb) {
-  cJSON *o = cJSON_AddObjectToObject(root, "sequence_batching");
-  hark_cfg_json_uint(o, "max_sequence_idle_microseconds", sb->max_sequence_idle_us);
-  cJSON *controls = cJSON_AddArrayToObject(o, "control_input");
-  for (uint32_t i = 0; i < sb->n_controls; i++) json_control(controls, &sb->controls[i]);
-  if (sb->strategy == HARK_SEQ_OLDEST) {
-    cJSON *s = cJSON_AddObjectToObject(o, "oldest");
-    hark_cfg_json_uint(s, "max_candidate_sequences", sb->max_candidate_sequences);
-    cJSON *pref = cJSON_AddArrayToObject(s, "preferred_batch_size");
-    for (uint32_t i = 0; i < sb->n_preferred_batch_size; i++)
-      cJSON_AddItemToArray(pref, hark_cfg_json_raw_int(sb->preferred_batch_size[i]));
-    hark_cfg_json_uint(s, "max_queue_delay_microseconds", sb->oldest_max_queue_delay_us);
-  } else {
-    cJSON *s = cJSON_AddObjectToObject(o, "direct");
-    hark_cfg_json_uint(s, "max_queue_delay_microseconds", sb->direct_max_queue_delay_us);
-    cJSON_AddNumberToObject(s, "minimum_slot_utilization", sb->minimum_slot_utilization);
-  }
-  cJSON *states = cJSON_AddArrayToObject(o, "state");
-  for (uint32_t i = 0; i < sb->n_states; i++) {
-    const hark_seq_state *st = &sb->states[i];
-    cJSON *so = cJSON_CreateObject();
-    cJSON_AddItemToArray(states, so);
-    hark_cfg_json_string(so, "input_name", st->input_name);
-    hark_cfg_json_string(so, "output_name", st->output_name);
-    hark_cfg_json_string(so, "data_type", hark_datatype_config_name(st->datatype));
-    json_dims(so, "dims", st->dims, st->ndims);
-    cJSON *inits = cJSON_AddArrayToObject(so, "initial_state");
-    if (st->has_initial) {
-      cJSON *io = cJSON_CreateObject();
-      cJSON_AddItemToArray(inits, io);
-      hark_cfg_json_string(io, "data_type", hark_datatype_config_name(st->datatype));
-      json_dims(io, "dims", st->initial_dims, st->initial_ndims);
-      cJSON_AddBoolToObject(io, "zero_data", true);
-    }
-  }
 }

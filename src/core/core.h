@@ -123,6 +123,11 @@ struct hark_model {
 hark_error *hark_model_create(hark_server *server, hark_backend *backend,
                               const char *path, hark_model_config *cfg,
                               int64_t version, hark_model **out);
+/* A model with only its config and statistics: no server, backend,
+ * instances or scheduler, ready. For tests that build requests or drive
+ * a scheduler by hand. Takes ownership of `cfg`; free with
+ * hark_model_destroy() once its requests are done. */
+hark_error *hark_model_create_bare(hark_model_config *cfg, int64_t version, hark_model **out);
 hark_error *hark_model_enqueue(hark_model *model, hark_request *req);
 uint32_t hark_model_queued(const hark_model *model);
 /* Stops accepting, waits for every request and reference to finish,

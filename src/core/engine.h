@@ -1,6 +1,8 @@
 /*
- * engine.h — what the engine core (src/core) offers the schedulers: the
- * request timestamps they set and the one call that runs a batch.
+ * engine.h — what the engine core (src/core) offers the schedulers beyond
+ * the public API: the request timestamps they set, callback wrapping, and
+ * the sequence batcher's hooks on requests and responses. Running a batch
+ * is not here: a scheduler gets it from its descriptor (sched/sched.h).
  * Internal to harkd; backends and front ends use include/hark/ only.
  */
 #ifndef HARK_ENGINE_H
@@ -18,10 +20,6 @@ uint64_t hark_request_received_ns(const hark_request *req);
 void hark_request_set_queued_ns(hark_request *req, uint64_t ns);
 uint64_t hark_request_queued_ns(const hark_request *req);
 
-hark_server *hark_model_server(const hark_model *model);
-uint32_t hark_model_instance_count(const hark_model *model);
-hark_instance *hark_model_instance_at(hark_model *model, uint32_t i);
-
 /*
  * Sequence models (src/sched/sequence.c). Points the request's sequence
  * state (hark_request_sequence_state) at `slot`, which the caller keeps
@@ -34,21 +32,5 @@ void hark_request_set_sequence_slot(hark_request *req, void **slot);
  * such output. Implicit sequence state leaves responses this way.
  */
 bool hark_response_take_output(hark_response *resp, const char *name, hark_tensor *out);
-/* Frees per-sequence backend state through the backend's sequence_fini
- * (read only from backends built on API 1.1 or newer); a no-op for NULL
- * state. Never call it while that sequence's request executes. */
-void hark_model_sequence_fini(hark_model *model, void *state);
-
-/*
- * Runs one batch on `instance`, on the calling thread, through the backend's
- * execute. Records execution statistics (queue time ends, compute begins).
- * If the backend refuses the batch, every request gets that error as its
- * FINAL. The caller guarantees the instance runs nothing else meanwhile and
- * that 1 <= n and the batch fits max_batch_size. After it returns the
- * requests belong to the backend (or are already complete): the caller must
- * not touch them.
- */
-void hark_model_execute(hark_model *model, hark_instance *instance,
-                        hark_request **requests, uint32_t n);
 
 #endif

@@ -2,7 +2,7 @@
  * metrics.c — per-model statistics and their Prometheus exposition.
  *
  * The hot path only adds to atomic counters (hark_stats_record_final and
- * hark_model_execute); nothing is formatted until a scrape, which walks the
+ * model.c's execute); nothing is formatted until a scrape, which walks the
  * loaded models and prints Triton's metric families plus latency
  * histograms, which, unlike Triton's summaries, aggregate across replicas,
  * then the host's CPU and memory gauges and the backends' own metrics.

@@ -5,6 +5,8 @@
  * Lifecycle mirrors Triton: model_init → instance_init for each instance →
  * scheduler start; destroy runs it backwards, after the scheduler has
  * drained and every reference (each request holds one) is gone. The
+ * scheduler gets the model through a descriptor (sched.h): the config, the
+ * instance count, and this file's execute as its run function. The
  * repository (server.c) holds one reference while the version is loaded.
  * A replaced or unloaded version is first "retired": still ready, no longer
  * found by name, it serves what holds it (a live stream keeps its version)
@@ -33,11 +35,6 @@ const char *hark_model_parameter(const hark_model *m, const char *key) {
 void hark_model_set_state(hark_model *m, void *state) { m->state = state; }
 void *hark_model_state(const hark_model *m) { return m->state; }
 bool hark_model_is_ready(const hark_model *m) { return atomic_load(&m->ready); }
-hark_server *hark_model_server(const hark_model *m) { return m->server; }
-uint32_t hark_model_instance_count(const hark_model *m) { return m->n_instances; }
-hark_instance *hark_model_instance_at(hark_model *m, uint32_t i) {
-  return i < m->n_instances ? &m->instances[i] : NULL;
-}
 
 hark_model *hark_instance_model(const hark_instance *inst) { return inst->model; }
 uint32_t hark_instance_index(const hark_instance *inst) { return inst->index; }
@@ -133,33 +130,69 @@ static void model_teardown(hark_model *m) {
   free(m);
 }
 
-hark_error *hark_model_create(hark_server *server, hark_backend *backend, const char *path,
-                              hark_model_config *cfg, int64_t version, hark_model **out) {
+/* A model with its config and statistics; nothing runs yet. */
+static hark_model *model_alloc(hark_model_config *cfg, const char *path, int64_t version) {
   hark_model *m = calloc(1, sizeof *m);
-  if (!m) {
-    hark_model_config_free(cfg);
-    return hark_error_new(HARK_ERR_INTERNAL, "out of memory");
-  }
+  if (!m) return NULL;
   atomic_init(&m->refs, 1);
   pthread_mutex_init(&m->lock, NULL);
   pthread_cond_init(&m->released, NULL);
-  m->server = server;
-  m->backend = backend;
   m->name = strdup(cfg->name);
   m->path = strdup(path);
   m->version = version;
   m->config = cfg;
   m->stats.n_batch = cfg->max_batch_size ? cfg->max_batch_size : 1;
   m->stats.batch = calloc(m->stats.n_batch, sizeof *m->stats.batch);
+  return m;
+}
+
+hark_error *hark_model_create_bare(hark_model_config *cfg, int64_t version, hark_model **out) {
+  hark_model *m = model_alloc(cfg, "", version);
+  if (!m) {
+    hark_model_config_free(cfg);
+    return hark_error_new(HARK_ERR_INTERNAL, "out of memory");
+  }
+  atomic_store(&m->ready, true);
+  *out = m;
+  return NULL;
+}
+
+/* What the scheduler calls back (below). */
+static void model_execute(void *ctx, uint32_t index, hark_request **reqs, uint32_t n);
+static void model_sequence_fini(void *ctx, void *state);
+static const char *model_instance_name(void *ctx, uint32_t index);
+
+hark_error *hark_model_create(hark_server *server, hark_backend *backend, const char *path,
+                              hark_model_config *cfg, int64_t version, hark_model **out) {
+  hark_model *m = model_alloc(cfg, path, version);
+  if (!m) {
+    hark_model_config_free(cfg);
+    return hark_error_new(HARK_ERR_INTERNAL, "out of memory");
+  }
+  m->server = server;
+  m->backend = backend;
   hark_error *err = NULL;
   if (backend) {
     err = backend->api->model_init(m);
     if (!err) m->model_inited = true;
   }
   if (!err) err = instances_create(m);
-  if (!err)
-    err = hark_sched_new(m, server, hark_server_pool(server), hark_server_default_max_queue(server),
-                         &m->sched);
+  if (!err) {
+    const hark_sched_desc desc = {
+        .config = m->config,
+        .name = m->name,
+        .version = m->version,
+        .n_instances = m->n_instances,
+        .pool = hark_server_pool(server),
+        .default_max_queue = hark_server_default_max_queue(server),
+        .ctx = m,
+        .run = model_execute,
+        .sequence_fini = model_sequence_fini,
+        .instance_name = model_instance_name,
+        .server = server,
+    };
+    err = hark_sched_new(&desc, &m->sched);
+  }
   if (err) {
     m->sched = NULL;
     model_teardown(m);
@@ -186,7 +219,10 @@ hark_error *hark_model_enqueue(hark_model *m, hark_request *req) {
 
 uint32_t hark_model_queued(const hark_model *m) { return m->sched ? hark_sched_queued(m->sched) : 0; }
 
-void hark_model_sequence_fini(hark_model *m, void *state) {
+/* Frees per-sequence backend state through the backend's sequence_fini
+ * (read only from backends built on API 1.1 or newer). */
+static void model_sequence_fini(void *ctx, void *state) {
+  hark_model *m = ctx;
   if (!state) return;
   if (m->backend && m->backend->sequence_fini) {
     m->backend->sequence_fini(m, state);
@@ -197,7 +233,15 @@ void hark_model_sequence_fini(hark_model *m, void *state) {
              m->name, m->backend ? m->backend->name : "");
 }
 
-void hark_model_execute(hark_model *m, hark_instance *inst, hark_request **reqs, uint32_t n) {
+/*
+ * One batch on instance `index` through the backend's execute, with the
+ * scheduler's run contract (sched.h). Records execution statistics (queue
+ * time ends, compute begins). If the backend refuses the batch, every
+ * request gets that error as its FINAL.
+ */
+static void model_execute(void *ctx, uint32_t index, hark_request **reqs, uint32_t n) {
+  hark_model *m = ctx;
+  hark_instance *inst = &m->instances[index];
   uint64_t start = hark_now_ns();
   uint32_t batch = 0;
   for (uint32_t i = 0; i < n; i++) {
@@ -225,4 +269,9 @@ void hark_model_execute(hark_model *m, hark_instance *inst, hark_request **reqs,
                                                     hark_error_message(err)));
     hark_error_free(err);
   }
+}
+
+static const char *model_instance_name(void *ctx, uint32_t index) {
+  const hark_model *m = ctx;
+  return index < m->n_instances ? m->instances[index].name : NULL;
 }

@@ -1,73 +1,35 @@
 /*
- * server.c — the model repository and the server object.
+ * server.c — the server object: what harkd and the tests hold.
  *
- * The repository is a folder of model folders, each with a config.pbtxt and
- * numbered version folders. The server keeps one entry per model name with
- * the versions currently loaded. Loading builds every new version beside
- * the old ones and swaps them in under the lock, so a reload never leaves a
- * gap: new requests and new streams get the new versions at once. The old
- * versions are "retired" on a thread of their own: still ready, they serve
- * what holds them (requests in flight, streams that began on them) until
- * nothing does or unload_timeout passes, then they are destroyed, which
- * refuses their later requests and waits for the running ones. Reloading a
- * model reloads the ensembles that use it, so they let go of the old one.
- * Load and unload run on short-lived threads of their own (rare, slow,
- * may block), never on the event loop or the worker pool. In POLL control
- * mode a thread rescans the repository: new folders load, removed ones
- * unload, and a folder whose signature (names, sizes and mtimes of its
- * files, config.pbtxt's content) changed reloads. Draining (shutdown)
- * turns readiness off and stops polling; requests keep being served. The
- * folders themselves are read by repo_fs.c.
+ * It wires the engine together — the worker pool (runtime/pool.c), the
+ * backend registry (backends.c) and the model repository (repository.c) —
+ * from hark_server_options, and answers the public server API: readiness
+ * and liveness, draining, and hark_server_infer(), which checks that the
+ * request's model version is ready, validates the request and hands it to
+ * the model's scheduler. The repository API (index, load, unload, model
+ * lookups) passes through to the repository. Freeing tears down in
+ * dependency order: the repository's models (whose schedulers run on the
+ * pool), then the pool, then the backends the models ran on.
  */
-#include <dlfcn.h>
-#include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 #include <unistd.h>
 
+#include "core/backends.h"
 #include "core/core.h"
-#include "core/repo_fs.h"
+#include "core/repository.h"
+#include "runtime/pool.h"
 #include "util/log.h"
 
-typedef struct model_entry {
-  char *name;
-  hark_model **versions; /* loaded, ascending version */
-  uint32_t n_versions;
-  const char *state;     /* "READY", "UNAVAILABLE", "LOADING", "UNLOADING", "" */
-  char *reason;
-  bool busy;             /* a load or unload is running */
-  bool failed;           /* the last load failed */
-  bool have_sig;         /* sig is the folder as last loaded (or tried) */
-  uint64_t sig;
-} model_entry;
-
 struct hark_server {
-  char *repo;
-  char *backend_dir;
-  hark_model_control control;
   bool strict_readiness;
   uint32_t default_max_queue;
   hark_pool *pool;
-  pthread_mutex_t lock;
-  pthread_cond_t changed;
-  model_entry *entries;
-  uint32_t n_entries;
-  hark_backend **backends;
-  uint32_t n_backends;
-  uint32_t ops_running;   /* load/unload threads */
-  uint32_t retire_running; /* retire threads */
-  hark_model **retired;    /* retired versions not yet destroyed */
-  uint32_t n_retired;
-  uint64_t unload_timeout_ns;
-  uint64_t poll_ns;
-  pthread_t poll_thread;
-  bool poll_started, poll_stop;
-  pthread_cond_t poll_cv;
+  hark_backends *backends;
+  hark_repository *repo;
   atomic_bool live;
   atomic_bool draining;
-  atomic_bool cut; /* shutting down: retirements stop waiting */
 };
 
 hark_pool *hark_server_pool(hark_server *s) { return s->pool; }
@@ -80,593 +42,51 @@ static const char *const extensions[] = {"classification", "model_repository",
                                          "binary_tensor_data", "parameters", NULL};
 const char *const *hark_server_extensions(void) { return extensions; }
 
-/* ---- backends --------------------------------------------------------------- */
-
-static hark_error *backend_open(const char *name, const char *path, hark_backend **out) {
-  void *dl = dlopen(path, RTLD_NOW | RTLD_LOCAL);
-  if (!dl) return hark_error_new(HARK_ERR_INVALID_ARG, "cannot load backend '%s': %s", name, dlerror());
-  hark_backend_get_api_fn get = (hark_backend_get_api_fn)dlsym(dl, HARK_BACKEND_ENTRY);
-  const hark_backend_api *api = get ? get() : NULL;
-  hark_error *err = NULL;
-  if (!api) {
-    err = hark_error_new(HARK_ERR_INVALID_ARG, "backend '%s' (%s) does not export %s", name, path,
-                         HARK_BACKEND_ENTRY);
-  } else if ((api->api_version >> 16) != HARK_BACKEND_API_MAJOR ||
-             (api->api_version & 0xffff) > HARK_BACKEND_API_MINOR) {
-    err = hark_error_new(HARK_ERR_INVALID_ARG,
-                         "backend '%s' was built for backend API %u.%u; this server has %u.%u",
-                         name, api->api_version >> 16, api->api_version & 0xffff,
-                         HARK_BACKEND_API_MAJOR, HARK_BACKEND_API_MINOR);
-  } else if (!api->model_init || !api->model_fini || !api->instance_init ||
-             !api->instance_fini || !api->instance_execute) {
-    err = hark_error_new(HARK_ERR_INVALID_ARG, "backend '%s' leaves a required entry point NULL",
-                         name);
-  }
-  if (err) {
-    dlclose(dl);
-    return err;
-  }
-  hark_backend *b = calloc(1, sizeof *b);
-  b->name = strdup(name);
-  b->path = strdup(path);
-  b->dl = dl;
-  b->api = api;
-  if ((api->api_version & 0xffff) >= 1) b->sequence_fini = api->sequence_fini;
-  if (api->backend_init && (err = api->backend_init(b))) {
-    free(b->name);
-    free(b->path);
-    free(b);
-    dlclose(dl);
-    return err;
-  }
-  HARK_INFO("loaded backend '%s' from %s", name, path);
-  *out = b;
-  return NULL;
-}
-
-/* The backend named in a config, loaded once per server. Looked for in the
- * model folder, then in the backend directory (flat, or in a folder named
- * after the backend, as Triton lays them out). Called with the lock held. */
-static hark_error *backend_get(hark_server *s, const char *model_path, const char *name,
-                               hark_backend **out) {
-  for (uint32_t i = 0; i < s->n_backends; i++)
-    if (strcmp(s->backends[i]->name, name) == 0) {
-      *out = s->backends[i];
-      return NULL;
-    }
-  if (!hark_repo_name_is_safe(name))
-    return hark_error_new(HARK_ERR_INVALID_ARG, "invalid backend name '%s'", name);
-  char cand[3][4096];
-  snprintf(cand[0], sizeof cand[0], "%s/libhark_%s.so", model_path, name);
-  snprintf(cand[1], sizeof cand[1], "%s/libhark_%s.so", s->backend_dir, name);
-  snprintf(cand[2], sizeof cand[2], "%s/%s/libhark_%s.so", s->backend_dir, name, name);
-  for (int i = 0; i < 3; i++) {
-    if (access(cand[i], R_OK) != 0) continue;
-    hark_backend *b = NULL;
-    hark_error *err = backend_open(name, cand[i], &b);
-    if (err) return err;
-    hark_backend **g = realloc(s->backends, (s->n_backends + 1) * sizeof *g);
-    if (!g) abort();
-    s->backends = g;
-    g[s->n_backends++] = b;
-    *out = b;
-    return NULL;
-  }
-  return hark_error_new(HARK_ERR_NOT_FOUND,
-                        "unable to find backend '%s': no libhark_%s.so in %s or %s", name, name,
-                        model_path, s->backend_dir);
-}
-
-static void backend_close(hark_backend *b) {
-  if (b->api->backend_fini) b->api->backend_fini(b);
-  /* Sanitizer builds keep the object mapped, so a leak report can still
-   * name the function that allocated (an unloaded module has no symbols). */
-#if !defined(__SANITIZE_ADDRESS__)
-  dlclose(b->dl);
-#endif
-  free(b->name);
-  free(b->path);
-  free(b);
-}
-
-/* ---- entries ---------------------------------------------------------------- */
-
-static model_entry *entry_find(hark_server *s, const char *name) {
-  for (uint32_t i = 0; i < s->n_entries; i++)
-    if (strcmp(s->entries[i].name, name) == 0) return &s->entries[i];
-  return NULL;
-}
-
-static int cmp_entry(const void *a, const void *b) {
-  return strcmp(((const model_entry *)a)->name, ((const model_entry *)b)->name);
-}
-
-/* Entries are kept sorted by name; pointers into the array are only held
- * under the lock. */
-static model_entry *entry_get(hark_server *s, const char *name) {
-  model_entry *e = entry_find(s, name);
-  if (e) return e;
-  model_entry *g = realloc(s->entries, (s->n_entries + 1) * sizeof *g);
-  if (!g) abort();
-  s->entries = g;
-  g[s->n_entries] = (model_entry){.name = strdup(name), .state = "", .reason = strdup("")};
-  s->n_entries++;
-  qsort(s->entries, s->n_entries, sizeof *s->entries, cmp_entry);
-  return entry_find(s, name);
-}
-
-static void entry_set_reason(model_entry *e, const char *reason) {
-  free(e->reason);
-  e->reason = strdup(reason ? reason : "");
-}
-
-/* Marks the entry busy, waiting for an earlier load/unload of it. */
-static model_entry *entry_claim(hark_server *s, const char *name) {
-  pthread_mutex_lock(&s->lock);
-  model_entry *e = entry_get(s, name);
-  while (e->busy) {
-    pthread_cond_wait(&s->changed, &s->lock);
-    e = entry_find(s, name);
-  }
-  e->busy = true;
-  pthread_mutex_unlock(&s->lock);
-  return e;
-}
-
-/* ---- building versions ------------------------------------------------------ */
-
-static hark_error *versions_create(hark_server *s, const char *path, const char *name,
-                                   const char *text, size_t len, hark_model ***out,
-                                   uint32_t *n_out) {
-  char file[4096];
-  snprintf(file, sizeof file, "%s/config.pbtxt", path);
-  hark_model_config *cfg;
-  hark_error *err = hark_model_config_parse(text, len, file, name, &cfg);
-  if (err) return err;
-  uint32_t n;
-  int64_t *versions = hark_repo_list_versions(path, &n);
-  n = hark_repo_apply_policy(&cfg->version_policy, versions, n);
-  if (n == 0) {
-    free(versions);
-    hark_model_config_free(cfg);
-    return hark_error_new(HARK_ERR_INVALID_ARG,
-                          "at least one version must be available under the version policy of "
-                          "model '%s'",
-                          name);
-  }
-  hark_backend *backend = NULL;
-  if (cfg->backend && *cfg->backend) {
-    pthread_mutex_lock(&s->lock);
-    err = backend_get(s, path, cfg->backend, &backend);
-    pthread_mutex_unlock(&s->lock);
-  }
-  hark_model **models = calloc(n, sizeof *models);
-  uint32_t made = 0;
-  for (uint32_t i = 0; !err && i < n; i++) {
-    hark_model_config *vcfg = cfg;
-    if (i > 0) err = hark_model_config_parse(text, len, file, name, &vcfg);
-    if (!err) err = hark_model_create(s, backend, path, vcfg, versions[i], &models[made]);
-    if (!err) made++;
-    if (i == 0) cfg = NULL; /* taken by the first version */
-  }
-  hark_model_config_free(cfg);
-  free(versions);
-  if (err) {
-    for (uint32_t i = 0; i < made; i++) hark_model_destroy(models[i]);
-    free(models);
-    return err;
-  }
-  *out = models;
-  *n_out = made;
-  return NULL;
-}
-
-/* ---- retiring old versions -------------------------------------------------- */
-
-static void retired_remove(hark_server *s, hark_model *m) {
-  pthread_mutex_lock(&s->lock);
-  for (uint32_t i = 0; i < s->n_retired; i++)
-    if (s->retired[i] == m) {
-      s->retired[i] = s->retired[--s->n_retired];
-      break;
-    }
-  pthread_mutex_unlock(&s->lock);
-}
-
-/* Lets each version finish what holds it (up to the unload timeout, cut
- * short at shutdown), then destroys it. */
-static void retire_finish(hark_server *s, hark_model **old, uint32_t n, uint64_t deadline) {
-  for (uint32_t i = 0; i < n; i++) {
-    int users = hark_model_users(old[i]);
-    if (!hark_model_wait_unused(old[i], deadline, &s->cut))
-      HARK_WARN("model '%s' version %lld: %d request(s) or stream(s) still used it after %.0f s "
-                "(--model-unload-timeout-secs); their next requests are refused",
-                old[i]->name, (long long)old[i]->version, hark_model_users(old[i]),
-                (double)s->unload_timeout_ns / 1e9);
-    else if (users > 0)
-      HARK_INFO("model '%s' version %lld: its live requests and streams finished; unloading",
-                old[i]->name, (long long)old[i]->version);
-    retired_remove(s, old[i]);
-    hark_model_destroy(old[i]);
-  }
-}
-
-typedef struct retire_job {
-  hark_server *server;
-  hark_model **old;
-  uint32_t n;
-  uint64_t deadline;
-} retire_job;
-
-static void *retire_run(void *arg) {
-  retire_job *job = arg;
-  hark_server *s = job->server;
-  retire_finish(s, job->old, job->n, job->deadline);
-  free(job->old);
-  free(job);
-  pthread_mutex_lock(&s->lock);
-  s->retire_running--;
-  pthread_cond_broadcast(&s->changed);
-  pthread_mutex_unlock(&s->lock);
-  return NULL;
-}
-
-/* Marks versions taken out of their entry as retired and lists them (for
- * hark_server_is_idle) until they are destroyed. */
-static void retire_add(hark_server *s, hark_model **old, uint32_t n) {
-  pthread_mutex_lock(&s->lock);
-  hark_model **g = realloc(s->retired, (s->n_retired + n + 1) * sizeof *g);
-  if (!g) abort();
-  s->retired = g;
-  for (uint32_t i = 0; i < n; i++) {
-    atomic_store(&old[i]->retired, true);
-    g[s->n_retired++] = old[i];
-  }
-  pthread_mutex_unlock(&s->lock);
-}
-
-/* Takes `old` (an array of n retired versions): they stay ready for what
- * holds them until `deadline` and are destroyed on a thread of their own
- * (here, if no thread can be started). */
-static void retire_async(hark_server *s, hark_model **old, uint32_t n, uint64_t deadline) {
-  if (!n) {
-    free(old);
-    return;
-  }
-  pthread_mutex_lock(&s->lock);
-  s->retire_running++;
-  pthread_mutex_unlock(&s->lock);
-  retire_job *job = malloc(sizeof *job);
-  pthread_t t;
-  pthread_attr_t attr;
-  pthread_attr_init(&attr);
-  pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
-  if (job) *job = (retire_job){s, old, n, deadline};
-  int rc = job ? pthread_create(&t, &attr, retire_run, job) : ENOMEM;
-  pthread_attr_destroy(&attr);
-  if (rc != 0) {
-    free(job);
-    HARK_WARN("cannot start a thread to retire model versions (%s): retiring inline",
-              strerror(rc));
-    retire_finish(s, old, n, deadline);
-    free(old);
-    pthread_mutex_lock(&s->lock);
-    s->retire_running--;
-    pthread_cond_broadcast(&s->changed);
-    pthread_mutex_unlock(&s->lock);
-  }
-}
-
-/* ---- load / unload ---------------------------------------------------------- */
-
-/* Names of the loaded ensembles with a step on `name` (they hold its old
- * version for validation): reloading them makes them let go of it. */
-static char **dependents(hark_server *s, const char *name, uint32_t *n) {
-  *n = 0;
-  char **out = NULL;
-  pthread_mutex_lock(&s->lock);
-  for (uint32_t i = 0; i < s->n_entries; i++) {
-    model_entry *e = &s->entries[i];
-    if (!e->n_versions || strcmp(e->name, name) == 0) continue;
-    const hark_model_config *cfg = e->versions[e->n_versions - 1]->config;
-    bool uses = false;
-    for (uint32_t k = 0; k < cfg->n_ensemble_steps && !uses; k++)
-      uses = strcmp(cfg->ensemble_steps[k].model_name, name) == 0;
-    if (!uses) continue;
-    char **g = realloc(out, (*n + 1) * sizeof *g);
-    if (!g) break;
-    out = g;
-    out[(*n)++] = strdup(e->name);
-  }
-  pthread_mutex_unlock(&s->lock);
-  return out;
-}
-
-static hark_error *model_load(hark_server *s, const char *name) {
-  if (!hark_repo_name_is_safe(name))
-    return hark_error_new(HARK_ERR_INVALID_ARG, "invalid model name '%s'", name ? name : "");
-  char path[4096], file[4096];
-  snprintf(path, sizeof path, "%s/%s", s->repo, name);
-  snprintf(file, sizeof file, "%s/config.pbtxt", path);
-  model_entry *e = entry_claim(s, name);
-  uint64_t t0 = hark_now_ns();
-  /* Taken before reading: a change made while loading shows at the next scan. */
-  uint64_t sig = hark_repo_signature(path);
-  hark_error *err = NULL;
-  size_t len = 0;
-  char *text = hark_repo_is_dir(path) ? hark_repo_read_file(file, &len) : NULL;
-  if (!hark_repo_is_dir(path))
-    err = hark_error_new(HARK_ERR_NOT_FOUND, "failed to load '%s': no model folder %s", name, path);
-  else if (!text)
-    err = hark_error_new(HARK_ERR_INVALID_ARG, "failed to load '%s': cannot read %s: %s", name,
-                         file, strerror(errno));
-  hark_model **fresh = NULL;
-  uint32_t n_fresh = 0;
-  if (!err) {
-    pthread_mutex_lock(&s->lock);
-    e = entry_find(s, name);
-    if (!e->n_versions) e->state = "LOADING";
-    pthread_mutex_unlock(&s->lock);
-    err = versions_create(s, path, name, text, len, &fresh, &n_fresh);
-  }
-  free(text);
-  double secs = (double)(hark_now_ns() - t0) / 1e9;
-  for (uint32_t i = 0; i < n_fresh; i++) fresh[i]->load_secs = secs;
-  pthread_mutex_lock(&s->lock);
-  e = entry_find(s, name);
-  hark_model **old = NULL;
-  uint32_t n_old = 0;
-  e->sig = sig;
-  e->have_sig = true;
-  if (err) {
-    /* The old versions, if any, go on serving. */
-    entry_set_reason(e, hark_error_message(err));
-    e->state = e->n_versions ? "READY" : "UNAVAILABLE";
-    e->failed = true;
-  } else {
-    old = e->versions;
-    n_old = e->n_versions;
-    e->versions = fresh;
-    e->n_versions = n_fresh;
-    e->state = "READY";
-    e->failed = false;
-    entry_set_reason(e, "");
-  }
-  e->busy = false;
-  pthread_cond_broadcast(&s->changed);
-  pthread_mutex_unlock(&s->lock);
-  if (err) {
-    HARK_ERROR("failed to load model '%s': %s", name, hark_error_message(err));
-    return err;
-  }
-  for (uint32_t i = 0; i < n_fresh; i++)
-    HARK_INFO("%s model '%s' version %lld (%.1f ms)", n_old ? "reloaded" : "loaded", name,
-              (long long)fresh[i]->version, secs * 1e3);
-  retire_add(s, old, n_old);
-  retire_async(s, old, n_old, hark_now_ns() + s->unload_timeout_ns);
-  if (n_old) {
-    uint32_t n_dep;
-    char **deps = dependents(s, name, &n_dep);
-    for (uint32_t i = 0; i < n_dep; i++) {
-      hark_error *derr = model_load(s, deps[i]);
-      hark_error_free(derr); /* logged; the ensemble's old version serves on */
-      free(deps[i]);
-    }
-    free(deps);
-  }
-  return NULL;
-}
-
-/* Takes the model out of service. With `wait`, returns once its versions
- * are destroyed (or, if something still holds them after the unload
- * timeout, once they refuse new work and are left to finish on their own);
- * without, retires them in the background. */
-static hark_error *model_unload(hark_server *s, const char *name, bool wait) {
-  pthread_mutex_lock(&s->lock);
-  bool known = entry_find(s, name) != NULL;
-  pthread_mutex_unlock(&s->lock);
-  if (!known) return hark_error_new(HARK_ERR_NOT_FOUND, "failed to unload '%s': unknown model", name);
-  model_entry *e = entry_claim(s, name);
-  pthread_mutex_lock(&s->lock);
-  e = entry_find(s, name);
-  hark_model **old = e->versions;
-  uint32_t n_old = e->n_versions;
-  e->versions = NULL;
-  e->n_versions = 0;
-  e->have_sig = false; /* the same folder added back loads again */
-  e->state = "UNLOADING";
-  pthread_mutex_unlock(&s->lock);
-  retire_add(s, old, n_old);
-  uint64_t deadline = hark_now_ns() + s->unload_timeout_ns;
-  bool unused = true;
-  for (uint32_t i = 0; wait && i < n_old; i++)
-    unused &= hark_model_wait_unused(old[i], deadline, &s->cut);
-  if (wait && unused) {
-    for (uint32_t i = 0; i < n_old; i++) {
-      retired_remove(s, old[i]);
-      hark_model_destroy(old[i]);
-    }
-    free(old);
-  } else {
-    /* In the background; after a wait its deadline has passed, so what
-     * still holds the versions is refused from now on. */
-    retire_async(s, old, n_old, deadline);
-  }
-  pthread_mutex_lock(&s->lock);
-  e = entry_find(s, name);
-  e->state = "UNAVAILABLE";
-  e->failed = false;
-  entry_set_reason(e, "unloaded");
-  e->busy = false;
-  pthread_cond_broadcast(&s->changed);
-  pthread_mutex_unlock(&s->lock);
-  if (n_old) HARK_INFO("unloaded model '%s'", name);
-  return NULL;
-}
-
-/* Ensembles need their steps loaded first: load in passes until a pass
- * makes no progress; what still fails keeps its last reason. */
-static void load_names(hark_server *s, char **names, uint32_t n) {
-  bool *done = calloc(n ? n : 1, sizeof *done);
-  for (bool progress = true; progress;) {
-    progress = false;
-    for (uint32_t i = 0; i < n; i++) {
-      if (done[i]) continue;
-      hark_error *err = model_load(s, names[i]);
-      if (!err) {
-        done[i] = progress = true;
-      } else if (hark_error_code(err) != HARK_ERR_NOT_FOUND &&
-                 hark_error_code(err) != HARK_ERR_UNAVAILABLE) {
-        done[i] = true; /* a real failure: retrying will not help */
-      }
-      hark_error_free(err);
-    }
-  }
-  free(done);
-}
-
-/* ---- polling ---------------------------------------------------------------- */
-
-static bool name_in(char **names, uint32_t n, const char *name) {
-  for (uint32_t i = 0; i < n; i++)
-    if (strcmp(names[i], name) == 0) return true;
-  return false;
-}
-
-/* One scan: loads new and changed model folders, unloads removed ones. A
- * folder whose last load failed is tried again only once it changes. */
-static void poll_once(hark_server *s) {
-  uint32_t n;
-  char **names = hark_repo_scan(s->repo, &n);
-  char **load = calloc(n ? n : 1, sizeof *load);
-  uint32_t n_load = 0;
-  for (uint32_t i = 0; i < n; i++) {
-    char path[4096];
-    snprintf(path, sizeof path, "%s/%s", s->repo, names[i]);
-    uint64_t sig = hark_repo_signature(path);
-    pthread_mutex_lock(&s->lock);
-    model_entry *e = entry_find(s, names[i]);
-    bool changed = !e || !e->have_sig || e->sig != sig;
-    pthread_mutex_unlock(&s->lock);
-    if (changed && load) load[n_load++] = names[i];
-  }
-  char **gone = NULL;
-  uint32_t n_gone = 0;
-  pthread_mutex_lock(&s->lock);
-  for (uint32_t i = 0; i < s->n_entries; i++) {
-    model_entry *e = &s->entries[i];
-    if ((!e->n_versions && !e->have_sig) || name_in(names, n, e->name)) continue;
-    char **g = realloc(gone, (n_gone + 1) * sizeof *g);
-    if (!g) break;
-    gone = g;
-    gone[n_gone++] = strdup(e->name);
-  }
-  pthread_mutex_unlock(&s->lock);
-  for (uint32_t i = 0; i < n_gone; i++) {
-    HARK_INFO("model '%s' was removed from the repository: unloading", gone[i]);
-    hark_error_free(model_unload(s, gone[i], false));
-    free(gone[i]);
-  }
-  free(gone);
-  for (uint32_t i = 0; i < n_load; i++)
-    HARK_INFO("model '%s' is new or changed in the repository: loading", load[i]);
-  if (n_load) load_names(s, load, n_load);
-  free(load);
-  for (uint32_t i = 0; i < n; i++) free(names[i]);
-  free(names);
-}
-
-static void *poll_run(void *arg) {
-  hark_server *s = arg;
-  pthread_mutex_lock(&s->lock);
-  while (!s->poll_stop) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    uint64_t ns = (uint64_t)ts.tv_nsec + s->poll_ns;
-    ts.tv_sec += (time_t)(ns / 1000000000ull);
-    ts.tv_nsec = (long)(ns % 1000000000ull);
-    int rc = 0;
-    while (!s->poll_stop && rc != ETIMEDOUT) rc = pthread_cond_timedwait(&s->poll_cv, &s->lock, &ts);
-    if (s->poll_stop) break;
-    pthread_mutex_unlock(&s->lock);
-    if (!atomic_load(&s->draining)) poll_once(s);
-    pthread_mutex_lock(&s->lock);
-  }
-  pthread_mutex_unlock(&s->lock);
-  return NULL;
-}
-
-static void poll_stop(hark_server *s) {
-  if (!s->poll_started) return;
-  pthread_mutex_lock(&s->lock);
-  s->poll_stop = true;
-  pthread_cond_broadcast(&s->poll_cv);
-  pthread_mutex_unlock(&s->lock);
-  pthread_join(s->poll_thread, NULL);
-  s->poll_started = false;
-}
-
 /* ---- server ----------------------------------------------------------------- */
 
 hark_error *hark_server_new(const hark_server_options *opts, hark_server **out) {
-  if (!opts->model_repository || !hark_repo_is_dir(opts->model_repository))
-    return hark_error_new(HARK_ERR_INVALID_ARG, "model repository '%s' is not a folder",
-                          opts->model_repository ? opts->model_repository : "(none)");
   hark_server *s = calloc(1, sizeof *s);
   if (!s) return hark_error_new(HARK_ERR_INTERNAL, "out of memory");
-  s->repo = strdup(opts->model_repository);
-  s->backend_dir = strdup(opts->backend_directory ? opts->backend_directory
-                                                  : HARK_DEFAULT_BACKEND_DIR);
-  s->control = opts->model_control;
   s->strict_readiness = opts->strict_readiness;
   s->default_max_queue = opts->max_queue_size ? opts->max_queue_size : 4096;
-  s->unload_timeout_ns =
-      (uint64_t)(opts->unload_timeout_secs ? opts->unload_timeout_secs : 30) * 1000000000ull;
+  s->backends = hark_backends_new(opts->backend_directory ? opts->backend_directory
+                                                          : HARK_DEFAULT_BACKEND_DIR);
+  if (!s->backends) {
+    free(s);
+    return hark_error_new(HARK_ERR_INTERNAL, "out of memory");
+  }
   double poll = opts->repository_poll_secs > 0 ? opts->repository_poll_secs : 15.0;
-  s->poll_ns = (uint64_t)(poll * 1e9);
-  pthread_mutex_init(&s->lock, NULL);
-  pthread_cond_init(&s->changed, NULL);
-  pthread_condattr_t ca;
-  pthread_condattr_init(&ca);
-  pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
-  pthread_cond_init(&s->poll_cv, &ca);
-  pthread_condattr_destroy(&ca);
+  const hark_repository_config rc = {
+      .path = opts->model_repository,
+      .control = opts->model_control,
+      .unload_timeout_ns =
+          (uint64_t)(opts->unload_timeout_secs ? opts->unload_timeout_secs : 30) * 1000000000ull,
+      .poll_ns = (uint64_t)(poll * 1e9),
+      .server = s,
+      .backends = s->backends,
+  };
+  hark_error *err = hark_repository_new(&rc, &s->repo);
+  if (err) {
+    hark_server_free(s);
+    return err;
+  }
   uint32_t threads = opts->worker_threads;
   if (!threads) {
     long cores = sysconf(_SC_NPROCESSORS_ONLN);
     threads = cores > 0 ? (uint32_t)cores : 1;
   }
-  hark_error *err = hark_pool_new(threads, 65536, &s->pool);
-  if (err) {
+  int prc = hark_pool_new(threads, 65536, &s->pool);
+  if (prc != 0) {
     hark_server_free(s);
-    return err;
+    return hark_error_new(HARK_ERR_INTERNAL, "cannot start the worker pool (%u threads): %s",
+                          threads, strerror(prc));
   }
   hark_pool_set_inline_max_ns(s->pool, (uint64_t)opts->inline_max_us * 1000u);
   atomic_store(&s->live, true);
-  uint32_t n;
-  char **names = hark_repo_scan(s->repo, &n);
-  if (s->control != HARK_MODEL_CONTROL_EXPLICIT) {
-    load_names(s, names, n);
-  } else {
-    bool all = false;
-    for (uint32_t i = 0; i < opts->n_load_models; i++) all |= strcmp(opts->load_models[i], "*") == 0;
-    if (all) {
-      load_names(s, names, n);
-    } else {
-      load_names(s, (char **)opts->load_models, opts->n_load_models);
-    }
-  }
-  for (uint32_t i = 0; i < n; i++) free(names[i]);
-  free(names);
-  if (s->control == HARK_MODEL_CONTROL_POLL) {
-    int rc = pthread_create(&s->poll_thread, NULL, poll_run, s);
-    if (rc != 0) {
-      hark_server_free(s);
-      return hark_error_new(HARK_ERR_INTERNAL, "cannot start the repository poll thread: %s",
-                            strerror(rc));
-    }
-    s->poll_started = true;
-    HARK_INFO("polling the model repository every %.3g s", poll);
+  err = hark_repository_start(s->repo, opts->load_models, opts->n_load_models);
+  if (err) {
+    hark_server_free(s);
+    return err;
   }
   *out = s;
   return NULL;
@@ -674,119 +94,37 @@ hark_error *hark_server_new(const hark_server_options *opts, hark_server **out) 
 
 void hark_server_free(hark_server *s) {
   if (!s) return;
-  poll_stop(s);
   atomic_store(&s->live, false);
-  atomic_store(&s->cut, true); /* retired versions stop waiting for their users */
-  pthread_mutex_lock(&s->lock);
-  while (s->ops_running) pthread_cond_wait(&s->changed, &s->lock);
-  pthread_mutex_unlock(&s->lock);
-  /* Ensembles first: they send requests to their steps. */
-  for (int pass = 0; pass < 2; pass++)
-    for (uint32_t i = 0; i < s->n_entries; i++) {
-      model_entry *e = &s->entries[i];
-      for (uint32_t v = e->n_versions; v-- > 0;) {
-        bool ensemble = e->versions[v]->config->n_ensemble_steps > 0;
-        if (ensemble == (pass == 0)) {
-          hark_model_destroy(e->versions[v]);
-          e->versions[v] = e->versions[--e->n_versions];
-        }
-      }
-    }
-  /* Retired versions may have waited on the ensembles just destroyed. */
-  pthread_mutex_lock(&s->lock);
-  while (s->retire_running) pthread_cond_wait(&s->changed, &s->lock);
-  pthread_mutex_unlock(&s->lock);
-  free(s->retired);
-  for (uint32_t i = 0; i < s->n_entries; i++) {
-    free(s->entries[i].name);
-    free(s->entries[i].reason);
-    free(s->entries[i].versions);
-  }
-  free(s->entries);
+  hark_repository_free(s->repo);
   if (s->pool) hark_pool_free(s->pool);
-  for (uint32_t i = 0; i < s->n_backends; i++) backend_close(s->backends[i]);
-  free(s->backends);
-  pthread_mutex_destroy(&s->lock);
-  pthread_cond_destroy(&s->changed);
-  pthread_cond_destroy(&s->poll_cv);
-  free(s->repo);
-  free(s->backend_dir);
+  hark_backends_free(s->backends);
   free(s);
 }
 
 bool hark_server_is_live(const hark_server *s) { return atomic_load(&s->live); }
 
-void hark_server_begin_drain(hark_server *s) { atomic_store(&s->draining, true); }
+void hark_server_begin_drain(hark_server *s) {
+  atomic_store(&s->draining, true);
+  hark_repository_drain(s->repo);
+}
 
 bool hark_server_is_draining(const hark_server *s) { return atomic_load(&s->draining); }
 
-bool hark_server_is_idle(hark_server *s) {
-  pthread_mutex_lock(&s->lock);
-  int64_t pending = 0;
-  for (uint32_t i = 0; i < s->n_entries; i++)
-    for (uint32_t v = 0; v < s->entries[i].n_versions; v++)
-      pending += atomic_load(&s->entries[i].versions[v]->stats.pending);
-  for (uint32_t i = 0; i < s->n_retired; i++) pending += atomic_load(&s->retired[i]->stats.pending);
-  pthread_mutex_unlock(&s->lock);
-  return pending <= 0;
-}
+bool hark_server_is_idle(hark_server *s) { return hark_repository_pending(s->repo) <= 0; }
 
 bool hark_server_is_ready(const hark_server *s) {
   if (!atomic_load(&s->live) || atomic_load(&s->draining)) return false;
   if (!s->strict_readiness) return true;
-  hark_server *m = (hark_server *)s;
-  pthread_mutex_lock(&m->lock);
-  bool ok = true;
-  for (uint32_t i = 0; i < m->n_entries && ok; i++) ok = !m->entries[i].failed;
-  pthread_mutex_unlock(&m->lock);
-  return ok;
+  return hark_repository_all_loaded(s->repo);
 }
 
 hark_error *hark_server_model_acquire(hark_server *s, const char *name, int64_t version,
                                       hark_model **out) {
-  pthread_mutex_lock(&s->lock);
-  model_entry *e = name ? entry_find(s, name) : NULL;
-  hark_error *err = NULL;
-  hark_model *found = NULL;
-  if (!e || (!e->n_versions && strcmp(e->state, "UNAVAILABLE") != 0 && !e->busy)) {
-    err = hark_error_new(HARK_ERR_NOT_FOUND, "Request for unknown model: '%s' is not found",
-                         name ? name : "");
-  } else if (!e->n_versions) {
-    err = hark_error_new(HARK_ERR_UNAVAILABLE, "Request for unknown model: '%s' has no available "
-                         "versions%s%s", name, *e->reason ? ": " : "", e->reason);
-  } else if (version < 0) {
-    found = e->versions[e->n_versions - 1];
-  } else {
-    for (uint32_t i = 0; i < e->n_versions && !found; i++)
-      if (e->versions[i]->version == version) found = e->versions[i];
-    if (!found)
-      err = hark_error_new(HARK_ERR_NOT_FOUND,
-                           "Request for unknown model: '%s' version %lld is not found", name,
-                           (long long)version);
-  }
-  if (found) hark_model_acquire(found);
-  pthread_mutex_unlock(&s->lock);
-  *out = found;
-  return err;
+  return hark_repository_acquire(s->repo, name, version, out);
 }
 
 void hark_server_model_foreach(hark_server *s, void (*fn)(hark_model *, void *), void *userp) {
-  pthread_mutex_lock(&s->lock);
-  uint32_t n = 0;
-  for (uint32_t i = 0; i < s->n_entries; i++) n += s->entries[i].n_versions;
-  hark_model **all = calloc(n ? n : 1, sizeof *all);
-  n = 0;
-  for (uint32_t i = 0; i < s->n_entries; i++)
-    for (uint32_t v = 0; v < s->entries[i].n_versions; v++) {
-      all[n] = s->entries[i].versions[v];
-      hark_model_acquire(all[n++]);
-    }
-  pthread_mutex_unlock(&s->lock);
-  for (uint32_t i = 0; i < n; i++) {
-    fn(all[i], userp);
-    hark_model_release(all[i]);
-  }
-  free(all);
+  hark_repository_foreach(s->repo, fn, userp);
 }
 
 void hark_server_thread_may_inline(bool on) { hark_pool_thread_may_inline(on); }
@@ -800,7 +138,8 @@ hark_error *hark_server_infer(hark_server *s, hark_request *req) {
                           "model '%s' version %lld is unloading: it was reloaded or unloaded "
                           "and the streams that began on it had %.0f s to finish "
                           "(--model-unload-timeout-secs)",
-                          m->name, (long long)m->version, (double)s->unload_timeout_ns / 1e9);
+                          m->name, (long long)m->version,
+                          (double)hark_repository_unload_timeout_ns(s->repo) / 1e9);
   if (!atomic_load(&m->ready))
     return hark_error_new(HARK_ERR_UNAVAILABLE, "model '%s' version %lld is not ready", m->name,
                           (long long)m->version);
@@ -813,106 +152,19 @@ hark_error *hark_server_infer(hark_server *s, hark_request *req) {
   return err;
 }
 
-/* ---- repository API -------------------------------------------------------- */
+/* ---- repository API ----------------------------------------------------------- */
 
 hark_error *hark_server_repository_index(hark_server *s, bool ready_only, hark_index_entry **out,
                                          size_t *n_out) {
-  uint32_t n_names;
-  char **names = hark_repo_scan(s->repo, &n_names);
-  pthread_mutex_lock(&s->lock);
-  for (uint32_t i = 0; i < n_names; i++) (void)entry_get(s, names[i]);
-  size_t cap = 0, n = 0;
-  for (uint32_t i = 0; i < s->n_entries; i++) cap += s->entries[i].n_versions + 1;
-  hark_index_entry *list = calloc(cap ? cap : 1, sizeof *list);
-  for (uint32_t i = 0; i < s->n_entries; i++) {
-    model_entry *e = &s->entries[i];
-    /* A failed reload leaves the old versions READY: say why it failed. */
-    for (uint32_t v = 0; v < e->n_versions; v++)
-      list[n++] = (hark_index_entry){strdup(e->name), e->versions[v]->version, "READY",
-                                     strdup(e->failed ? e->reason : "")};
-    if (!e->n_versions && !ready_only)
-      list[n++] = (hark_index_entry){strdup(e->name), -1, e->state, strdup(e->reason)};
-  }
-  pthread_mutex_unlock(&s->lock);
-  for (uint32_t i = 0; i < n_names; i++) free(names[i]);
-  free(names);
-  *out = list;
-  *n_out = n;
-  return NULL;
-}
-
-void hark_index_free(hark_index_entry *entries, size_t n) {
-  for (size_t i = 0; i < n; i++) {
-    free(entries[i].name);
-    free(entries[i].reason);
-  }
-  free(entries);
-}
-
-typedef struct repo_op {
-  hark_server *server;
-  char *name;
-  bool load;
-  hark_server_done_fn done;
-  void *userp;
-} repo_op;
-
-static void *repo_op_run(void *arg) {
-  repo_op *op = arg;
-  hark_error *err =
-      op->load ? model_load(op->server, op->name) : model_unload(op->server, op->name, true);
-  op->done(err, op->userp);
-  hark_server *s = op->server;
-  free(op->name);
-  free(op);
-  pthread_mutex_lock(&s->lock);
-  s->ops_running--;
-  pthread_cond_broadcast(&s->changed);
-  pthread_mutex_unlock(&s->lock);
-  return NULL;
-}
-
-static hark_error *repo_op_start(hark_server *s, const char *name, bool load,
-                                 hark_server_done_fn done, void *userp) {
-  if (s->control == HARK_MODEL_CONTROL_NONE)
-    return hark_error_new(HARK_ERR_UNAVAILABLE,
-                          "explicit model load / unload is not allowed in model control mode "
-                          "'none'; start harkd with --model-control-mode=explicit");
-  if (s->control == HARK_MODEL_CONTROL_POLL)
-    return hark_error_new(HARK_ERR_UNSUPPORTED,
-                          "explicit model load / unload is not allowed if polling is enabled");
-  if (!hark_repo_name_is_safe(name))
-    return hark_error_new(HARK_ERR_INVALID_ARG, "invalid model name '%s'", name ? name : "");
-  if (!atomic_load(&s->live) || atomic_load(&s->draining))
-    return hark_error_new(HARK_ERR_UNAVAILABLE, "Server is shutting down");
-  repo_op *op = calloc(1, sizeof *op);
-  *op = (repo_op){s, strdup(name), load, done, userp};
-  pthread_mutex_lock(&s->lock);
-  s->ops_running++;
-  pthread_mutex_unlock(&s->lock);
-  pthread_t t;
-  pthread_attr_t attr;
-  pthread_attr_init(&attr);
-  pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
-  int rc = pthread_create(&t, &attr, repo_op_run, op);
-  pthread_attr_destroy(&attr);
-  if (rc != 0) {
-    pthread_mutex_lock(&s->lock);
-    s->ops_running--;
-    pthread_mutex_unlock(&s->lock);
-    free(op->name);
-    free(op);
-    return hark_error_new(HARK_ERR_INTERNAL, "cannot start a thread: %s", strerror(rc));
-  }
-  return NULL;
+  return hark_repository_index(s->repo, ready_only, out, n_out);
 }
 
 hark_error *hark_server_model_load(hark_server *s, const char *name, hark_server_done_fn done,
                                    void *userp) {
-  return repo_op_start(s, name, true, done, userp);
+  return hark_repository_load(s->repo, name, done, userp);
 }
 
 hark_error *hark_server_model_unload(hark_server *s, const char *name, hark_server_done_fn done,
                                      void *userp) {
-  return repo_op_start(s, name, false, done, userp);
+  return hark_repository_unload(s->repo, name, done, userp);
 }

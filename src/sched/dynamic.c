@@ -2,32 +2,16 @@
  * dynamic.c — the default scheduler and the dynamic batcher: one machinery,
  * the default scheduler being the case of one request per execution.
  *
- * Requests enter a hark_queue (priority levels, bounds, timeouts) under the
- * scheduler lock. Everything else happens in dyn_pump(), which runs on
- * whichever thread caused an event — the enqueuer, the worker whose
- * execution just finished, or the pool's timer thread — and does, under the
- * lock: expire timeouts, then while an instance is free and the batcher
- * (batcher.h) says "dispatch k", move k requests into that instance's batch
- * and mark it busy; finally arm the pool's shared timer for the earliest of
- * the batcher's wait and the next request deadline. After unlocking it hands
- * each claimed instance's embedded task to the worker pool and completes the
- * rejected requests, so no callback and no execute ever runs under the lock.
- * One exception to "the worker pool": on a front-end thread that allows it,
- * a model whose executions average a few microseconds has its first batch
- * run by the pump's own thread (pool.c, "inline runs").
- * An instance is busy from the moment its batch is formed until its
- * execution returns, so it never runs two batches at once; the number of
- * queued pool tasks is bounded by the instance count.
- *
- * Timers: rather than a thread per model sleeping on its own condition
- * variable, every scheduler embeds one hark_timer on the pool's single
- * timer thread (pool.c), re-armed at the end of each pump. A fire only runs
- * a pump; a stale or early fire is harmless because the pump recomputes
- * everything from the queue and the clock.
- *
- * Lifetime: `users` counts threads inside the scheduler (enqueue, pump,
- * execution wrap-up); stop waits for an empty queue, no busy instance and
- * no users, so that hark_sched_free can follow safely.
+ * The scheduler is the skeleton (skeleton.c: lock, pump, timer, stop,
+ * instances) with this file's rules. Requests enter a hark_queue (priority
+ * levels, bounds, timeouts) under the lock. A pass of the pump expires
+ * timeouts, then while an instance is free and the batcher (batcher.h)
+ * says "dispatch k", moves k requests into that instance's batch and
+ * claims it; the timer is armed for the earliest of the batcher's wait and
+ * the next request deadline. REJECT timeouts leave the lock in chunks of
+ * HARK_SKEL_OUT, completed outside it (another pass takes the rest). This
+ * scheduler's batches may run inline (skeleton.c) once enough executions
+ * have been timed to know they are cheap.
  *
  * preserve_ordering wraps each accepted request's callback. Responses are
  * buffered per request in acceptance order; whoever adds a deliverable
@@ -41,23 +25,18 @@
 #include "core/engine.h"
 #include "sched/batcher.h"
 #include "sched/queue.h"
-#include "sched/sched_impl.h"
+#include "sched/skeleton.h"
 
-#define REJECT_CHUNK 32u
-/* Executions timed before a model may run inline (pool.c): the first
+/* Executions timed before a model may run inline (runtime/pool.c): the first
  * requests, with their cold caches and lazy set-ups, do not decide. */
 #define INLINE_WARMUP 16u
 
 typedef struct dyn_sched dyn_sched;
 
 typedef struct dyn_instance {
-  dyn_sched *s;
-  hark_instance *instance;
-  bool busy;             /* a batch is formed and its execution not done */
-  hark_pool_task task;
-  hark_request **batch;  /* max(1, max_batch_size) slots */
+  hark_skel_inst base;  /* first */
+  hark_request **batch; /* max(1, max_batch_size) slots */
   uint32_t n;
-  struct dyn_instance *launch_next; /* the claiming pump's launch list */
 } dyn_instance;
 
 typedef struct order_slot order_slot;
@@ -81,22 +60,14 @@ struct order_slot {
 };
 
 struct dyn_sched {
-  hark_sched base;
-  hark_model *model;
-  hark_pool *pool;
-  pthread_mutex_t lock;
-  pthread_cond_t idle; /* stop waits for it */
+  hark_skel sk; /* first */
   hark_queue *queue;
   hark_batch_policy policy;
   uint32_t priority_levels; /* 0: priorities off, request priorities ignored */
   hark_batch_item *items; /* scratch for the batcher, items_cap long */
   uint32_t items_cap;
   dyn_instance *insts;
-  uint32_t n_insts, n_busy, next_inst;
-  uint32_t users;
-  bool stopping;
-  hark_timer timer;
-  atomic_uint queued; /* a copy of the queue size for the lock-free getter */
+  uint32_t n_insts, next_inst;
   /* Wall time of an execution, a moving average over about the last 8
    * (written by whichever worker finished last: an estimate), and how many
    * have been timed: what decides whether a batch may run inline. */
@@ -104,7 +75,7 @@ struct dyn_sched {
   atomic_uint exec_timed;
 
   bool ordered; /* preserve_ordering */
-  pthread_mutex_t olock; /* after `lock` when both are held */
+  pthread_mutex_t olock; /* after sk.lock when both are held */
   order_slot *ohead, *otail;
   bool draining;
 };
@@ -185,7 +156,7 @@ static void order_callback(hark_response *resp, uint32_t flags, hark_error *err,
   pthread_mutex_unlock(&s->olock);
 }
 
-/* Wraps req's callback. Called with s->lock held, once req is accepted. */
+/* Wraps req's callback. Called with the lock held, once req is accepted. */
 static void order_track(dyn_sched *s, hark_request *req, order_slot *slot) {
   slot->s = s;
   hark_request_get_callback(req, &slot->fn, &slot->userp);
@@ -205,7 +176,7 @@ static dyn_instance *free_instance(dyn_sched *s) {
   /* Round robin, so that work spreads over the instances. */
   for (uint32_t i = 0; i < s->n_insts; i++) {
     dyn_instance *di = &s->insts[(s->next_inst + i) % s->n_insts];
-    if (!di->busy) {
+    if (!di->base.busy) {
       s->next_inst = (s->next_inst + i + 1) % s->n_insts;
       return di;
     }
@@ -213,13 +184,13 @@ static dyn_instance *free_instance(dyn_sched *s) {
   return NULL;
 }
 
-/* Forms batches for free instances, pushing each claimed instance on
- * *launch. Returns when the batcher next wants to look (UINT64_MAX: only
- * when something changes). Called with s->lock held. */
-static uint64_t form_batches(dyn_sched *s, uint64_t now, dyn_instance **launch) {
+/* Forms batches for free instances, claiming each. Returns when the
+ * batcher next wants to look (UINT64_MAX: only when something changes).
+ * Called with the lock held. */
+static uint64_t form_batches(dyn_sched *s, uint64_t now, hark_skel_pass *p) {
   while (hark_queue_size(s->queue) > 0) {
     bool any_free = false;
-    for (uint32_t i = 0; i < s->n_insts && !any_free; i++) any_free = !s->insts[i].busy;
+    for (uint32_t i = 0; i < s->n_insts && !any_free; i++) any_free = !s->insts[i].base.busy;
     if (!any_free) return UINT64_MAX; /* a finishing execution pumps again */
 
     uint32_t n = 0;
@@ -228,81 +199,43 @@ static uint64_t form_batches(dyn_sched *s, uint64_t now, dyn_instance **launch) 
       s->items[n++] = (hark_batch_item){hark_queue_node_batch_size(node),
                                         hark_queue_node_enqueued_ns(node)};
     hark_batch_decision d;
-    hark_batch_decide(&s->policy, s->items, n, s->stopping, now, &d);
+    hark_batch_decide(&s->policy, s->items, n, s->sk.stopping, now, &d);
     if (d.n_requests == 0) return d.wait_until_ns;
 
     dyn_instance *di = free_instance(s);
     di->n = hark_queue_pop(s->queue, (void **)di->batch, d.n_requests);
-    di->busy = true;
-    s->n_busy++;
-    di->launch_next = *launch;
-    *launch = di;
+    hark_skel_claim(&s->sk, &di->base, p);
   }
   return UINT64_MAX;
 }
 
-static void dyn_execute(void *arg);
-
-/*
- * The one place batches are formed and timeouts applied. The caller has
- * counted itself in s->users under s->lock; the pump uncounts it last.
- */
-static void dyn_pump(dyn_sched *s) {
-  hark_pool *pool = s->pool;
-  for (;;) {
-    void *rejected[REJECT_CHUNK];
-    dyn_instance *launch = NULL;
-
-    pthread_mutex_lock(&s->lock);
-    uint64_t now = hark_now_ns();
-    uint32_t n_rej = hark_queue_expire(s->queue, now, rejected, REJECT_CHUNK);
-    uint64_t wake = form_batches(s, now, &launch);
-    uint64_t deadline = hark_queue_next_deadline(s->queue);
-    if (deadline < wake) wake = deadline;
-    if (wake == UINT64_MAX)
-      hark_pool_timer_disarm(pool, &s->timer);
-    else
-      hark_pool_timer_arm(pool, &s->timer, wake);
-    atomic_store(&s->queued, hark_queue_size(s->queue));
-    pthread_mutex_unlock(&s->lock);
-
-    /* A cheap model's first batch may run right here, on a front end's
-     * thread that allowed it (pool.c), instead of on a worker. */
-    dyn_instance *here = NULL;
-    if (launch && atomic_load_explicit(&s->exec_timed, memory_order_relaxed) >= INLINE_WARMUP &&
-        hark_pool_inline_begin(pool, atomic_load_explicit(&s->exec_avg_ns, memory_order_relaxed))) {
-      here = launch;
-      launch = launch->launch_next;
-    }
-    for (dyn_instance *di = launch, *next; di; di = next) {
-      next = di->launch_next; /* the task may finish and be reused at once */
-      hark_pool_submit_task(pool, &di->task);
-    }
-    for (uint32_t i = 0; i < n_rej; i++)
-      hark_request_complete(rejected[i],
-                            hark_error_new(HARK_ERR_DEADLINE, "Request timeout expired"));
-    if (here) {
-      dyn_execute(here);
-      hark_pool_inline_end();
-    }
-    if (n_rej < REJECT_CHUNK) break;
-  }
-
-  pthread_mutex_lock(&s->lock);
-  s->users--;
-  if (s->users == 0 && s->n_busy == 0 && hark_queue_size(s->queue) == 0)
-    pthread_cond_broadcast(&s->idle);
-  pthread_mutex_unlock(&s->lock);
+/* The pass: timeouts first (REJECTed requests leave in p->out), then
+ * batches; wake for the earlier of the batcher's wait and the next
+ * request deadline. */
+static void dyn_pass(hark_skel *sk, uint64_t now, hark_skel_pass *p) {
+  dyn_sched *s = (dyn_sched *)sk;
+  p->n_out = hark_queue_expire(s->queue, now, p->out, HARK_SKEL_OUT);
+  p->again = p->n_out == HARK_SKEL_OUT; /* there may be more */
+  uint64_t wake = form_batches(s, now, p);
+  uint64_t deadline = hark_queue_next_deadline(s->queue);
+  p->wake_ns = deadline < wake ? deadline : wake;
+  p->queued = hark_queue_size(s->queue);
 }
 
-/* A worker runs one formed batch, then frees the instance and looks again. */
-static void dyn_execute(void *arg) {
-  dyn_instance *di = arg;
-  dyn_sched *s = di->s;
+static void dyn_finish(hark_skel *sk, hark_skel_pass *p) {
+  (void)sk;
+  for (uint32_t i = 0; i < p->n_out; i++)
+    hark_request_complete(p->out[i], hark_error_new(HARK_ERR_DEADLINE, "Request timeout expired"));
+}
+
+/* On a worker (or inline): runs one formed batch, timing it. */
+static void dyn_execute(hark_skel *sk, hark_skel_inst *inst) {
+  dyn_sched *s = (dyn_sched *)sk;
+  dyn_instance *di = (dyn_instance *)inst;
   hark_log_context saved;
-  hark_sched_log_batch(s->model, di->instance, di->batch, di->n, &saved);
+  hark_sched_log_batch(&sk->d, inst->index, di->batch, di->n, &saved);
   uint64_t start = hark_now_ns();
-  hark_model_execute(s->model, di->instance, di->batch, di->n);
+  sk->d.run(sk->d.ctx, inst->index, di->batch, di->n);
   uint64_t took = hark_now_ns() - start;
   uint64_t avg = atomic_load_explicit(&s->exec_avg_ns, memory_order_relaxed);
   /* The warm-up's executions (cold caches, lazy set-ups) are not averaged:
@@ -312,77 +245,57 @@ static void dyn_execute(void *arg) {
                         memory_order_relaxed);
   atomic_fetch_add_explicit(&s->exec_timed, 1, memory_order_relaxed);
   hark_sched_log_restore(&saved);
-  pthread_mutex_lock(&s->lock);
-  di->busy = false;
-  di->n = 0;
-  s->n_busy--;
-  s->users++;
-  pthread_mutex_unlock(&s->lock);
-  dyn_pump(s);
 }
 
-static void dyn_timer_fire(void *arg) {
-  dyn_sched *s = arg;
-  pthread_mutex_lock(&s->lock);
-  s->users++;
-  pthread_mutex_unlock(&s->lock);
-  dyn_pump(s);
+static void dyn_executed(hark_skel *sk, hark_skel_inst *inst) {
+  (void)sk;
+  ((dyn_instance *)inst)->n = 0;
+}
+
+static bool dyn_drained(const hark_skel *sk) {
+  return hark_queue_size(((const dyn_sched *)sk)->queue) == 0;
+}
+
+/* A cheap model's batch may run on a front end's thread that allowed it
+ * (runtime/pool.c), once the warm-up has been timed. */
+static uint64_t dyn_inline_cost(hark_skel *sk) {
+  dyn_sched *s = (dyn_sched *)sk;
+  if (atomic_load_explicit(&s->exec_timed, memory_order_relaxed) < INLINE_WARMUP)
+    return UINT64_MAX;
+  return atomic_load_explicit(&s->exec_avg_ns, memory_order_relaxed);
 }
 
 /* ---- the hark_sched interface ------------------------------------------------------ */
+
+/* Under the lock: a priority the model has, and room in that level's
+ * queue; then, with preserve_ordering, the callback is wrapped. */
+static hark_error *dyn_admit(hark_skel *sk, hark_request *req, void *slot, uint64_t now) {
+  dyn_sched *s = (dyn_sched *)sk;
+  uint32_t priority = hark_request_priority(req);
+  if (s->priority_levels && priority > s->priority_levels)
+    return hark_error_new(HARK_ERR_INVALID_ARG,
+                          "priority %u is outside [1, %u] for model '%s' (0 means the default)",
+                          priority, s->priority_levels, sk->d.name);
+  hark_error *err = hark_queue_push(s->queue, req, priority, hark_request_timeout_us(req),
+                                    hark_request_batch_size(req), now);
+  if (!err && slot) order_track(s, req, slot);
+  return err;
+}
 
 static hark_error *dyn_enqueue(hark_sched *base, hark_request *req) {
   dyn_sched *s = (dyn_sched *)base;
   order_slot *slot = NULL;
   if (s->ordered && !(slot = calloc(1, sizeof *slot)))
     return hark_error_new(HARK_ERR_INTERNAL, "out of memory");
-  uint64_t now = hark_now_ns();
-  hark_error *err = NULL;
-  pthread_mutex_lock(&s->lock);
-  uint32_t priority = hark_request_priority(req);
-  if (s->stopping)
-    err = hark_error_new(HARK_ERR_UNAVAILABLE, "model '%s' version %lld is unloading",
-                         hark_model_name(s->model), (long long)hark_model_version(s->model));
-  else if (s->priority_levels && priority > s->priority_levels)
-    err = hark_error_new(HARK_ERR_INVALID_ARG,
-                         "priority %u is outside [1, %u] for model '%s' (0 means the default)",
-                         priority, s->priority_levels, hark_model_name(s->model));
-  else
-    err = hark_queue_push(s->queue, req, priority, hark_request_timeout_us(req),
-                          hark_request_batch_size(req), now);
-  if (err) {
-    pthread_mutex_unlock(&s->lock);
-    free(slot);
-    return err;
-  }
-  /* Nothing can dequeue the request before we unlock. */
-  hark_request_set_queued_ns(req, now);
-  if (slot) order_track(s, req, slot);
-  s->users++;
-  pthread_mutex_unlock(&s->lock);
-  dyn_pump(s);
-  return NULL;
+  hark_error *err = hark_skel_enqueue(&s->sk, req, slot);
+  if (err) free(slot);
+  return err;
 }
 
-static void dyn_stop(hark_sched *base) {
-  dyn_sched *s = (dyn_sched *)base;
-  pthread_mutex_lock(&s->lock);
-  s->stopping = true; /* also makes the batcher flush instead of waiting */
-  s->users++;
-  pthread_mutex_unlock(&s->lock);
-  dyn_pump(s);
-  pthread_mutex_lock(&s->lock);
-  while (s->users || s->n_busy || hark_queue_size(s->queue))
-    pthread_cond_wait(&s->idle, &s->lock);
-  pthread_mutex_unlock(&s->lock);
-}
-
-static uint32_t dyn_queued(const hark_sched *base) {
-  const dyn_sched *s = (const dyn_sched *)base;
-  return atomic_load(&((dyn_sched *)s)->queued);
-}
+static void dyn_stop(hark_sched *base) { hark_skel_stop((hark_skel *)base); }
 
 static void dyn_destroy(dyn_sched *s) {
+  hark_skel_fini(&s->sk);
   if (s->insts)
     for (uint32_t i = 0; i < s->n_insts; i++) free(s->insts[i].batch);
   free(s->insts);
@@ -400,44 +313,41 @@ static void dyn_destroy(dyn_sched *s) {
     }
     free(slot);
   }
-  pthread_mutex_destroy(&s->lock);
-  pthread_cond_destroy(&s->idle);
   pthread_mutex_destroy(&s->olock);
   free(s);
 }
 
-static void dyn_free(hark_sched *base) {
-  dyn_sched *s = (dyn_sched *)base;
-  /* A late timer fire may still be pumping: wait it out. */
-  hark_pool_timer_cancel(s->pool, &s->timer);
-  dyn_destroy(s);
-}
+static void dyn_free(hark_sched *base) { dyn_destroy((dyn_sched *)base); }
 
 static const hark_sched_ops dyn_ops = {
     .enqueue = dyn_enqueue,
     .stop = dyn_stop,
     .free = dyn_free,
-    .queued = dyn_queued,
+    .queued = hark_skel_queued,
 };
 
-hark_error *hark_sched_dynamic_new(hark_model *model, hark_pool *pool, uint32_t default_max_queue,
-                                   hark_sched **out) {
+static const hark_skel_ops dyn_skel_ops = {
+    .pass = dyn_pass,
+    .finish = dyn_finish,
+    .execute = dyn_execute,
+    .executed = dyn_executed,
+    .admit = dyn_admit,
+    .drained = dyn_drained,
+    .inline_cost = dyn_inline_cost,
+};
+
+hark_error *hark_sched_dynamic_new(const hark_sched_desc *desc, hark_sched **out) {
   *out = NULL;
-  const hark_model_config *cfg = hark_model_get_config(model);
-  uint32_t n_insts = hark_model_instance_count(model);
+  const hark_model_config *cfg = desc->config;
+  uint32_t n_insts = desc->n_instances;
   if (n_insts == 0)
     return hark_error_new(HARK_ERR_INVALID_ARG, "model '%s' has no instances to run on",
-                          hark_model_name(model));
+                          desc->name);
   dyn_sched *s = calloc(1, sizeof *s);
   if (!s) return hark_error_new(HARK_ERR_INTERNAL, "out of memory");
-  s->base.ops = &dyn_ops;
-  s->model = model;
-  s->pool = pool;
-  pthread_mutex_init(&s->lock, NULL);
-  pthread_cond_init(&s->idle, NULL);
+  hark_skel_init(&s->sk, &dyn_skel_ops, desc);
+  s->sk.base.ops = &dyn_ops;
   pthread_mutex_init(&s->olock, NULL);
-  hark_timer_init(&s->timer, dyn_timer_fire, s);
-  atomic_init(&s->queued, 0);
   atomic_init(&s->exec_avg_ns, 0);
   atomic_init(&s->exec_timed, 0);
 
@@ -448,10 +358,10 @@ hark_error *hark_sched_dynamic_new(hark_model *model, hark_pool *pool, uint32_t 
   s->ordered = db->enabled && db->preserve_ordering;
   s->priority_levels = db->priority_levels;
   hark_batch_policy_init(&s->policy, cfg);
-  hark_error *err = hark_queue_new(db, default_max_queue, &s->queue);
+  hark_error *err = hark_queue_new(db, desc->default_max_queue, &s->queue);
   if (err) {
-    hark_error *wrapped = hark_error_new(hark_error_code(err), "model '%s': %s",
-                                         hark_model_name(model), hark_error_message(err));
+    hark_error *wrapped = hark_error_new(hark_error_code(err), "model '%s': %s", desc->name,
+                                         hark_error_message(err));
     hark_error_free(err);
     dyn_destroy(s);
     return wrapped;
@@ -468,16 +378,13 @@ hark_error *hark_sched_dynamic_new(hark_model *model, hark_pool *pool, uint32_t 
   s->n_insts = n_insts;
   for (uint32_t i = 0; i < n_insts; i++) {
     dyn_instance *di = &s->insts[i];
-    di->s = s;
-    di->instance = hark_model_instance_at(model, i);
-    di->task.fn = dyn_execute;
-    di->task.arg = di;
+    hark_skel_inst_init(&s->sk, &di->base, i);
     di->batch = calloc(per_batch, sizeof *di->batch);
     if (!di->batch) {
       dyn_destroy(s);
       return hark_error_new(HARK_ERR_INTERNAL, "out of memory");
     }
   }
-  *out = &s->base;
+  *out = &s->sk.base;
   return NULL;
 }

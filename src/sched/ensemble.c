@@ -39,7 +39,8 @@ typedef struct ens_step {
 
 typedef struct ens_sched {
   hark_sched base;
-  hark_model *model;
+  const char *name; /* the ensemble's, for messages */
+  int64_t version;
   hark_server *server;
   const hark_model_config *cfg;
   const char **names; /* tensor names, pointing into configs */
@@ -128,7 +129,7 @@ static void run_finish(ens_run *run) {
       const hark_tensor *t = run->value[s->output_tensor[i]];
       if (!t) {
         err = hark_error_new(HARK_ERR_INTERNAL, "ensemble '%s': output '%s' was not produced",
-                             hark_model_name(s->model), name);
+                             s->name, name);
         break;
       }
       void *buf;
@@ -308,7 +309,7 @@ static hark_error *ens_enqueue(hark_sched *base, hark_request *req) {
     pthread_mutex_unlock(&s->lock);
     run_free(run);
     return hark_error_new(HARK_ERR_UNAVAILABLE, "model '%s' version %lld is unloading",
-                          hark_model_name(s->model), (long long)hark_model_version(s->model));
+                          s->name, (long long)s->version);
   }
   s->in_flight++;
   pthread_mutex_unlock(&s->lock);
@@ -382,7 +383,7 @@ static uint32_t tensor_find(const ens_sched *s, const char *name) {
 /* Prefixes an error with the ensemble and step it concerns. */
 static hark_error *step_error(const ens_sched *s, uint32_t i, hark_error *err) {
   hark_error *wrapped = hark_error_new(
-      hark_error_code(err), "ensemble '%s' step %u (model '%s'): %s", hark_model_name(s->model),
+      hark_error_code(err), "ensemble '%s' step %u (model '%s'): %s", s->name,
       i + 1, s->cfg->ensemble_steps[i].model_name, hark_error_message(err));
   hark_error_free(err);
   return wrapped;
@@ -456,11 +457,11 @@ static hark_error *resolve_ensemble_outputs(ens_sched *s) {
     if (t == UINT32_MAX || t < s->cfg->n_inputs)
       return hark_error_new(HARK_ERR_INVALID_ARG,
                             "ensemble '%s': output '%s' is not written by any step's output_map",
-                            hark_model_name(s->model), io->name);
+                            s->name, io->name);
     if (s->dtypes[t] != io->datatype)
       return hark_error_new(HARK_ERR_INVALID_ARG,
                             "ensemble '%s': output '%s' is %s but the step writing it gives %s",
-                            hark_model_name(s->model), io->name,
+                            s->name, io->name,
                             hark_datatype_config_name(io->datatype),
                             hark_datatype_config_name(s->dtypes[t]));
     s->output_tensor[i] = t;
@@ -494,17 +495,18 @@ static hark_error *check_acyclic(ens_sched *s) {
   return err;
 }
 
-hark_error *hark_sched_ensemble_new(hark_model *model, hark_server *server, hark_sched **out) {
+hark_error *hark_sched_ensemble_new(const hark_sched_desc *desc, hark_sched **out) {
   *out = NULL;
-  const hark_model_config *cfg = hark_model_get_config(model);
+  const hark_model_config *cfg = desc->config;
   if (cfg->n_ensemble_steps == 0)
     return hark_error_new(HARK_ERR_INVALID_ARG, "ensemble '%s' has no ensemble_scheduling steps",
-                          hark_model_name(model));
+                          desc->name);
   ens_sched *s = calloc(1, sizeof *s);
   if (!s) return hark_error_new(HARK_ERR_INTERNAL, "out of memory");
   s->base.ops = &ens_ops;
-  s->model = model;
-  s->server = server;
+  s->name = desc->name;
+  s->version = desc->version;
+  s->server = desc->server;
   s->cfg = cfg;
   pthread_mutex_init(&s->lock, NULL);
   pthread_cond_init(&s->idle, NULL);
@@ -523,7 +525,7 @@ hark_error *hark_sched_ensemble_new(hark_model *model, hark_server *server, hark
     for (uint32_t i = 0; i < cfg->n_inputs; i++) {
       if (tensor_find(s, cfg->inputs[i].name) != UINT32_MAX) {
         err = hark_error_new(HARK_ERR_INVALID_ARG, "ensemble '%s': input '%s' is listed twice",
-                             hark_model_name(model), cfg->inputs[i].name);
+                             s->name, cfg->inputs[i].name);
         break;
       }
       s->names[s->n_tensors] = cfg->inputs[i].name;

@@ -9,17 +9,14 @@
 #include <stdio.h>
 #include <string.h>
 
-#include "hark/backend.h"
 #include "sched/sched_impl.h"
 
-hark_error *hark_sched_new(hark_model *model, hark_server *server, hark_pool *pool,
-                           uint32_t default_max_queue, hark_sched **out) {
-  const hark_model_config *cfg = hark_model_get_config(model);
+hark_error *hark_sched_new(const hark_sched_desc *desc, hark_sched **out) {
+  const hark_model_config *cfg = desc->config;
   bool ensemble = cfg->n_ensemble_steps > 0 || (cfg->platform && strcmp(cfg->platform, "ensemble") == 0);
-  if (ensemble) return hark_sched_ensemble_new(model, server, out);
-  if (cfg->sequence_batching.enabled)
-    return hark_sched_sequence_new(model, pool, default_max_queue, out);
-  return hark_sched_dynamic_new(model, pool, default_max_queue, out);
+  if (ensemble) return hark_sched_ensemble_new(desc, out);
+  if (cfg->sequence_batching.enabled) return hark_sched_sequence_new(desc, out);
+  return hark_sched_dynamic_new(desc, out);
 }
 
 hark_error *hark_sched_enqueue(hark_sched *sched, hark_request *req) {
@@ -65,7 +62,7 @@ static void join_id(id_list *l, const char *id) {
   l->buf[l->len] = '\0';
 }
 
-void hark_sched_log_batch(hark_model *model, hark_instance *instance, hark_request **reqs,
+void hark_sched_log_batch(const hark_sched_desc *desc, uint32_t instance, hark_request **reqs,
                           uint32_t n, hark_log_context *saved) {
   hark_log_context_save(saved);
   char ids[HARK_LOG_ID_MAX] = "", seqs[sizeof saved->sequence_id] = "";
@@ -82,7 +79,12 @@ void hark_sched_log_batch(hark_model *model, hark_instance *instance, hark_reque
     if (cs) join_id(&ls, cs);
   }
   hark_log_context_set(ids, seqs);
-  HARK_VERBOSE("model '%s' version %lld: executing %u request%s on instance %s",
-               hark_model_name(model), (long long)hark_model_version(model), n,
-               n == 1 ? "" : "s", hark_instance_name(instance));
+  const char *inst = desc->instance_name ? desc->instance_name(desc->ctx, instance) : NULL;
+  char index[16];
+  if (!inst) {
+    snprintf(index, sizeof index, "%u", instance);
+    inst = index;
+  }
+  HARK_VERBOSE("model '%s' version %lld: executing %u request%s on instance %s", desc->name,
+               (long long)desc->version, n, n == 1 ? "" : "s", inst);
 }

@@ -1,49 +1,67 @@
 /*
- * sched.h — schedulers and the worker pool (src/sched).
+ * sched.h — the schedulers (src/sched).
  *
  * Every loaded model version has one scheduler, chosen by its config as in
  * Triton: ensemble_scheduling → ensemble; sequence_batching → sequence
- * batcher; dynamic_batching → dynamic batcher; otherwise default (one request per execution, FIFO, by
- * priority). A scheduler owns its queue: requests enter with
- * hark_sched_enqueue(), leave as batches handed to hark_model_execute() on a
- * worker of the shared pool, one batch per instance at a time.
+ * batcher; dynamic_batching → dynamic batcher; otherwise default (one
+ * request per execution, FIFO, by priority). A scheduler owns its queue:
+ * requests enter with hark_sched_enqueue(), leave as batches handed to the
+ * descriptor's run function on a worker of the shared pool
+ * (src/runtime/pool.h), one batch per instance at a time.
  *
- * CPU work runs on one bounded pool for the whole server, sized to the
- * machine; there is never a thread per connection or per request.
+ * A scheduler never sees the model object or the server that holds it: it
+ * is built from a descriptor (Triton's scheduler gets a StandardRunFunc
+ * the same way), which core/model.c fills from the loaded model, and a test
+ * from a fake. The ensemble is the one exception: it is a client of the
+ * server, like a front end, and reaches its steps through the server's
+ * public API.
  */
 #ifndef HARK_SCHED_H
 #define HARK_SCHED_H
 
 #include "hark/server.h"
-
-/* ---- worker pool ---------------------------------------------------------- */
-
-typedef struct hark_pool hark_pool;
-
-/* `threads` workers, at most `max_queue` tasks waiting. */
-hark_error *hark_pool_new(uint32_t threads, uint32_t max_queue,
-                          hark_pool **out);
-/* Runs every task already submitted, then joins the workers and frees. */
-void hark_pool_free(hark_pool *pool);
-/* Queues fn(arg) to run on a worker. UNAVAILABLE when the queue is full or
- * the pool is stopping (fn never runs then). */
-hark_error *hark_pool_submit(hark_pool *pool, void (*fn)(void *), void *arg);
-uint32_t hark_pool_threads(const hark_pool *pool);
-/* Inline runs (pool.c): batches of a model whose executions average at
- * most `ns` may run on a thread that allowed it; 0 (the default): never. */
-void hark_pool_set_inline_max_ns(hark_pool *pool, uint64_t ns);
-/* The calling thread (not a worker) may run cheap batches in place. */
-void hark_pool_thread_may_inline(bool on);
-
-/* ---- schedulers ------------------------------------------------------------ */
+#include "runtime/pool.h"
 
 typedef struct hark_sched hark_sched;
 
-/* Builds the scheduler the model's config asks for. The model's instances
- * are already initialised. */
-hark_error *hark_sched_new(hark_model *model, hark_server *server,
-                           hark_pool *pool, uint32_t default_max_queue,
-                           hark_sched **out);
+/*
+ * What a scheduler is built from. The scheduler copies the struct; what it
+ * points at (the config, the name, the pool, ctx) must outlive the
+ * scheduler. The callbacks run on whatever thread the scheduler is on (a
+ * worker, the pool's timer thread, an enqueuer), never under its lock.
+ */
+typedef struct hark_sched_desc {
+  const hark_model_config *config; /* picks the scheduler and its policy */
+  const char *name;                /* the model's name, for messages and logs */
+  int64_t version;                 /* the model's version, likewise */
+  uint32_t n_instances;            /* execution contexts, 0..n-1 (ensembles: 0) */
+  hark_pool *pool;                 /* where batches run; its timer */
+  uint32_t default_max_queue;      /* the queue bound where the config sets none */
+  void *ctx;                       /* the first argument of every callback */
+  /*
+   * Runs one batch on instance `instance`, on the calling thread. The
+   * scheduler guarantees the instance runs nothing else meanwhile, and
+   * 1 <= n <= the model's max batch. Every request gets its FINAL from
+   * run (or later, from a decoupled backend): after run returns the
+   * requests are not the scheduler's to touch. Required, except for
+   * ensembles.
+   */
+  void (*run)(void *ctx, uint32_t instance, hark_request **requests, uint32_t n);
+  /* Frees the backend state of a sequence that was dropped (ended,
+   * expired idle, restarted, or the scheduler stopped); `state` is never
+   * NULL and that sequence runs nothing meanwhile. Sequence batching
+   * only; NULL when the backend keeps no per-sequence state. */
+  void (*sequence_fini)(void *ctx, void *state);
+  /* The instance's name for log lines; NULL: its index. */
+  const char *(*instance_name)(void *ctx, uint32_t instance);
+  /* Ensembles only: the server whose models run the steps, used through
+   * its public API (hark_server_model_acquire, hark_server_infer). */
+  hark_server *server;
+} hark_sched_desc;
+
+/* Builds the scheduler the config asks for. The instances are ready to
+ * run. */
+hark_error *hark_sched_new(const hark_sched_desc *desc, hark_sched **out);
 /*
  * Queues a validated request. On success the scheduler owns it and it will
  * get exactly one FINAL: its response(s), or an error — REJECT timeouts

@@ -4,8 +4,9 @@
  * Requests carry a correlation id (uint64 or string) and START/END flags.
  * seqtab.c owns the rules — which request may run next, which sequences
  * hold slots, when a batch forms, when a sequence ends or expires idle —
- * and this file runs them: the lock, the pool, the timer, the instances,
- * and what surrounds each execution:
+ * and this file runs them on the skeleton (skeleton.c: the lock, the
+ * pump, the pool's timer, the instances, stop), adding what surrounds
+ * each execution:
  *   - the request's sequence state (hark_request_sequence_state) points at
  *     its sequence's slot for the backend's own per-stream state;
  *   - control_input tensors (START/END/READY/CORRID) and implicit `state`
@@ -16,13 +17,13 @@
  *     the execute that carried it returned, so a sequence never runs twice
  *     at once and its responses arrive in order;
  *   - dropped sequences' state (END done, idle expiry, restart, unload)
- *     goes to the backend's sequence_fini outside the lock, never inside an
- *     execute on the same thread, never while that sequence runs.
- * Pumping (expire, form batches, arm the pool's shared timer) follows
- * dynamic.c: whichever thread caused an event pumps; `users` counts
- * threads inside so that stop can wait. Stop flushes: every queued request
- * still runs, idle sequences end at once, and it returns when no sequence
- * is left.
+ *     goes to the descriptor's sequence_fini (the backend's) outside the
+ *     lock, never inside an execute on the same thread, never while that
+ *     sequence runs.
+ * A pass of the pump expires idle sequences and forms batches by seqtab's
+ * rules, and takes the drops out of the lock. Stop flushes: every queued
+ * request still runs, idle sequences end at once, and it returns when no
+ * sequence is left.
  *
  * Not (yet) honoured for sequence models: request priorities and queue
  * timeouts (Triton's sequence batcher has no queue policy either). Waiting
@@ -35,15 +36,14 @@
  * freed after — so offline recognition over plain KServe infer works.
  */
 #include <pthread.h>
-#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "core/engine.h"
 #include "hark/request.h"
-#include "sched/sched_impl.h"
 #include "sched/seqtab.h"
+#include "sched/skeleton.h"
 #include "util/log.h"
 
 typedef struct seq_sched seq_sched;
@@ -60,15 +60,10 @@ typedef struct seq_call {
 } seq_call;
 
 typedef struct seq_instance {
-  seq_sched *s;
-  hark_instance *instance;
-  uint32_t index;
-  bool busy;
-  hark_pool_task task;
+  hark_skel_inst base; /* first */
   seq_call **calls;
   hark_request **reqs;
   uint32_t n;
-  struct seq_instance *launch_next;
 } seq_instance;
 
 /* The engine's copy of one sequence's implicit state tensors. */
@@ -85,21 +80,13 @@ typedef struct seq_implicit {
 } seq_implicit;
 
 struct seq_sched {
-  hark_sched base;
-  hark_model *model;
-  const hark_model_config *cfg;
+  hark_skel sk; /* first */
   const hark_sequence_batching *sb;
-  hark_pool *pool;
-  pthread_mutex_t lock;
-  pthread_cond_t idle;
   hark_seqtab *tab;
   hark_seq_entry *entries; /* max_batch scratch for forming */
   seq_instance *insts;
-  uint32_t n_insts, n_busy, next_inst, max_batch;
-  uint32_t users;
-  bool stopping, oldest, batched;
-  hark_timer timer;
-  atomic_uint queued;
+  uint32_t n_insts, next_inst, max_batch;
+  bool oldest, batched;
 };
 
 /* The scheduler whose execute this thread is inside, if any. */
@@ -114,9 +101,10 @@ static void implicit_free(seq_implicit *im) {
 }
 
 static void drops_fini(seq_sched *s, hark_seq_drop *d) {
+  const hark_sched_desc *desc = &s->sk.d;
   for (hark_seq_drop *next; d; d = next) {
     next = d->next;
-    hark_model_sequence_fini(s->model, d->states.backend);
+    if (d->states.backend && desc->sequence_fini) desc->sequence_fini(desc->ctx, d->states.backend);
     implicit_free(d->states.implicit);
     free(d);
   }
@@ -126,17 +114,17 @@ static void drops_fini(seq_sched *s, hark_seq_drop *d) {
 
 static void seq_on_response(hark_response *resp, uint32_t flags, hark_error *err, void *userp);
 
-static void add_input(hark_request *req, const char *name, hark_datatype dt, const int64_t *dims,
-                      uint32_t ndims, bool batched, void *data, size_t bytes) {
+static void add_input(seq_sched *s, hark_request *req, const char *name, hark_datatype dt,
+                      const int64_t *dims, uint32_t ndims, void *data, size_t bytes) {
   int64_t shape[HARK_MAX_DIMS + 1];
   uint32_t n = 0;
-  if (batched) shape[n++] = 1;
+  if (s->batched) shape[n++] = 1;
   for (uint32_t i = 0; i < ndims && n < HARK_MAX_DIMS; i++) shape[n++] = dims[i];
   hark_request_attach(req, data, free);
   hark_error *err = hark_request_add_input(req, name, dt, shape, n, data, bytes);
   if (err) {
-    HARK_ERROR("model '%s': cannot add sequence input '%s': %s",
-               hark_model_name(hark_request_model(req)), name, hark_error_message(err));
+    HARK_ERROR("model '%s': cannot add sequence input '%s': %s", s->sk.d.name, name,
+               hark_error_message(err));
     hark_error_free(err);
   }
 }
@@ -186,7 +174,7 @@ static void add_control(seq_sched *s, hark_request *req, const hark_seq_control 
       memcpy(data, &v32, 4);
     }
   }
-  add_input(req, c->name, c->datatype, one, 1, s->batched, data, bytes);
+  add_input(s, req, c->name, c->datatype, one, 1, data, bytes);
 }
 
 /* Zeros of the state's initial shape. */
@@ -216,8 +204,8 @@ static void add_states(seq_sched *s, hark_request *req, hark_seq_states *states,
     void *copy = malloc(t->bytes ? t->bytes : 1);
     if (!copy) abort();
     memcpy(copy, t->data, t->bytes);
-    add_input(req, sb->states[i].input_name, sb->states[i].datatype, t->dims, t->ndims, s->batched,
-              copy, t->bytes);
+    add_input(s, req, sb->states[i].input_name, sb->states[i].datatype, t->dims, t->ndims, copy,
+              t->bytes);
   }
 }
 
@@ -230,7 +218,7 @@ static void keep_states(seq_sched *s, seq_call *call, hark_response *resp) {
     if (!hark_response_take_output(resp, sb->states[i].output_name, &out)) continue;
     if (!im || out.datatype != sb->states[i].datatype) {
       HARK_ERROR("model '%s': state output '%s' has type %s, expected %s; state kept",
-                 hark_model_name(s->model), sb->states[i].output_name,
+                 s->sk.d.name, sb->states[i].output_name,
                  hark_datatype_name(out.datatype), hark_datatype_name(sb->states[i].datatype));
       free((void *)out.data);
       continue;
@@ -259,14 +247,14 @@ static void prepare(seq_sched *s, seq_call *call) {
 
 /* ---- pumping -------------------------------------------------------------------- */
 
-/* Forms batches for free instances, pushing each claimed one on *launch.
- * Called with s->lock held. */
-static void form_batches(seq_sched *s, uint64_t now, uint64_t *wake, seq_instance **launch) {
+/* Forms batches for free instances, claiming each. Called with the lock
+ * held. */
+static void form_batches(seq_sched *s, uint64_t now, hark_skel_pass *p) {
   for (uint32_t i = 0; i < s->n_insts; i++) {
     uint32_t idx = (s->next_inst + i) % s->n_insts;
     seq_instance *si = &s->insts[idx];
-    if (si->busy) continue;
-    uint32_t n = hark_seqtab_form(s->tab, idx, s->stopping, now, s->entries, wake);
+    if (si->base.busy) continue;
+    uint32_t n = hark_seqtab_form(s->tab, idx, s->sk.stopping, now, s->entries, &p->wake_ns);
     if (n == 0) {
       if (s->oldest) break; /* every instance would hear the same */
       continue;
@@ -278,43 +266,28 @@ static void form_batches(seq_sched *s, uint64_t now, uint64_t *wake, seq_instanc
       si->calls[k] = call;
     }
     si->n = n;
-    si->busy = true;
-    s->n_busy++;
     s->next_inst = (idx + 1) % s->n_insts;
-    si->launch_next = *launch;
-    *launch = si;
+    hark_skel_claim(&s->sk, &si->base, p);
   }
 }
 
-/* The caller has counted itself in s->users; the pump uncounts it last. */
-static void seq_pump(seq_sched *s) {
-  seq_instance *launch = NULL;
-  pthread_mutex_lock(&s->lock);
-  uint64_t now = hark_now_ns(), wake = UINT64_MAX;
-  hark_seqtab_expire(s->tab, s->stopping, now, &wake);
-  form_batches(s, now, &wake, &launch);
-  if (wake == UINT64_MAX)
-    hark_pool_timer_disarm(s->pool, &s->timer);
-  else
-    hark_pool_timer_arm(s->pool, &s->timer, wake);
+/* The pass: idle sequences end, batches form, and the dropped states
+ * leave the lock (p->out[0]) for seq_finish. */
+static void seq_pass(hark_skel *sk, uint64_t now, hark_skel_pass *p) {
+  seq_sched *s = (seq_sched *)sk;
+  hark_seqtab_expire(s->tab, sk->stopping, now, &p->wake_ns);
+  form_batches(s, now, p);
   /* Inside this scheduler's execute the drops wait for it to return. */
   hark_seq_drop *drops = tls_executing == s ? NULL : hark_seqtab_take_drops(s->tab);
-  atomic_store(&s->queued, hark_seqtab_queued(s->tab));
-  pthread_mutex_unlock(&s->lock);
-
-  for (seq_instance *si = launch, *next; si; si = next) {
-    next = si->launch_next; /* the task may run and finish at once */
-    hark_pool_submit_task(s->pool, &si->task);
-  }
-  drops_fini(s, drops);
-
-  pthread_mutex_lock(&s->lock);
-  s->users--;
-  if (s->users == 0 && s->n_busy == 0) pthread_cond_broadcast(&s->idle);
-  pthread_mutex_unlock(&s->lock);
+  if (drops) p->out[p->n_out++] = drops;
+  p->queued = hark_seqtab_queued(s->tab);
 }
 
-/* The request is finished for its sequence. Called with s->lock held. */
+static void seq_finish(hark_skel *sk, hark_skel_pass *p) {
+  if (p->n_out) drops_fini((seq_sched *)sk, p->out[0]);
+}
+
+/* The request is finished for its sequence. Called with the lock held. */
 static void call_done(seq_sched *s, seq_call *call, uint64_t now) {
   hark_seqtab_done(s->tab, call->seq, now);
   free(call);
@@ -331,20 +304,20 @@ static void seq_on_response(hark_response *resp, uint32_t flags, hark_error *err
     hark_error_free(err);
   }
   if (!(flags & HARK_RESPONSE_FINAL)) return;
-  pthread_mutex_lock(&s->lock);
+  pthread_mutex_lock(&s->sk.lock);
   call->final_seen = true;
   bool done = call->returned; /* a decoupled final after execute returned */
   if (done) {
     call_done(s, call, hark_now_ns());
-    s->users++;
+    s->sk.users++;
   }
-  pthread_mutex_unlock(&s->lock);
-  if (done) seq_pump(s);
+  pthread_mutex_unlock(&s->sk.lock);
+  if (done) hark_skel_pump(&s->sk);
 }
 
-static void seq_execute(void *arg) {
-  seq_instance *si = arg;
-  seq_sched *s = si->s;
+static void seq_execute(hark_skel *sk, hark_skel_inst *inst) {
+  seq_sched *s = (seq_sched *)sk;
+  seq_instance *si = (seq_instance *)inst;
   for (uint32_t k = 0; k < si->n; k++) {
     prepare(s, si->calls[k]);
     si->reqs[k] = si->calls[k]->req;
@@ -352,12 +325,17 @@ static void seq_execute(void *arg) {
   seq_sched *outer = tls_executing;
   tls_executing = s;
   hark_log_context saved;
-  hark_sched_log_batch(s->model, si->instance, si->reqs, si->n, &saved);
-  hark_model_execute(s->model, si->instance, si->reqs, si->n);
+  hark_sched_log_batch(&sk->d, inst->index, si->reqs, si->n, &saved);
+  sk->d.run(sk->d.ctx, inst->index, si->reqs, si->n);
   hark_sched_log_restore(&saved);
   tls_executing = outer;
+}
 
-  pthread_mutex_lock(&s->lock);
+/* Under the lock, after the execute returned: a request whose FINAL came
+ * already is done for its sequence; the others are when it comes. */
+static void seq_executed(hark_skel *sk, hark_skel_inst *inst) {
+  seq_sched *s = (seq_sched *)sk;
+  seq_instance *si = (seq_instance *)inst;
   uint64_t now = hark_now_ns();
   for (uint32_t k = 0; k < si->n; k++) {
     seq_call *call = si->calls[k];
@@ -365,19 +343,10 @@ static void seq_execute(void *arg) {
     if (call->final_seen) call_done(s, call, now);
   }
   si->n = 0;
-  si->busy = false;
-  s->n_busy--;
-  s->users++;
-  pthread_mutex_unlock(&s->lock);
-  seq_pump(s);
 }
 
-static void seq_timer_fire(void *arg) {
-  seq_sched *s = arg;
-  pthread_mutex_lock(&s->lock);
-  s->users++;
-  pthread_mutex_unlock(&s->lock);
-  seq_pump(s);
+static bool seq_drained(const hark_skel *sk) {
+  return hark_seqtab_live(((const seq_sched *)sk)->tab) == 0;
 }
 
 /* ---- the hark_sched interface ----------------------------------------------------------- */
@@ -390,7 +359,7 @@ static void id_text(const hark_seq_key *key, char *buf, size_t cap) {
 }
 
 static hark_error *refusal(seq_sched *s, hark_seq_status st, const hark_seq_key *key) {
-  const char *model = hark_model_name(s->model);
+  const char *model = s->sk.d.name;
   char id[224] = "(none)";
   if (key) id_text(key, id, sizeof id);
   switch (st) {
@@ -420,64 +389,45 @@ static hark_error *refusal(seq_sched *s, hark_seq_status st, const hark_seq_key 
   return hark_error_new(HARK_ERR_INTERNAL, "unexpected sequence status %d", (int)st);
 }
 
+/* Under the lock: seqtab's admission rules. */
+static hark_error *seq_admit(hark_skel *sk, hark_request *req, void *arg, uint64_t now) {
+  seq_sched *s = (seq_sched *)sk;
+  const char *sid = hark_request_correlation_id_str(req);
+  uint64_t nid = hark_request_correlation_id(req);
+  hark_seq_key key = {.is_str = sid != NULL, .num = nid, .str = sid};
+  bool oneshot = sid ? !*sid : nid == 0;
+  hark_seq_status st =
+      hark_seqtab_push(s->tab, oneshot ? NULL : &key, hark_request_flags(req), arg, now);
+  return st == HARK_SEQ_OK ? NULL : refusal(s, st, oneshot ? NULL : &key);
+}
+
 static hark_error *seq_enqueue(hark_sched *base, hark_request *req) {
   seq_sched *s = (seq_sched *)base;
   if (s->batched && hark_request_batch_size(req) != 1)
     return hark_error_new(HARK_ERR_INVALID_ARG,
                           "model '%s' uses sequence_batching: each request must have batch size "
                           "1, got %u",
-                          hark_model_name(s->model), hark_request_batch_size(req));
-  const char *sid = hark_request_correlation_id_str(req);
-  uint64_t nid = hark_request_correlation_id(req);
-  hark_seq_key key = {.is_str = sid != NULL, .num = nid, .str = sid};
-  bool oneshot = sid ? !*sid : nid == 0;
+                          s->sk.d.name, hark_request_batch_size(req));
   seq_call *call = calloc(1, sizeof *call);
   if (!call) return hark_error_new(HARK_ERR_INTERNAL, "out of memory");
   call->s = s;
   call->req = req;
-
-  pthread_mutex_lock(&s->lock);
-  hark_error *err = NULL;
-  uint64_t now = hark_now_ns();
-  if (s->stopping) {
-    err = hark_error_new(HARK_ERR_UNAVAILABLE, "model '%s' version %lld is unloading",
-                         hark_model_name(s->model), (long long)hark_model_version(s->model));
-  } else {
-    hark_seq_status st =
-        hark_seqtab_push(s->tab, oneshot ? NULL : &key, hark_request_flags(req), call, now);
-    if (st != HARK_SEQ_OK) err = refusal(s, st, oneshot ? NULL : &key);
-  }
-  if (err) {
-    pthread_mutex_unlock(&s->lock);
-    free(call);
-    return err;
-  }
-  hark_request_set_queued_ns(req, now); /* nothing dequeues it before we unlock */
-  s->users++;
-  pthread_mutex_unlock(&s->lock);
-  seq_pump(s);
-  return NULL;
+  hark_error *err = hark_skel_enqueue(&s->sk, req, call);
+  if (err) free(call);
+  return err;
 }
 
 static void seq_stop(hark_sched *base) {
   seq_sched *s = (seq_sched *)base;
-  pthread_mutex_lock(&s->lock);
-  s->stopping = true; /* flush: no waiting for batches, idle sequences end now */
-  s->users++;
-  pthread_mutex_unlock(&s->lock);
-  seq_pump(s);
-  pthread_mutex_lock(&s->lock);
-  while (s->users || s->n_busy || hark_seqtab_live(s->tab)) pthread_cond_wait(&s->idle, &s->lock);
+  hark_skel_stop(&s->sk);
+  pthread_mutex_lock(&s->sk.lock);
   hark_seq_drop *drops = hark_seqtab_take_drops(s->tab);
-  pthread_mutex_unlock(&s->lock);
+  pthread_mutex_unlock(&s->sk.lock);
   drops_fini(s, drops);
 }
 
-static uint32_t seq_queued(const hark_sched *base) {
-  return atomic_load(&((seq_sched *)base)->queued);
-}
-
 static void seq_destroy(seq_sched *s) {
+  hark_skel_fini(&s->sk);
   if (s->tab) {
     drops_fini(s, hark_seqtab_take_drops(s->tab));
     hark_seqtab_free(s->tab);
@@ -488,49 +438,45 @@ static void seq_destroy(seq_sched *s) {
   }
   free(s->insts);
   free(s->entries);
-  pthread_mutex_destroy(&s->lock);
-  pthread_cond_destroy(&s->idle);
   free(s);
 }
 
-static void seq_free(hark_sched *base) {
-  seq_sched *s = (seq_sched *)base;
-  hark_pool_timer_cancel(s->pool, &s->timer); /* a late fire may be pumping */
-  seq_destroy(s);
-}
+static void seq_free(hark_sched *base) { seq_destroy((seq_sched *)base); }
 
 static const hark_sched_ops seq_ops = {
     .enqueue = seq_enqueue,
     .stop = seq_stop,
     .free = seq_free,
-    .queued = seq_queued,
+    .queued = hark_skel_queued,
 };
 
-hark_error *hark_sched_sequence_new(hark_model *model, hark_pool *pool, uint32_t default_max_queue,
-                                    hark_sched **out) {
+static const hark_skel_ops seq_skel_ops = {
+    .pass = seq_pass,
+    .finish = seq_finish,
+    .execute = seq_execute,
+    .executed = seq_executed,
+    .admit = seq_admit,
+    .drained = seq_drained,
+};
+
+hark_error *hark_sched_sequence_new(const hark_sched_desc *desc, hark_sched **out) {
   *out = NULL;
-  const hark_model_config *cfg = hark_model_get_config(model);
-  uint32_t n_insts = hark_model_instance_count(model);
+  const hark_model_config *cfg = desc->config;
+  uint32_t n_insts = desc->n_instances;
   if (n_insts == 0)
     return hark_error_new(HARK_ERR_INVALID_ARG, "model '%s' has no instances to run on",
-                          hark_model_name(model));
+                          desc->name);
   seq_sched *s = calloc(1, sizeof *s);
   if (!s) return hark_error_new(HARK_ERR_INTERNAL, "out of memory");
-  s->base.ops = &seq_ops;
-  s->model = model;
-  s->cfg = cfg;
+  hark_skel_init(&s->sk, &seq_skel_ops, desc);
+  s->sk.base.ops = &seq_ops;
   s->sb = &cfg->sequence_batching;
-  s->pool = pool;
   s->oldest = s->sb->strategy == HARK_SEQ_OLDEST;
   s->batched = cfg->max_batch_size > 0;
   s->max_batch = cfg->max_batch_size ? cfg->max_batch_size : 1;
-  pthread_mutex_init(&s->lock, NULL);
-  pthread_cond_init(&s->idle, NULL);
-  hark_timer_init(&s->timer, seq_timer_fire, s);
-  atomic_init(&s->queued, 0);
 
   hark_seq_policy policy;
-  hark_seq_policy_init(&policy, cfg, n_insts, default_max_queue);
+  hark_seq_policy_init(&policy, cfg, n_insts, desc->default_max_queue);
   s->tab = hark_seqtab_new(&policy);
   s->entries = calloc(s->max_batch, sizeof *s->entries);
   s->insts = calloc(n_insts, sizeof *s->insts);
@@ -541,11 +487,7 @@ hark_error *hark_sched_sequence_new(hark_model *model, hark_pool *pool, uint32_t
   s->n_insts = n_insts;
   for (uint32_t i = 0; i < n_insts; i++) {
     seq_instance *si = &s->insts[i];
-    si->s = s;
-    si->index = i;
-    si->instance = hark_model_instance_at(model, i);
-    si->task.fn = seq_execute;
-    si->task.arg = si;
+    hark_skel_inst_init(&s->sk, &si->base, i);
     si->calls = calloc(s->max_batch, sizeof *si->calls);
     si->reqs = calloc(s->max_batch, sizeof *si->reqs);
     if (!si->calls || !si->reqs) {
@@ -553,6 +495,6 @@ hark_error *hark_sched_sequence_new(hark_model *model, hark_pool *pool, uint32_t
       return hark_error_new(HARK_ERR_INTERNAL, "out of memory");
     }
   }
-  *out = &s->base;
+  *out = &s->sk.base;
   return NULL;
 }

@@ -1,8 +1,9 @@
 /*
- * test_pool.c — the worker pool and its timer (src/sched/pool.c). Waits are
+ * test_pool.c — the worker pool and its timer (src/runtime/pool.c). Waits are
  * on conditions with generous limits, never on a sleep that a slow machine
  * could outlast; only "must not happen" checks use short sleeps.
  */
+#include <errno.h>
 #include <pthread.h>
 #include <setjmp.h>
 #include <stdarg.h>
@@ -14,7 +15,8 @@
 
 #include <cmocka.h>
 
-#include "sched/sched_impl.h"
+#include "hark/types.h"
+#include "runtime/pool.h"
 
 #define MS 1000000ull
 
@@ -37,27 +39,20 @@ static void count_task(void *arg) { atomic_fetch_add((atomic_int *)arg, 1); }
 static void test_bad_args(void **state) {
   (void)state;
   hark_pool *pool = (hark_pool *)1;
-  hark_error *err = hark_pool_new(0, 8, &pool);
-  assert_non_null(err);
-  assert_int_equal(hark_error_code(err), HARK_ERR_INVALID_ARG);
+  assert_int_equal(hark_pool_new(0, 8, &pool), EINVAL);
   assert_null(pool);
-  hark_error_free(err);
   hark_pool_free(NULL);
 }
 
 static void test_all_tasks_run(void **state) {
   (void)state;
   hark_pool *pool;
-  assert_null(hark_pool_new(4, 2000, &pool));
+  assert_int_equal(0, hark_pool_new(4, 2000, &pool));
   assert_int_equal(hark_pool_threads(pool), 4);
   atomic_int count = 0;
   int accepted = 0;
   for (int i = 0; i < 1000; i++) {
-    hark_error *err = hark_pool_submit(pool, count_task, &count);
-    if (err)
-      hark_error_free(err);
-    else
-      accepted++;
+    if (hark_pool_submit(pool, count_task, &count) == 0) accepted++;
   }
   assert_int_equal(accepted, 1000); /* the queue holds 2000 */
   assert_true(wait_for(&count, 1000));
@@ -92,17 +87,14 @@ static void gate_open(gate *g) {
 static void test_bounded_queue(void **state) {
   (void)state;
   hark_pool *pool;
-  assert_null(hark_pool_new(1, 2, &pool));
+  assert_int_equal(0, hark_pool_new(1, 2, &pool));
   gate g = {PTHREAD_MUTEX_INITIALIZER, PTHREAD_COND_INITIALIZER, false, 0, 0};
-  assert_null(hark_pool_submit(pool, gate_task, &g));
+  assert_int_equal(0, hark_pool_submit(pool, gate_task, &g));
   assert_true(wait_for(&g.entered, 1)); /* the worker is busy; the queue is empty */
-  assert_null(hark_pool_submit(pool, gate_task, &g));
-  assert_null(hark_pool_submit(pool, gate_task, &g));
+  assert_int_equal(0, hark_pool_submit(pool, gate_task, &g));
+  assert_int_equal(0, hark_pool_submit(pool, gate_task, &g));
   atomic_int never = 0;
-  hark_error *err = hark_pool_submit(pool, count_task, &never);
-  assert_non_null(err);
-  assert_int_equal(hark_error_code(err), HARK_ERR_UNAVAILABLE);
-  hark_error_free(err);
+  assert_int_equal(hark_pool_submit(pool, count_task, &never), EAGAIN);
 
   /* Embedded tasks do not count against the bound. */
   atomic_int embedded = 0;
@@ -124,9 +116,9 @@ static void slow_task(void *arg) {
 static void test_free_drains(void **state) {
   (void)state;
   hark_pool *pool;
-  assert_null(hark_pool_new(2, 64, &pool));
+  assert_int_equal(0, hark_pool_new(2, 64, &pool));
   atomic_int count = 0;
-  for (int i = 0; i < 40; i++) assert_null(hark_pool_submit(pool, slow_task, &count));
+  for (int i = 0; i < 40; i++) assert_int_equal(0, hark_pool_submit(pool, slow_task, &count));
   hark_pool_free(pool); /* at once: most tasks are still queued */
   assert_int_equal(atomic_load(&count), 40);
 }
@@ -142,11 +134,7 @@ typedef struct resubmit {
 static void resubmit_task(void *arg) {
   resubmit *r = arg;
   gate_task(r->g);
-  hark_error *err = hark_pool_submit(r->pool, count_task, &r->ran);
-  if (err) {
-    atomic_fetch_add(&r->refused, 1);
-    hark_error_free(err);
-  }
+  if (hark_pool_submit(r->pool, count_task, &r->ran) != 0) atomic_fetch_add(&r->refused, 1);
   /* The scheduler's path: an embedded task is still accepted and run. */
   hark_pool_submit_task(r->pool, &r->task);
 }
@@ -159,23 +147,20 @@ static void *free_thread(void *arg) {
 static void test_submit_while_stopping(void **state) {
   (void)state;
   hark_pool *pool;
-  assert_null(hark_pool_new(1, 8, &pool));
+  assert_int_equal(0, hark_pool_new(1, 8, &pool));
   gate g = {PTHREAD_MUTEX_INITIALIZER, PTHREAD_COND_INITIALIZER, false, 0, 0};
   resubmit r = {.pool = pool, .g = &g};
   atomic_int embedded = 0;
   r.task = (hark_pool_task){.fn = count_task, .arg = &embedded};
-  assert_null(hark_pool_submit(pool, resubmit_task, &r));
+  assert_int_equal(0, hark_pool_submit(pool, resubmit_task, &r));
   assert_true(wait_for(&g.entered, 1));
   pthread_t t;
   assert_int_equal(pthread_create(&t, NULL, free_thread, pool), 0);
   /* hark_pool_free refuses new tasks before it joins: wait until it does. */
   bool stopping = false;
   for (int i = 0; i < 20000 && !stopping; i++) {
-    hark_error *err = hark_pool_submit(pool, count_task, &r.ran);
-    if (err) { /* "full" until free starts, then "stopping" */
-      stopping = strstr(hark_error_message(err), "stopping") != NULL;
-      hark_error_free(err);
-    }
+    /* EAGAIN ("full") until free starts, then ESHUTDOWN ("stopping"). */
+    stopping = hark_pool_submit(pool, count_task, &r.ran) == ESHUTDOWN;
     if (!stopping) sleep_ms(1);
   }
   assert_true(stopping);
@@ -204,7 +189,7 @@ static void fire(void *arg) {
 static void test_timer_fires_after_deadline(void **state) {
   (void)state;
   hark_pool *pool;
-  assert_null(hark_pool_new(1, 1, &pool));
+  assert_int_equal(0, hark_pool_new(1, 1, &pool));
   fired f = {0};
   hark_timer t;
   hark_timer_init(&t, fire, &f);
@@ -220,7 +205,7 @@ static void test_timer_fires_after_deadline(void **state) {
 static void test_timer_order_and_rearm(void **state) {
   (void)state;
   hark_pool *pool;
-  assert_null(hark_pool_new(1, 1, &pool));
+  assert_int_equal(0, hark_pool_new(1, 1, &pool));
   atomic_int seq = 0;
   fired a = {.seq = &seq}, b = {.seq = &seq}, c = {.seq = &seq};
   hark_timer ta, tb, tc;
@@ -246,7 +231,7 @@ static void test_timer_order_and_rearm(void **state) {
 static void test_timer_disarm(void **state) {
   (void)state;
   hark_pool *pool;
-  assert_null(hark_pool_new(1, 1, &pool));
+  assert_int_equal(0, hark_pool_new(1, 1, &pool));
   fired f = {0};
   hark_timer t;
   hark_timer_init(&t, fire, &f);
@@ -275,7 +260,7 @@ static void slow_fire(void *arg) {
 static void test_timer_cancel_waits(void **state) {
   (void)state;
   hark_pool *pool;
-  assert_null(hark_pool_new(1, 1, &pool));
+  assert_int_equal(0, hark_pool_new(1, 1, &pool));
   slow_timer st = {0};
   hark_timer t;
   hark_timer_init(&t, slow_fire, &st);
@@ -303,7 +288,7 @@ static void periodic_fire(void *arg) {
 static void test_timer_rearm_from_callback(void **state) {
   (void)state;
   periodic p = {0};
-  assert_null(hark_pool_new(1, 1, &p.pool));
+  assert_int_equal(0, hark_pool_new(1, 1, &p.pool));
   hark_timer_init(&p.timer, periodic_fire, &p);
   hark_pool_timer_arm(p.pool, &p.timer, hark_now_ns());
   assert_true(wait_for(&p.count, 3));
@@ -333,7 +318,7 @@ static void chain_task(void *arg) {
 static void test_continuation_runs_on_the_same_worker(void **state) {
   (void)state;
   chain c = {0};
-  assert_null(hark_pool_new(3, 8, &c.pool));
+  assert_int_equal(0, hark_pool_new(3, 8, &c.pool));
   for (int i = 0; i < 4; i++) c.tasks[i] = (hark_pool_task){.fn = chain_task, .arg = &c};
   hark_pool_submit_task(c.pool, &c.tasks[0]); /* from outside: the FIFO */
   assert_true(wait_for(&c.done, 4));
@@ -378,7 +363,7 @@ static void test_continuation_queues_when_work_waits(void **state) {
   blocker b = {0};
   handover h = {.b = &b};
   atomic_int pending_ran = 0;
-  assert_null(hark_pool_new(2, 8, &h.pool));
+  assert_int_equal(0, hark_pool_new(2, 8, &h.pool));
   hark_pool_task blk = {.fn = block_task, .arg = &b};
   hark_pool_task pending = {.fn = count_task, .arg = &pending_ran};
   h.first = (hark_pool_task){.fn = first_task, .arg = &h};

@@ -5,10 +5,15 @@
  * clock: admission (START required, timed-out ids), per-sequence order and
  * one request in flight, END, restart, idle expiry, direct slots and the
  * backlog, oldest-first batches, one-shot sequences, bounds. Then the
- * scheduler itself (src/sched/sequence.c) in one process with the real
- * accumulate backend: interleaved sequences from several threads keep
- * their running sums, and freeing the server with sequences live still
- * finalizes every request (ASan checks the states are freed).
+ * scheduler itself (src/sched/sequence.c) through hark_sched_* with a fake
+ * run function and no server (fake_run.h): one request of a sequence at a
+ * time and in order, the backend state carried along and handed to
+ * sequence_fini at END, at idle expiry (from the timer) and at a restart,
+ * never inside an execute on the same thread, and stop flushing. Last, the
+ * scheduler with the real accumulate backend: interleaved sequences from
+ * several threads keep their running sums, and freeing the server with
+ * sequences live still finalizes every request (ASan checks the states
+ * are freed).
  */
 #include <errno.h>
 #include <ftw.h>
@@ -26,6 +31,7 @@
 
 #include <cmocka.h>
 
+#include "fake_run.h"
 #include "hark/request.h"
 #include "hark/server.h"
 #include "sched/seqtab.h"
@@ -33,7 +39,6 @@
 
 #define START HARK_REQUEST_SEQUENCE_START
 #define END HARK_REQUEST_SEQUENCE_END
-#define MS 1000000ull
 
 /* ---- the table's decisions ------------------------------------------------------ */
 
@@ -385,6 +390,138 @@ static void test_many_sequences(void **state) {
   hark_seqtab_free(t);
 }
 
+/* ---- the scheduler with a fake run ------------------------------------------------ */
+
+#define OLDEST(extra)                                                            \
+  "max_batch_size: 4\n"                                                          \
+  "sequence_batching { " extra " oldest { max_candidate_sequences: 8 } }\n"
+
+/* The run gives each sequence a state at START: the value 1000 + tag. */
+static void set_state_at_start(fake *f, hark_request *req, int tag) {
+  (void)f;
+  if (hark_request_flags(req) & START) fake_set_state(req, 1000 + tag);
+}
+
+/* Every batch in run order: a sequence's tags only grow, one per batch. */
+static void assert_sequence_order(fake *f) {
+  for (int i = 0; i < f->n_batches; i++)
+    for (uint32_t k = 0; k < f->batches[i].n; k++) {
+      for (uint32_t j = 0; j < k; j++) assert_true(f->batches[i].corr[j] != f->batches[i].corr[k]);
+      for (int p = 0; p < i; p++)
+        for (uint32_t j = 0; j < f->batches[p].n; j++)
+          if (f->batches[p].corr[j] == f->batches[i].corr[k])
+            assert_true(f->batches[p].tags[j] < f->batches[i].tags[k]);
+    }
+}
+
+/* While a sequence's request runs, its next ones wait, even with an
+ * instance free; a request of another sequence takes that instance. */
+static void test_fake_one_at_a_time_in_order(void **state) {
+  (void)state;
+  fake *f = fake_start(OLDEST(""), 2, 4);
+  f->hold_all = true;
+  fake_send(f, 0, 11, START);
+  fake_wait(f, &f->held, 1);
+  for (int i = 1; i < 4; i++) fake_send(f, i, 11, i == 3 ? END : 0);
+  sleep_ms(50);
+  assert_int_equal(fake_count(f, &f->n_batches), 1); /* the other instance idles */
+  fake_send(f, 10, 12, START);
+  fake_wait(f, &f->held, 2);
+  assert_int_equal(f->batches[1].tags[0], 10);
+  assert_int_not_equal(f->batches[1].instance, f->batches[0].instance);
+  fake_send(f, 11, 12, 0);
+  fake_send(f, 12, 12, END);
+  fake_send(f, 20, 0, 0); /* one-shot */
+  assert_int_equal(hark_sched_queued(f->sched), 6);
+  fake_release(f);
+  fake_wait(f, &f->n_finals, 8);
+  for (int i = 0; i < 8; i++) assert_int_equal(f->finals[i].code, HARK_OK);
+  assert_int_equal(f->seq_overlaps, 0);
+  assert_int_equal(f->overlaps, 0);
+  assert_sequence_order(f);
+  fake_stop(f);
+}
+
+/* The state a START's run sets is there for the sequence's later
+ * requests, and goes to sequence_fini once the END has run. */
+static void test_fake_state_to_fini_at_end(void **state) {
+  (void)state;
+  fake *f = fake_start(OLDEST(""), 1, 2);
+  f->hook = set_state_at_start;
+  fake_send(f, 0, 5, START);
+  fake_wait(f, &f->n_finals, 1);
+  fake_send(f, 1, 5, 0);
+  fake_wait(f, &f->n_finals, 2);
+  assert_int_equal(fake_count(f, &f->n_finied), 0);
+  fake_send(f, 2, 5, END);
+  fake_wait(f, &f->n_finied, 1);
+  assert_int_equal(f->batches[0].state[0], 0);
+  assert_int_equal(f->batches[1].state[0], 1000);
+  assert_int_equal(f->batches[2].state[0], 1000);
+  assert_int_equal(f->finied[0], 1000);
+  assert_int_equal(f->fini_inside_run, 0);
+  /* Ended: only START continues the id. */
+  hark_error *err = fake_try(f, 3, 5, 0);
+  assert_non_null(err);
+  assert_int_equal(hark_error_code(err), HARK_ERR_INVALID_ARG);
+  assert_non_null(strstr(hark_error_message(err), "must specify the START flag"));
+  hark_error_free(err);
+  hark_sched_stop(f->sched);
+  assert_int_equal(f->n_finied, 1);
+  fake_stop(f);
+}
+
+/* A sequence that sends nothing for max_sequence_idle ends on its own (the
+ * pool's timer pumps): its state goes to sequence_fini no earlier than
+ * that, and a later request without START is refused as timed out. */
+static void test_fake_idle_expiry(void **state) {
+  (void)state;
+  fake *f = fake_start(OLDEST("max_sequence_idle_microseconds: 100000"), 1, 2);
+  f->hook = set_state_at_start;
+  fake_send(f, 0, 9, START);
+  fake_wait(f, &f->n_finals, 1);
+  uint64_t last = f->finals[0].at_ns;
+  fake_wait(f, &f->n_finied, 1);
+  assert_int_equal(f->finied[0], 1000);
+  assert_true(f->finied_at[0] - last >= 100 * MS);
+  hark_error *err = fake_try(f, 1, 9, 0);
+  assert_non_null(err);
+  assert_int_equal(hark_error_code(err), HARK_ERR_INVALID_ARG);
+  assert_non_null(strstr(hark_error_message(err), "timed out idle"));
+  hark_error_free(err);
+  fake_stop(f);
+}
+
+/* Inside an execute, a request that restarts another sequence forms at
+ * once on the free instance, but the old state waits for the execute to
+ * return before it goes to sequence_fini. Stopping flushes: the live
+ * sequences end, and their states go too. */
+static void restart_b_inside(fake *f, hark_request *req, int tag) {
+  set_state_at_start(f, req, tag);
+  if (tag == 2) fake_send(f, 3, 22, START); /* sequence 22 again */
+}
+
+static void test_fake_drops_wait_for_the_execute(void **state) {
+  (void)state;
+  fake *f = fake_start(OLDEST(""), 2, 4);
+  f->hook = restart_b_inside;
+  fake_send(f, 1, 22, START);
+  fake_wait(f, &f->n_finals, 1);
+  fake_send(f, 2, 21, START);
+  fake_wait(f, &f->n_finals, 3);
+  fake_wait(f, &f->n_finied, 1);
+  assert_int_equal(f->finied[0], 1001); /* sequence 22's first state */
+  assert_int_equal(f->fini_inside_run, 0);
+  hark_sched_stop(f->sched);
+  assert_int_equal(f->n_finied, 3); /* 21's and 22's second */
+  assert_int_equal(f->fini_inside_run, 0);
+  hark_error *err = fake_try(f, 4, 21, 0);
+  assert_non_null(err);
+  assert_int_equal(hark_error_code(err), HARK_ERR_UNAVAILABLE);
+  hark_error_free(err);
+  fake_stop(f);
+}
+
 /* ---- the scheduler with the accumulate backend ------------------------------------ */
 
 
@@ -542,6 +679,10 @@ int main(void) {
       cmocka_unit_test(test_one_shot),
       cmocka_unit_test(test_queue_bound),
       cmocka_unit_test(test_many_sequences),
+      cmocka_unit_test(test_fake_one_at_a_time_in_order),
+      cmocka_unit_test(test_fake_state_to_fini_at_end),
+      cmocka_unit_test(test_fake_idle_expiry),
+      cmocka_unit_test(test_fake_drops_wait_for_the_execute),
       cmocka_unit_test(test_scheduler_interleaved_streams),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);

@@ -34,6 +34,9 @@
  * callbacks run on that thread without the timer lock, which lets them arm
  * timers again; cancel waits for a running callback so that its owner can
  * be freed. Arming scans from the tail: deadlines mostly grow.
+ *
+ * This file is the bottom of the engine (pool.h says why it reports errno
+ * values): it uses nothing but libc and pthreads.
  */
 #include <errno.h>
 #include <pthread.h>
@@ -41,7 +44,7 @@
 #include <stdlib.h>
 #include <time.h>
 
-#include "sched/sched_impl.h"
+#include "runtime/pool.h"
 
 struct hark_pool {
   pthread_mutex_t lock;
@@ -112,14 +115,13 @@ static void *worker_main(void *arg) {
   return NULL;
 }
 
-hark_error *hark_pool_submit(hark_pool *pool, void (*fn)(void *), void *arg) {
+int hark_pool_submit(hark_pool *pool, void (*fn)(void *), void *arg) {
   pthread_mutex_lock(&pool->lock);
   hark_pool_task *node = pool->stopping ? NULL : pool->free_nodes;
   if (!node) {
     bool stopping = pool->stopping;
     pthread_mutex_unlock(&pool->lock);
-    return stopping ? hark_error_new(HARK_ERR_UNAVAILABLE, "worker pool is stopping")
-                    : hark_error_new(HARK_ERR_UNAVAILABLE, "worker pool queue is full");
+    return stopping ? ESHUTDOWN : EAGAIN;
   }
   pool->free_nodes = node->next;
   node->fn = fn;
@@ -127,7 +129,7 @@ hark_error *hark_pool_submit(hark_pool *pool, void (*fn)(void *), void *arg) {
   fifo_push(pool, node);
   pthread_cond_signal(&pool->work);
   pthread_mutex_unlock(&pool->lock);
-  return NULL;
+  return 0;
 }
 
 void hark_pool_submit_task(hark_pool *pool, hark_pool_task *task) {
@@ -168,6 +170,13 @@ bool hark_pool_inline_begin(hark_pool *pool, uint64_t avg_exec_ns) {
 void hark_pool_inline_end(void) { tl_may_inline = true; }
 
 /* ---- timer ----------------------------------------------------------------- */
+
+/* hark_now_ns's clock, read here so that this layer needs nothing above it. */
+static uint64_t now_ns(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
+}
 
 void hark_timer_init(hark_timer *timer, void (*fn)(void *), void *arg) {
   timer->fn = fn;
@@ -238,7 +247,7 @@ static void *timer_main(void *arg) {
       pthread_cond_wait(&pool->tcond, &pool->tlock);
       continue;
     }
-    uint64_t now = hark_now_ns();
+    uint64_t now = now_ns();
     if (t->deadline_ns > now) {
       struct timespec ts = {.tv_sec = (time_t)(t->deadline_ns / 1000000000u),
                             .tv_nsec = (long)(t->deadline_ns % 1000000000u)};
@@ -259,18 +268,18 @@ static void *timer_main(void *arg) {
 
 /* ---- lifecycle --------------------------------------------------------------- */
 
-hark_error *hark_pool_new(uint32_t threads, uint32_t max_queue, hark_pool **out) {
+int hark_pool_new(uint32_t threads, uint32_t max_queue, hark_pool **out) {
   *out = NULL;
-  if (threads == 0) return hark_error_new(HARK_ERR_INVALID_ARG, "worker pool needs at least one thread");
+  if (threads == 0) return EINVAL;
   hark_pool *pool = calloc(1, sizeof *pool);
-  if (!pool) return hark_error_new(HARK_ERR_INTERNAL, "out of memory");
+  if (!pool) return ENOMEM;
   pool->threads = calloc(threads, sizeof *pool->threads);
   pool->nodes = calloc(max_queue ? max_queue : 1, sizeof *pool->nodes);
   if (!pool->threads || !pool->nodes) {
     free(pool->threads);
     free(pool->nodes);
     free(pool);
-    return hark_error_new(HARK_ERR_INTERNAL, "out of memory");
+    return ENOMEM;
   }
   for (uint32_t i = 0; i < max_queue; i++) {
     pool->nodes[i].pooled = true;
@@ -282,35 +291,27 @@ hark_error *hark_pool_new(uint32_t threads, uint32_t max_queue, hark_pool **out)
   pthread_mutex_init(&pool->tlock, NULL);
   pthread_condattr_t attr;
   pthread_condattr_init(&attr);
-  pthread_condattr_setclock(&attr, CLOCK_MONOTONIC); /* hark_now_ns's clock */
+  pthread_condattr_setclock(&attr, CLOCK_MONOTONIC); /* now_ns's clock */
   pthread_cond_init(&pool->tcond, &attr);
   pthread_condattr_destroy(&attr);
   pthread_cond_init(&pool->tdone, NULL);
 
-  hark_error *err = NULL;
   int rc = pthread_create(&pool->tthread, NULL, timer_main, pool);
-  if (rc == 0)
-    pool->tstarted = true;
-  else
-    err = hark_error_new(HARK_ERR_INTERNAL, "cannot start the timer thread (error %d)", rc);
-  for (uint32_t i = 0; !err && i < threads; i++) {
+  if (rc == 0) pool->tstarted = true;
+  for (uint32_t i = 0; rc == 0 && i < threads; i++) {
     rc = pthread_create(&pool->threads[i], NULL, worker_main, pool);
-    if (rc != 0) {
-      err = hark_error_new(HARK_ERR_INTERNAL, "cannot start worker thread %u of %u (error %d)",
-                           i + 1, threads, rc);
-      break;
-    }
+    if (rc != 0) break;
     pthread_mutex_lock(&pool->lock);
     pool->alive++;
     pool->n_threads++;
     pthread_mutex_unlock(&pool->lock);
   }
-  if (err) {
+  if (rc != 0) {
     hark_pool_free(pool);
-    return err;
+    return rc;
   }
   *out = pool;
-  return NULL;
+  return 0;
 }
 
 void hark_pool_free(hark_pool *pool) {

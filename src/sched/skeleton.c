@@ -1,0 +1,158 @@
+/*
+ * skeleton.c — the machinery the dynamic batcher and the sequence batcher
+ * share: the pump, the timer, stop and the instances' tasks.
+ *
+ * Pumping: whichever thread caused an event — the enqueuer, the worker
+ * whose execution just finished, or the pool's timer thread — pumps. Under
+ * the lock the scheduler's pass applies its rules (expire, then form a
+ * batch for each free instance it can, claiming it) and says when it wants
+ * to look again; the pump arms the timer for then. After unlocking it
+ * hands each claimed instance's embedded task to the worker pool and lets
+ * the scheduler finish what the pass took out of the lock (completing
+ * rejected requests, freeing dropped state), so no callback and no execute
+ * ever runs under the lock. A pass that took out all it could carry asks
+ * for another. An instance is busy from the moment its batch is formed
+ * until its execution returns, so it never runs two batches at once; the
+ * number of queued pool tasks is bounded by the instance count.
+ *
+ * Inline runs: on a front-end thread that allows it (runtime/pool.h), a
+ * scheduler whose executions average a few microseconds has the first
+ * batch a pump formed run by the pump's own thread, after the rest went to
+ * the workers and the pass was finished.
+ *
+ * Timers: rather than a thread per model sleeping on its own condition
+ * variable, every scheduler embeds one hark_timer on the pool's single
+ * timer thread, re-armed at the end of each pass. A fire only runs a pump;
+ * a stale or early fire is harmless because the pass recomputes everything
+ * from the queue and the clock.
+ *
+ * Lifetime: `users` counts threads inside the scheduler (enqueue, pump,
+ * execution wrap-up); stop waits until no thread is inside, no instance is
+ * busy and the scheduler says it is drained, so that freeing can follow.
+ */
+#include "sched/skeleton.h"
+
+#include "core/engine.h"
+
+static void skel_fire(void *arg) {
+  hark_skel *sk = arg;
+  pthread_mutex_lock(&sk->lock);
+  sk->users++;
+  pthread_mutex_unlock(&sk->lock);
+  hark_skel_pump(sk);
+}
+
+/* An instance's pool task: runs its batch, frees it, and looks again. */
+static void skel_run(void *arg) {
+  hark_skel_inst *inst = arg;
+  hark_skel *sk = inst->sk;
+  sk->ops->execute(sk, inst);
+  pthread_mutex_lock(&sk->lock);
+  if (sk->ops->executed) sk->ops->executed(sk, inst);
+  inst->busy = false;
+  sk->n_busy--;
+  sk->users++;
+  pthread_mutex_unlock(&sk->lock);
+  hark_skel_pump(sk);
+}
+
+void hark_skel_init(hark_skel *sk, const hark_skel_ops *ops, const hark_sched_desc *desc) {
+  sk->d = *desc;
+  sk->ops = ops;
+  pthread_mutex_init(&sk->lock, NULL);
+  pthread_cond_init(&sk->idle, NULL);
+  hark_timer_init(&sk->timer, skel_fire, sk);
+  atomic_init(&sk->queued, 0);
+}
+
+void hark_skel_inst_init(hark_skel *sk, hark_skel_inst *inst, uint32_t index) {
+  inst->sk = sk;
+  inst->index = index;
+  inst->task.fn = skel_run;
+  inst->task.arg = inst;
+}
+
+void hark_skel_fini(hark_skel *sk) {
+  /* A late timer fire may still be pumping: wait it out. */
+  hark_pool_timer_cancel(sk->d.pool, &sk->timer);
+  pthread_mutex_destroy(&sk->lock);
+  pthread_cond_destroy(&sk->idle);
+}
+
+void hark_skel_claim(hark_skel *sk, hark_skel_inst *inst, hark_skel_pass *p) {
+  inst->busy = true;
+  sk->n_busy++;
+  inst->launch_next = p->launch;
+  p->launch = inst;
+}
+
+void hark_skel_pump(hark_skel *sk) {
+  hark_pool *pool = sk->d.pool;
+  for (;;) {
+    hark_skel_pass p = {.wake_ns = UINT64_MAX};
+    pthread_mutex_lock(&sk->lock);
+    sk->ops->pass(sk, hark_now_ns(), &p);
+    if (p.wake_ns == UINT64_MAX)
+      hark_pool_timer_disarm(pool, &sk->timer);
+    else
+      hark_pool_timer_arm(pool, &sk->timer, p.wake_ns);
+    atomic_store(&sk->queued, p.queued);
+    pthread_mutex_unlock(&sk->lock);
+
+    hark_skel_inst *here = NULL;
+    uint64_t cost = p.launch && sk->ops->inline_cost ? sk->ops->inline_cost(sk) : UINT64_MAX;
+    if (cost != UINT64_MAX && hark_pool_inline_begin(pool, cost)) {
+      here = p.launch;
+      p.launch = here->launch_next;
+    }
+    for (hark_skel_inst *inst = p.launch, *next; inst; inst = next) {
+      next = inst->launch_next; /* the task may run and finish at once */
+      hark_pool_submit_task(pool, &inst->task);
+    }
+    if (sk->ops->finish) sk->ops->finish(sk, &p);
+    if (here) {
+      skel_run(here);
+      hark_pool_inline_end();
+    }
+    if (!p.again) break;
+  }
+
+  pthread_mutex_lock(&sk->lock);
+  sk->users--;
+  if (sk->users == 0 && sk->n_busy == 0 && sk->ops->drained(sk))
+    pthread_cond_broadcast(&sk->idle);
+  pthread_mutex_unlock(&sk->lock);
+}
+
+hark_error *hark_skel_enqueue(hark_skel *sk, hark_request *req, void *arg) {
+  pthread_mutex_lock(&sk->lock);
+  uint64_t now = hark_now_ns();
+  hark_error *err = sk->stopping ? hark_error_new(HARK_ERR_UNAVAILABLE,
+                                                  "model '%s' version %lld is unloading",
+                                                  sk->d.name, (long long)sk->d.version)
+                                 : sk->ops->admit(sk, req, arg, now);
+  if (err) {
+    pthread_mutex_unlock(&sk->lock);
+    return err;
+  }
+  hark_request_set_queued_ns(req, now); /* nothing dequeues it before we unlock */
+  sk->users++;
+  pthread_mutex_unlock(&sk->lock);
+  hark_skel_pump(sk);
+  return NULL;
+}
+
+void hark_skel_stop(hark_skel *sk) {
+  pthread_mutex_lock(&sk->lock);
+  sk->stopping = true; /* the passes flush instead of waiting */
+  sk->users++;
+  pthread_mutex_unlock(&sk->lock);
+  hark_skel_pump(sk);
+  pthread_mutex_lock(&sk->lock);
+  while (sk->users || sk->n_busy || !sk->ops->drained(sk)) pthread_cond_wait(&sk->idle, &sk->lock);
+  pthread_mutex_unlock(&sk->lock);
+}
+
+uint32_t hark_skel_queued(const hark_sched *base) {
+  return atomic_load(&((hark_skel *)base)->queued);
+}
