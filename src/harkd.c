@@ -37,8 +37,7 @@ static void usage(FILE *f) {
           "  --grpc-port N               gRPC: KServe v2 + health (default 8001; -1 off)\n"
           "  --grpc-address ADDR         gRPC bind address (default: --http-address's)\n"
           "  --grpc-max-message-bytes N  largest gRPC message (default 67108864)\n"
-          "  --grpc-thread-count N       completion-queue threads serving gRPC (default:\n"
-          "                              one per core, at most 16)\n"
+
           "  --metrics-port N            Prometheus /metrics (default 8002; -1 off)\n"
           "  --http-address ADDR         bind address (default all interfaces)\n"
           "  --model-control-mode MODE   none (load all at start) | explicit | poll\n"
@@ -52,10 +51,10 @@ static void usage(FILE *f) {
           "  --backend-directory DIR     where libhark_<backend>.so live\n"
           "  --http-max-input-size BYTES largest request body (default 67108864)\n"
           "  --http-body-timeout-secs N  drop a client that stalls mid-request (default 30)\n"
-          "  --http-thread-count N       event loops serving the HTTP port (default: one\n"
-          "                              per core, at most 16)\n"
+          "  --http-thread-count N       event loops serving the HTTP and gRPC ports\n"
+          "                              (default: one per core, at most 16)\n"
           "  --worker-threads N          CPU worker pool size (default: one per core)\n"
-          "  --inline-max-us N           an HTTP loop or gRPC thread runs a model's batch itself,\n"
+          "  --inline-max-us N           an event loop runs a model's batch itself,\n"
           "                              without a hand-off to a worker and back, when\n"
           "                              the model's executions average <= N us (default\n"
           "                              50; 0: every batch on the worker pool)\n"
@@ -94,7 +93,7 @@ int main(int argc, char **argv) {
          O_MAXIN, O_BODYTO, O_WORKERS, O_QUEUE, O_VERBOSE, O_SPEECH, O_STREAMS, O_WSMAX,
          O_WSIDLE, O_GRPC_ADDR, O_GRPC_MAX, O_BACKLOG, O_HELP, O_LOG_INFO, O_LOG_WARN,
          O_LOG_ERROR, O_LOG_FORMAT, O_POLL_SECS, O_EXIT_TIMEOUT, O_UNLOAD_TIMEOUT,
-         O_HTTP_THREADS, O_INLINE, O_GRPC_THREADS };
+         O_HTTP_THREADS, O_INLINE };
   static const struct option opts[] = {
       {"model-repository", required_argument, 0, O_REPO},
       {"model-store", required_argument, 0, O_REPO},
@@ -127,14 +126,14 @@ int main(int argc, char **argv) {
       {"ws-idle-timeout-secs", required_argument, 0, O_WSIDLE},
       {"grpc-address", required_argument, 0, O_GRPC_ADDR},
       {"grpc-max-message-bytes", required_argument, 0, O_GRPC_MAX},
-      {"grpc-thread-count", required_argument, 0, O_GRPC_THREADS},
       {"help", no_argument, 0, O_HELP},
       {0, 0, 0, 0}};
   hark_server_options so = {.strict_readiness = true, .inline_max_us = 50};
   hark_frontend_options fo = {
       .http = {.http_port = 8000, .metrics_port = 8002, .max_input_size = 64u << 20,
                .body_timeout_secs = 30, .ws_max_message = 1u << 20, .ws_idle_timeout_secs = 60},
-      .grpc = {.port = 8001, .max_message_bytes = 64u << 20},
+      .grpc = {.max_message_bytes = 64u << 20},
+      .grpc_port = 8001,
       .speech = {.speech_model = "asr", .max_streams = 1024},
   };
   hark_http_options *ho = &fo.http;
@@ -145,11 +144,8 @@ int main(int argc, char **argv) {
     switch (c) {
     case O_REPO: so.model_repository = optarg; break;
     case O_HTTP: ho->http_port = (int)parse_num("--http-port", optarg, -1, 65535); break;
-    case O_GRPC: go->port = (int)parse_num("--grpc-port", optarg, -1, 65535); break;
-    case O_GRPC_ADDR: go->address = optarg; break;
-    case O_GRPC_THREADS:
-      go->threads = (unsigned)parse_num("--grpc-thread-count", optarg, 1, 16);
-      break;
+    case O_GRPC: fo.grpc_port = (int)parse_num("--grpc-port", optarg, -1, 65535); break;
+    case O_GRPC_ADDR: fo.grpc_address = optarg; break;
     case O_GRPC_MAX:
       go->max_message_bytes =
           (size_t)parse_num("--grpc-max-message-bytes", optarg, 1024, 0x7fffffffL);
@@ -266,9 +262,9 @@ int main(int argc, char **argv) {
   sigaction(SIGINT, &sa, NULL);
   sigaction(SIGTERM, &sa, NULL);
   const char *addr = ho->address ? ho->address : "0.0.0.0";
-  const char *gaddr = go->address ? go->address : addr;
+  const char *gaddr = fo.grpc_address ? fo.grpc_address : addr;
   if (ho->http_port >= 0) HARK_INFO("Started HTTPService at %s:%d", addr, ho->http_port);
-  if (go->port >= 0)
+  if (fo.grpc_port >= 0)
     HARK_INFO("Started GRPCInferenceService at %s:%d", gaddr,
               hark_frontends_grpc_port(g_frontends));
   if (ho->metrics_port >= 0) HARK_INFO("Started Metrics Service at %s:%d", addr, ho->metrics_port);

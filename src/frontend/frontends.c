@@ -29,18 +29,17 @@ static bool engine_idle(void *userp) {
   return hark_server_is_idle(f->server) && hark_grpc_is_idle(f->grpc);
 }
 
-/* Front-end threads run cheap batches in place (hark/server.h). */
+/* The loops run cheap batches in place (hark/server.h). */
 static void may_inline(bool start) { hark_server_thread_may_inline(start); }
 
 static hark_error *grpc_new(hark_frontends *f, const hark_frontend_options *opts) {
-  hark_grpc_options go = opts->grpc;
-  if (!go.address) go.address = opts->http.address;
-  go.thread_hook = may_inline;
-  hark_error *err = hark_grpc_new(&go, &f->grpc);
+  hark_error *err = hark_grpc_new(&opts->grpc, &f->grpc);
   if (!err) err = hark_kserve_grpc_register(f->grpc, f->server);
   if (!err) err = hark_riva_register(f->grpc, f->riva);
-  if (!err) err = hark_grpc_start(f->grpc);
-  return err;
+  if (err) return err;
+  f->handler.raw = hark_grpc_raw_handler();
+  f->handler.raw_userp = f->grpc;
+  return NULL;
 }
 
 hark_error *hark_frontends_new(hark_server *server, const hark_frontend_options *opts,
@@ -58,8 +57,10 @@ hark_error *hark_frontends_new(hark_server *server, const hark_frontend_options 
   hark_http_options ho = opts->http;
   ho.drain_idle = engine_idle;
   ho.drain_idle_userp = f;
-  hark_error *err = hark_http_new(&ho, &f->handler, &f->http);
-  if (!err && opts->grpc.port >= 0) err = grpc_new(f, opts);
+  ho.raw_port = opts->grpc_port;
+  ho.raw_address = opts->grpc_address;
+  hark_error *err = opts->grpc_port >= 0 ? grpc_new(f, opts) : NULL;
+  if (!err) err = hark_http_new(&ho, &f->handler, &f->http);
   if (err) {
     hark_frontends_free(f);
     return err;
@@ -69,7 +70,7 @@ hark_error *hark_frontends_new(hark_server *server, const hark_frontend_options 
 }
 
 int hark_frontends_grpc_port(const hark_frontends *f) {
-  return f->grpc ? hark_grpc_port(f->grpc) : -1;
+  return f->grpc ? hark_http_raw_port(f->http) : -1;
 }
 
 void hark_frontends_run(hark_frontends *f) { hark_http_run(f->http); }
@@ -84,10 +85,11 @@ void hark_frontends_stop(hark_frontends *f) { hark_http_stop(f->http); }
 
 void hark_frontends_free(hark_frontends *f) {
   if (!f) return;
-  /* gRPC first: its calls still open are cancelled here (after the drain
-   * gave them --exit-timeout-secs); it waits for its requests in flight. */
-  hark_grpc_free(f->grpc);
+  /* The loops first: closing them cancels the gRPC calls still open (the
+   * drain gave them --exit-timeout-secs) and waits for every request in
+   * flight; then nothing of the gRPC transport is in use. */
   hark_http_free(f->http);
+  hark_grpc_free(f->grpc);
   hark_riva_free(f->riva);
   hark_vosk_free(f->vosk);
   free(f);

@@ -1,9 +1,10 @@
 /*
- * frontends.h — every front end of harkd, assembled: the HTTP transport
- * serving the KServe v2 REST API and Vosk's WebSocket streams, and the
- * gRPC transport serving KServe v2, grpc.health.v1 and Riva's speech
- * recognition. The one place that knows all the services; harkd.c only
- * parses flags and handles signals.
+ * frontends.h — every front end of harkd, assembled: the HTTP transport's
+ * event loops serving the KServe v2 REST API and Vosk's WebSocket streams
+ * on the HTTP port, and the gRPC transport (on the same loops, the gRPC
+ * port) serving KServe v2, grpc.health.v1 and Riva's speech recognition.
+ * The one place that knows all the services; harkd.c only parses flags
+ * and handles signals.
  */
 #ifndef HARK_FRONTEND_FRONTENDS_H
 #define HARK_FRONTEND_FRONTENDS_H
@@ -16,13 +17,15 @@
 typedef struct hark_frontends hark_frontends;
 
 typedef struct hark_frontend_options {
-  hark_http_options http;     /* drain_idle is set here */
-  hark_grpc_options grpc;     /* port -1: no gRPC */
+  hark_http_options http;     /* drain_idle, raw_port and raw_address are set here */
+  hark_grpc_options grpc;
+  int grpc_port;              /* 8001; -1: no gRPC; 0: any */
+  const char *grpc_address;   /* NULL: http.address's */
   hark_speech_options speech; /* both speech protocols */
 } hark_frontend_options;
 
-/* Binds every port and starts the gRPC threads. `server` must outlive the
- * front ends. Caller owns *out. */
+/* Binds every port. `server` must outlive the front ends. Caller owns
+ * *out. */
 hark_error *hark_frontends_new(hark_server *server, const hark_frontend_options *opts,
                                hark_frontends **out);
 /* The gRPC port bound, or -1. */

@@ -10,6 +10,7 @@ import queue
 import shutil
 import signal
 import struct
+import subprocess
 import sys
 import tempfile
 import threading
@@ -643,6 +644,90 @@ class TestExplicitControl(GrpcTest):
         self.stub.ModelInfer(simple_request([0] * 16, [0] * 16), timeout=30)
         self.assertCode(grpc.StatusCode.NOT_FOUND, self.stub.RepositoryModelLoad,
                         pb.RepositoryModelLoadRequest(model_name="no_such_model"))
+
+
+class TestTransport(GrpcTest):
+    """What the HTTP/2 transport itself answers: deadlines, compression it
+    does not speak, clients that are not HTTP/2, and one event loop serving
+    HTTP and gRPC at once."""
+    ARGS = ("--http-thread-count", "1")
+
+    def echo_request(self, audio, sequence):
+        req = pb.ModelInferRequest(model_name="echo_asr")
+        req.parameters["sequence_id"].int64_param = sequence
+        req.parameters["sequence_start"].bool_param = True
+        req.parameters["sequence_end"].bool_param = True
+        req.inputs.add(name="AUDIO", datatype="BYTES", shape=[1])
+        req.raw_input_contents.append(struct.pack("<I", len(audio)) + audio)
+        return req
+
+    def test_deadline_exceeded(self):
+        # echo_asr takes 300 ms on audio that starts with SLOW: a 50 ms
+        # deadline passes first. grpcio would give up by itself, so the
+        # server's own answer is read with nghttp (nghttp2-client), which
+        # only sends grpc-timeout and waits.
+        req = self.echo_request(b"SLOW" + b"\0" * 316, 71).SerializeToString()
+        with tempfile.NamedTemporaryFile(suffix=".grpc") as body:
+            body.write(b"\0" + struct.pack(">I", len(req)) + req)
+            body.flush()
+            t0 = time.time()
+            out = subprocess.run(
+                ["nghttp", "-v", "-H", "content-type: application/grpc", "-H", "te: trailers",
+                 "-H", "grpc-timeout: 50m", "-d", body.name,
+                 f"http://127.0.0.1:{self.server.grpc_port}/inference.GRPCInferenceService/ModelInfer"],
+                capture_output=True, text=True, timeout=30).stdout
+        self.assertIn("grpc-status: 4", out)  # DEADLINE_EXCEEDED
+        self.assertIn("grpc-message: Deadline Exceeded", out)
+        self.assertLess(time.time() - t0, 0.29)
+        # the model goes on serving
+        r = self.stub.ModelInfer(self.echo_request(b"\0" * 320, 72), timeout=30)
+        self.assertEqual(r.model_name, "echo_asr")
+
+    def test_compressed_messages_refused(self):
+        with self.assertRaises(grpc.RpcError) as ctx:
+            self.stub.ModelInfer(simple_request([1] * 16, [1] * 16), timeout=30,
+                                 compression=grpc.Compression.Gzip)
+        self.assertEqual(ctx.exception.code(), grpc.StatusCode.UNIMPLEMENTED)
+        self.assertIn("compressed", ctx.exception.details())
+
+    def test_a_client_that_is_not_http2_is_closed(self):
+        import socket
+        with socket.create_connection(("127.0.0.1", self.server.grpc_port), timeout=10) as s:
+            s.sendall(b"GET /v2/health/ready HTTP/1.1\r\nHost: x\r\n\r\n")
+            got = b""
+            while True:
+                chunk = s.recv(4096)
+                if not chunk:
+                    break
+                got += chunk
+        self.assertNotIn(b"HTTP/1.1 200", got)  # an HTTP/2 goodbye at most
+        r = self.stub.ModelInfer(simple_request([2] * 16, [1] * 16), timeout=30)
+        self.assertEqual(unpack("INT32", r.raw_output_contents[0]), [3] * 16)
+
+    def test_one_loop_serves_http_and_grpc_at_once(self):
+        errors = []
+
+        def grpc_load():
+            try:
+                for i in range(200):
+                    r = self.stub.ModelInfer(simple_request([i] * 16, [1] * 16, raw=True),
+                                             timeout=30)
+                    if unpack("INT32", r.raw_output_contents[0]) != [i + 1] * 16:
+                        errors.append(("grpc", i))
+            except grpc.RpcError as e:
+                errors.append(("grpc", e.code()))
+
+        threads = [threading.Thread(target=grpc_load) for _ in range(4)]
+        for t in threads:
+            t.start()
+        for i in range(200):
+            status, doc = self.server.json("POST", "/v2/models/simple/infer",
+                                           harness.simple_request([i] * 16, [2] * 16))
+            if status != 200 or doc["outputs"][0]["data"] != [i + 2] * 16:
+                errors.append(("http", i, status))
+        for t in threads:
+            t.join()
+        self.assertEqual(errors, [])
 
 
 class TestShutdownWithCallsInFlight(unittest.TestCase):

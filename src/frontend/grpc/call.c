@@ -1,10 +1,17 @@
 /*
- * call.c — one gRPC call: its lifetime (reference counted: one reference
- * per batch of operations in flight on its queue, one while a service
- * holds work for it), its messages packed and unpacked, and a unary call's
- * reply — one batch with the initial metadata, the message, the status and
- * the wait for the client's close. Any thread. What a stream adds lives in
- * grpc_stream.c, which hooks into the call's end (c->fini).
+ * call.c — one gRPC call: its life and what a service sends on it.
+ *
+ * A call is reference counted: the stream holds one until it closes, a
+ * service one while the engine has work for the call, and a kick posted
+ * to the loop one until the loop ran it. It holds its loop until it is
+ * freed, so a reply that comes late always finds the loop.
+ *
+ * What a service sends — a unary reply, a stream's messages in their
+ * slots, a stream's failure — may come from any thread. It is recorded
+ * under the call's mutex, packed with gRPC's 5-byte prefix, and then the
+ * call is kicked: on its own loop's thread (a cheap model run inline) the
+ * loop writes it at once; from anywhere else a transport call is posted
+ * and the loop writes it when it runs. h2.c does the writing (c->flush).
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -13,57 +20,72 @@
 #include "frontend/grpc/grpc_impl.h"
 #include "util/alloc.h"
 #include "util/arena.h"
-#include "util/log.h"
 
-grpc_status_code hark_grpc_status(hark_code code) {
+hark_grpc_code hark_grpc_status(hark_code code) {
   switch (code) {
-    case HARK_OK: return GRPC_STATUS_OK;
-    case HARK_ERR_NOT_FOUND: return GRPC_STATUS_NOT_FOUND;
-    case HARK_ERR_INVALID_ARG: return GRPC_STATUS_INVALID_ARGUMENT;
-    case HARK_ERR_UNAVAILABLE: return GRPC_STATUS_UNAVAILABLE;
-    case HARK_ERR_UNSUPPORTED: return GRPC_STATUS_UNIMPLEMENTED;
-    case HARK_ERR_ALREADY_EXISTS: return GRPC_STATUS_ALREADY_EXISTS;
-    case HARK_ERR_CANCELLED: return GRPC_STATUS_CANCELLED;
-    case HARK_ERR_DEADLINE: return GRPC_STATUS_DEADLINE_EXCEEDED;
-    case HARK_ERR_RESOURCE_EXHAUSTED: return GRPC_STATUS_RESOURCE_EXHAUSTED;
+    case HARK_OK: return HARK_GRPC_OK;
+    case HARK_ERR_NOT_FOUND: return HARK_GRPC_NOT_FOUND;
+    case HARK_ERR_INVALID_ARG: return HARK_GRPC_INVALID_ARGUMENT;
+    case HARK_ERR_UNAVAILABLE: return HARK_GRPC_UNAVAILABLE;
+    case HARK_ERR_UNSUPPORTED: return HARK_GRPC_UNIMPLEMENTED;
+    case HARK_ERR_ALREADY_EXISTS: return HARK_GRPC_ALREADY_EXISTS;
+    case HARK_ERR_CANCELLED: return HARK_GRPC_CANCELLED;
+    case HARK_ERR_DEADLINE: return HARK_GRPC_DEADLINE_EXCEEDED;
+    case HARK_ERR_RESOURCE_EXHAUSTED: return HARK_GRPC_RESOURCE_EXHAUSTED;
     case HARK_ERR_INTERNAL:
-    default: return GRPC_STATUS_INTERNAL;
+    default: return HARK_GRPC_INTERNAL;
   }
 }
 
-/* ---- call lifetime ---------------------------------------------------------- */
+/* ---- life ----------------------------------------------------------------------- */
 
-static void on_send(hark_grpc_call *c, bool ok);
+static void on_kick(hark_http_call *ev, hark_http_conn *unused);
 
-hark_grpc_call *hark_grpc_call_new(hark_grpc_cq *q, const hark_grpc_reg *reg,
-                                   void (*on_new)(hark_grpc_call *c, bool ok)) {
+hark_grpc_call *hark_grpc_call_new(hark_grpc *g, hark_http_loop *loop,
+                                   void (*flush)(hark_grpc_call *c)) {
   hark_grpc_call *c = hark_xcalloc(1, sizeof *c);
-  c->g = q->g;
-  c->q = q;
-  c->reg = reg;
+  c->g = g;
+  c->loop = loop;
+  c->flush = flush;
   atomic_init(&c->refs, 1);
   pthread_mutex_init(&c->mu, NULL);
-  grpc_call_details_init(&c->details);
-  grpc_metadata_array_init(&c->request_md);
-  c->t_new = (hark_grpc_tag){on_new, c};
-  c->t_send = (hark_grpc_tag){on_send, c};
-  atomic_fetch_add(&q->g->live_calls, 1);
+  hark_http_call_init(&c->ev, loop, on_kick);
+  hark_http_loop_hold(loop);
+  atomic_fetch_add(&g->live_calls, 1);
   return c;
+}
+
+static void outs_free(hark_grpc_out *o) {
+  for (hark_grpc_out *next; o; o = next) {
+    next = o->next;
+    free(o);
+  }
+}
+
+static void slot_free(hark_grpc_slot *slot) {
+  outs_free(slot->out_head);
+  slot->out_head = slot->out_tail = NULL;
+  slot->free_fn(slot);
 }
 
 static void call_free(hark_grpc_call *c) {
   hark_grpc *g = c->g;
-  grpc_call_details_destroy(&c->details);
-  grpc_metadata_array_destroy(&c->request_md);
-  if (c->recv) grpc_byte_buffer_destroy(c->recv);
-  if (c->send) grpc_byte_buffer_destroy(c->send);
-  if (c->has_status_details) grpc_slice_unref(c->status_details);
-  if (c->call) grpc_call_unref(c->call);
-  if (c->fini) c->fini(c); /* a stream's */
+  hark_http_loop *loop = c->loop;
+  while (c->head) { /* normally none by now: every slot was done */
+    hark_grpc_slot *slot = c->head;
+    c->head = slot->next;
+    slot_free(slot);
+  }
+  outs_free(c->uout);
+  free(c->wout);
+  hark_buf_free(&c->in);
+  hark_arena_free(c->msg_arena);
   if (c->state_free) c->state_free(c->state);
+  if (c->began) atomic_fetch_sub(&g->open_streams, 1);
   pthread_mutex_destroy(&c->mu);
   free(c);
   atomic_fetch_sub(&g->live_calls, 1);
+  hark_http_loop_release(loop);
 }
 
 void hark_grpc_call_ref(hark_grpc_call *c) { atomic_fetch_add(&c->refs, 1); }
@@ -74,7 +96,13 @@ void hark_grpc_call_unref(hark_grpc_call *c) {
 
 void *hark_grpc_call_service(const hark_grpc_call *c) { return c->reg ? c->reg->svc_userp : NULL; }
 size_t hark_grpc_call_max_message(const hark_grpc_call *c) { return c->g->max_message_bytes; }
-bool hark_grpc_call_cancelled(const hark_grpc_call *c) { return c->cancelled != 0; }
+
+bool hark_grpc_call_cancelled(const hark_grpc_call *c) {
+  pthread_mutex_lock(&((hark_grpc_call *)c)->mu);
+  bool cancelled = c->cancelled;
+  pthread_mutex_unlock(&((hark_grpc_call *)c)->mu);
+  return cancelled;
+}
 
 void hark_grpc_call_set_state(hark_grpc_call *c, void *state, void (*free_fn)(void *)) {
   c->state = state;
@@ -83,15 +111,7 @@ void hark_grpc_call_set_state(hark_grpc_call *c, void *state, void (*free_fn)(vo
 
 void *hark_grpc_call_state(const hark_grpc_call *c) { return c->state; }
 
-
-bool hark_grpc_start_batch(hark_grpc_call *c, const grpc_op *ops, size_t n, hark_grpc_tag *tag) {
-  hark_grpc_call_ref(c);
-  grpc_call_error e = grpc_call_start_batch(c->call, ops, n, tag, NULL);
-  if (e == GRPC_CALL_OK) return true;
-  HARK_ERROR("grpc: start_batch failed (%d)", (int)e);
-  hark_grpc_call_unref(c);
-  return false;
-}
+/* ---- messages ----------------------------------------------------------------- */
 
 /* protobuf-c allocates the message's parts in the call's message arena:
  * one block for a whole ModelInferRequest instead of a malloc per field,
@@ -99,8 +119,7 @@ bool hark_grpc_start_batch(hark_grpc_call *c, const grpc_op *ops, size_t n, hark
 static void *pb_alloc(void *arena, size_t size) { return hark_arena_alloc(arena, size); }
 static void pb_free(void *arena, void *ptr) { (void)arena, (void)ptr; }
 
-/* Unpacks bytes [p, p + n) into the call's message arena. */
-static ProtobufCMessage *unpack_bytes(hark_grpc_call *c, const uint8_t *p, size_t n) {
+ProtobufCMessage *hark_grpc_unpack(hark_grpc_call *c, const uint8_t *p, size_t n) {
   c->msg_arena = hark_arena_new();
   ProtobufCAllocator a = {pb_alloc, pb_free, c->msg_arena};
   ProtobufCMessage *msg = protobuf_c_message_unpack(c->reg->m->request, &a, n, p);
@@ -108,26 +127,6 @@ static ProtobufCMessage *unpack_bytes(hark_grpc_call *c, const uint8_t *p, size_
     hark_arena_free(c->msg_arena);
     c->msg_arena = NULL;
   }
-  return msg;
-}
-
-ProtobufCMessage *hark_grpc_unpack(hark_grpc_call *c) {
-  ProtobufCMessage *msg = NULL;
-  grpc_byte_buffer *bb = c->recv;
-  grpc_byte_buffer_reader reader;
-  if (!bb) return NULL;
-  c->recv = NULL;
-  if (bb->type == GRPC_BB_RAW && bb->data.raw.compression == GRPC_COMPRESS_NONE &&
-      bb->data.raw.slice_buffer.count == 1) { /* one slice: read in place */
-    grpc_slice s = bb->data.raw.slice_buffer.slices[0];
-    msg = unpack_bytes(c, GRPC_SLICE_START_PTR(s), GRPC_SLICE_LENGTH(s));
-  } else if (grpc_byte_buffer_reader_init(&reader, bb)) {
-    grpc_slice s = grpc_byte_buffer_reader_readall(&reader);
-    grpc_byte_buffer_reader_destroy(&reader);
-    msg = unpack_bytes(c, GRPC_SLICE_START_PTR(s), GRPC_SLICE_LENGTH(s));
-    grpc_slice_unref(s);
-  }
-  grpc_byte_buffer_destroy(bb);
   return msg;
 }
 
@@ -143,70 +142,84 @@ hark_arena *hark_grpc_take_message(hark_grpc_call *c) {
   return a;
 }
 
-static void on_send(hark_grpc_call *c, bool ok) {
-  (void)ok;
-  if (c->send) {
-    grpc_byte_buffer_destroy(c->send);
-    c->send = NULL;
-  }
-  hark_grpc_call_unref(c);
-}
-
-
-/* ---- replies ---------------------------------------------------------------- */
-
-grpc_byte_buffer *hark_grpc_pack(const ProtobufCMessage *msg, size_t max, size_t *size) {
+hark_grpc_out *hark_grpc_pack(const ProtobufCMessage *msg, size_t max, size_t *size) {
   *size = protobuf_c_message_get_packed_size(msg);
   if (*size > max) return NULL;
-  grpc_slice s = grpc_slice_malloc(*size);
-  protobuf_c_message_pack(msg, GRPC_SLICE_START_PTR(s));
-  grpc_byte_buffer *bb = grpc_raw_byte_buffer_create(&s, 1);
-  grpc_slice_unref(s);
-  return bb;
+  hark_grpc_out *o = malloc(sizeof *o + 5 + *size); /* client-sized */
+  if (!o) return NULL;
+  o->next = NULL;
+  o->len = 5 + *size;
+  o->data[0] = 0; /* not compressed */
+  o->data[1] = (uint8_t)(*size >> 24);
+  o->data[2] = (uint8_t)(*size >> 16);
+  o->data[3] = (uint8_t)(*size >> 8);
+  o->data[4] = (uint8_t)*size;
+  protobuf_c_message_pack(msg, o->data + 5);
+  return o;
 }
 
-void hark_grpc_reply(hark_grpc_call *c, const ProtobufCMessage *msg, grpc_status_code code,
-                     const char *details) {
-  char text[160];
+/* ---- kicks ---------------------------------------------------------------------- */
+
+static void on_kick(hark_http_call *ev, hark_http_conn *unused) {
+  (void)unused;
+  hark_grpc_call *c = (hark_grpc_call *)((char *)ev - offsetof(hark_grpc_call, ev));
   pthread_mutex_lock(&c->mu);
-  if (c->closed || c->replied) {
-    pthread_mutex_unlock(&c->mu);
+  c->ev_posted = false;
+  pthread_mutex_unlock(&c->mu);
+  c->flush(c);
+  hark_grpc_call_unref(c); /* the post's */
+}
+
+void hark_grpc_kick(hark_grpc_call *c) {
+  if (hark_http_current_loop() == c->loop) {
+    c->flush(c);
     return;
   }
-  c->replied = true;
-  grpc_op ops[4];
-  size_t n = 0;
-  memset(ops, 0, sizeof ops);
-  ops[n++].op = GRPC_OP_SEND_INITIAL_METADATA;
-  if (msg && code == GRPC_STATUS_OK) {
+  pthread_mutex_lock(&c->mu);
+  bool post = !c->ev_posted && !c->closed;
+  if (post) c->ev_posted = true;
+  pthread_mutex_unlock(&c->mu);
+  if (!post) return;
+  hark_grpc_call_ref(c);
+  hark_http_call_post(&c->ev);
+}
+
+/* ---- unary replies ------------------------------------------------------------- */
+
+/* Sets the status, unless one is set (c->mu held). */
+static void set_status_locked(hark_grpc_call *c, hark_grpc_code code, const char *details) {
+  if (c->code != HARK_GRPC_OK) return;
+  c->code = code;
+  snprintf(c->details, sizeof c->details, "%s", details ? details : "");
+}
+
+void hark_grpc_reply(hark_grpc_call *c, const ProtobufCMessage *msg, hark_grpc_code code,
+                     const char *details) {
+  char text[160];
+  hark_grpc_out *o = NULL;
+  if (msg && code == HARK_GRPC_OK) {
     size_t size;
-    c->send = hark_grpc_pack(msg, c->g->max_message_bytes, &size);
-    if (c->send) {
-      ops[n].op = GRPC_OP_SEND_MESSAGE;
-      ops[n++].data.send_message.send_message = c->send;
-    } else {
+    o = hark_grpc_pack(msg, c->g->max_message_bytes, &size);
+    if (!o) {
       snprintf(text, sizeof text, "response of %zu bytes is larger than the %zu-byte limit", size,
                c->g->max_message_bytes);
-      code = GRPC_STATUS_RESOURCE_EXHAUSTED;
+      code = HARK_GRPC_RESOURCE_EXHAUSTED;
       details = text;
     }
   }
-  ops[n].op = GRPC_OP_SEND_STATUS_FROM_SERVER;
-  ops[n].data.send_status_from_server.status = code;
-  if (details && *details) {
-    c->status_details = grpc_slice_from_copied_string(details);
-    c->has_status_details = true;
-    ops[n].data.send_status_from_server.status_details = &c->status_details;
+  pthread_mutex_lock(&c->mu);
+  bool take = !c->closed && !c->replied;
+  if (take) {
+    c->replied = true;
+    c->uout = o;
+    set_status_locked(c, code, details);
   }
-  n++;
-  /* A unary call (or a stream refused at once) watches for the client's
-   * close only now, in the same batch: it ends when the call does. */
-  if (!c->reg || !(c->reg->m->flags & HARK_GRPC_STREAMING) || !c->stream_begun) {
-    ops[n].op = GRPC_OP_RECV_CLOSE_ON_SERVER;
-    ops[n++].data.recv_close_on_server.cancelled = &c->cancelled;
-  }
-  hark_grpc_start_batch(c, ops, n, &c->t_send);
   pthread_mutex_unlock(&c->mu);
+  if (!take) {
+    free(o);
+    return;
+  }
+  hark_grpc_kick(c);
 }
 
 void hark_grpc_reply_error(hark_grpc_call *c, hark_error *err) {
@@ -214,3 +227,90 @@ void hark_grpc_reply_error(hark_grpc_call *c, hark_error *err) {
   hark_error_free(err);
 }
 
+/* ---- streams --------------------------------------------------------------------- */
+
+void hark_grpc_slot_append(hark_grpc_call *c, hark_grpc_slot *slot,
+                           void (*free_fn)(hark_grpc_slot *)) {
+  slot->free_fn = free_fn;
+  slot->next = NULL;
+  slot->out_head = slot->out_tail = NULL;
+  slot->done = false;
+  pthread_mutex_lock(&c->mu);
+  if (c->tail)
+    c->tail->next = slot;
+  else
+    c->head = slot;
+  c->tail = slot;
+  c->n_slots++;
+  pthread_mutex_unlock(&c->mu);
+}
+
+hark_grpc_write hark_grpc_slot_write(hark_grpc_call *c, hark_grpc_slot *slot,
+                                     const ProtobufCMessage *msg, size_t *size) {
+  hark_grpc_out *o = hark_grpc_pack(msg, c->g->max_message_bytes, size);
+  if (!o) return HARK_GRPC_WRITE_TOO_BIG;
+  pthread_mutex_lock(&c->mu);
+  bool over = c->closed;
+  if (!over) {
+    if (slot->out_tail)
+      slot->out_tail->next = o;
+    else
+      slot->out_head = o;
+    slot->out_tail = o;
+  }
+  pthread_mutex_unlock(&c->mu);
+  if (over) {
+    free(o);
+    return HARK_GRPC_WRITE_OVER;
+  }
+  hark_grpc_kick(c);
+  return HARK_GRPC_WRITE_OK;
+}
+
+void hark_grpc_slot_done(hark_grpc_call *c, hark_grpc_slot *slot) {
+  pthread_mutex_lock(&c->mu);
+  slot->done = true;
+  if (c->closed) hark_grpc_sweep_locked(c);
+  pthread_mutex_unlock(&c->mu);
+  hark_grpc_kick(c);
+}
+
+void hark_grpc_stream_fail(hark_grpc_call *c, hark_grpc_code code, const char *details) {
+  pthread_mutex_lock(&c->mu);
+  set_status_locked(c, code, details);
+  c->read_done = true;
+  pthread_mutex_unlock(&c->mu);
+  hark_grpc_kick(c);
+}
+
+bool hark_grpc_stream_over(hark_grpc_call *c) {
+  pthread_mutex_lock(&c->mu);
+  bool over = c->code != HARK_GRPC_OK || c->closed;
+  pthread_mutex_unlock(&c->mu);
+  return over;
+}
+
+bool hark_grpc_status_due_locked(const hark_grpc_call *c) {
+  if (c->forced || !c->reg || !(c->reg->m->flags & HARK_GRPC_STREAMING)) return c->replied;
+  return c->read_done && !c->head;
+}
+
+void hark_grpc_sweep_locked(hark_grpc_call *c) {
+  hark_grpc_slot **pp = &c->head, *prev = NULL;
+  while (*pp) {
+    hark_grpc_slot *slot = *pp;
+    outs_free(slot->out_head);
+    slot->out_head = slot->out_tail = NULL;
+    if (!slot->done) {
+      prev = slot;
+      pp = &slot->next;
+      continue;
+    }
+    *pp = slot->next;
+    c->n_slots--;
+    slot->free_fn(slot);
+  }
+  c->tail = prev;
+  outs_free(c->uout);
+  c->uout = NULL;
+}

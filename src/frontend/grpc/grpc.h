@@ -1,22 +1,22 @@
 /*
- * grpc.h — the gRPC transport (gRPC C core + protobuf-c), knowing nothing
- * of inference: it owns the server, its completion queues and their
- * threads, calls and their replies, and the ordering of a bidirectional
+ * grpc.h — the gRPC transport (HTTP/2 with nghttp2, messages with
+ * protobuf-c), knowing nothing of inference: it speaks gRPC over the raw
+ * connections the HTTP transport's event loops accept on the gRPC port,
+ * turns each HTTP/2 stream into a call, and orders a bidirectional
  * stream's replies. Services register a method table with it
  * (kserve/kserve_grpc.c: inference.GRPCInferenceService and
  * grpc.health.v1.Health; speech/riva.c: Riva's RivaSpeechRecognition),
  * and the transport calls their handlers, as Redis calls a ConnectionType's
  * functions.
  *
- * Threads: `threads` completion queues, each served by its own thread,
- * every call bound to one of them. A handler runs on its call's queue
- * thread; a reply may be started from any thread (an engine worker that
- * finished the call's work), as gRPC C core allows.
+ * Threads: a call belongs to the loop that accepted its connection, and
+ * its handler runs on that loop's thread. What a service sends (a reply, a
+ * stream's messages, its status) may come from any thread — an engine
+ * worker that finished the call's work; the loop writes it.
  */
 #ifndef HARK_FRONTEND_GRPC_H
 #define HARK_FRONTEND_GRPC_H
 
-#include <grpc/grpc.h>
 #include <protobuf-c/protobuf-c.h>
 #include <stdbool.h>
 #include <stddef.h>
@@ -26,6 +26,28 @@
 
 typedef struct hark_grpc hark_grpc;
 typedef struct hark_grpc_call hark_grpc_call;
+struct hark_raw_handler;
+
+/* gRPC's status codes (the protocol's numbers). */
+typedef enum hark_grpc_code {
+  HARK_GRPC_OK = 0,
+  HARK_GRPC_CANCELLED = 1,
+  HARK_GRPC_UNKNOWN = 2,
+  HARK_GRPC_INVALID_ARGUMENT = 3,
+  HARK_GRPC_DEADLINE_EXCEEDED = 4,
+  HARK_GRPC_NOT_FOUND = 5,
+  HARK_GRPC_ALREADY_EXISTS = 6,
+  HARK_GRPC_PERMISSION_DENIED = 7,
+  HARK_GRPC_RESOURCE_EXHAUSTED = 8,
+  HARK_GRPC_FAILED_PRECONDITION = 9,
+  HARK_GRPC_ABORTED = 10,
+  HARK_GRPC_OUT_OF_RANGE = 11,
+  HARK_GRPC_UNIMPLEMENTED = 12,
+  HARK_GRPC_INTERNAL = 13,
+  HARK_GRPC_UNAVAILABLE = 14,
+  HARK_GRPC_DATA_LOSS = 15,
+  HARK_GRPC_UNAUTHENTICATED = 16,
+} hark_grpc_code;
 
 /* Method flags. */
 #define HARK_GRPC_STREAMING 1u       /* bidirectional: handle() per message */
@@ -56,35 +78,28 @@ typedef struct hark_grpc_service {
 } hark_grpc_service;
 
 typedef struct hark_grpc_options {
-  const char *address;      /* bind address; NULL = all interfaces */
-  int port;                 /* 8001; 0 picks a free port */
   size_t max_message_bytes; /* largest message either way; 0 = 64 MiB */
-  unsigned threads;         /* completion queues; 0: one per core */
-  /* Each queue thread calls this with true when it starts and false when
-   * it stops (e.g. hark_server_thread_may_inline). Optional. */
-  void (*thread_hook)(bool start);
 } hark_grpc_options;
 
 /* ---- lifecycle ------------------------------------------------------------- */
 
-/* A server not yet serving: add services, then start. Caller owns *out. */
+/* The transport: add services, then serve it with the HTTP transport's
+ * loops (hark_http_handler.raw = hark_grpc_raw_handler(), raw_userp = it,
+ * on the gRPC port). Caller owns *out; free it after the HTTP transport. */
 hark_error *hark_grpc_new(const hark_grpc_options *opts, hark_grpc **out);
 /* Registers a service's methods; `userp` is what its calls' handlers get
- * from hark_grpc_call_service(). Before hark_grpc_start; `svc` and its
- * table must outlive the transport. */
+ * from hark_grpc_call_service(). Before serving; `svc` and its table must
+ * outlive the transport. */
 hark_error *hark_grpc_add_service(hark_grpc *g, const hark_grpc_service *svc, void *userp);
-/* Binds the port and starts the queue threads. */
-hark_error *hark_grpc_start(hark_grpc *g);
-/* The port bound. */
-int hark_grpc_port(const hark_grpc *g);
+const struct hark_raw_handler *hark_grpc_raw_handler(void);
 /* Any thread, async-signal-safe: new calls of REFUSE_DRAINING methods get
  * UNAVAILABLE "Server is shutting down"; the rest go on. */
 void hark_grpc_drain(hark_grpc *g);
 bool hark_grpc_draining(const hark_grpc *g);
 /* No stream open: what a drain waits for. True for NULL. */
 bool hark_grpc_is_idle(const hark_grpc *g);
-/* Refuses new calls, cancels the open ones, waits until every call is
- * gone (work in the engine holds its call until its final), then frees. */
+/* After the HTTP transport is freed (its loops closed every connection
+ * and waited for the calls): frees. */
 void hark_grpc_free(hark_grpc *g);
 
 /* ---- calls ----------------------------------------------------------------- */
@@ -110,11 +125,11 @@ bool hark_grpc_call_cancelled(const hark_grpc_call *c);
  * stays the caller's. A reply over the message limit becomes
  * RESOURCE_EXHAUSTED.
  */
-void hark_grpc_reply(hark_grpc_call *c, const ProtobufCMessage *msg, grpc_status_code code,
+void hark_grpc_reply(hark_grpc_call *c, const ProtobufCMessage *msg, hark_grpc_code code,
                      const char *details);
 /* Replies with the status for `err`, which it frees. */
 void hark_grpc_reply_error(hark_grpc_call *c, hark_error *err);
-grpc_status_code hark_grpc_status(hark_code code);
+hark_grpc_code hark_grpc_status(hark_code code);
 
 /* ---- streams (grpc_stream.c) ------------------------------------------------ */
 
@@ -133,8 +148,7 @@ struct hark_grpc_slot {
   void (*free_fn)(hark_grpc_slot *slot);
   /* the transport's */
   hark_grpc_slot *next;
-  grpc_byte_buffer **out;
-  size_t n_out, cap_out;
+  struct hark_grpc_out *out_head, *out_tail;
   bool done;
 };
 
@@ -156,7 +170,7 @@ hark_grpc_write hark_grpc_slot_write(hark_grpc_call *c, hark_grpc_slot *slot,
 void hark_grpc_slot_done(hark_grpc_call *c, hark_grpc_slot *slot);
 /* Ends the stream with `code` once the replies before it are out, and
  * reads no more (the first failure wins). Any thread. */
-void hark_grpc_stream_fail(hark_grpc_call *c, grpc_status_code code, const char *details);
+void hark_grpc_stream_fail(hark_grpc_call *c, hark_grpc_code code, const char *details);
 /* True once the stream is failing, or the call is over. Any thread. */
 bool hark_grpc_stream_over(hark_grpc_call *c);
 

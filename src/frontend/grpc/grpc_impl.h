@@ -1,118 +1,124 @@
 /*
- * grpc_impl.h — what the transport's files share: call.c (a call's life
- * and unary reply), grpc_stream.c (bidirectional streams) and grpc.c (the
- * server, its queues and threads, the dispatch of new calls), each using
- * only those before it. Private to src/frontend/grpc.
- *
- * Every call is reference counted: one reference per batch of operations
- * in flight on its queue, and one while a service holds work for it (an
- * inference, a load). Tags complete on the queue thread.
+ * grpc_impl.h — what the gRPC transport's files share, each using only
+ * those before it: call.c (a call's life, and what the services send,
+ * from any thread), h2.c (HTTP/2 with nghttp2 over the loops' raw
+ * connections: streams become calls, messages go in and out) and grpc.c
+ * (the transport object: its methods, options and drain). Private to
+ * src/frontend/grpc.
  */
 #ifndef HARK_FRONTEND_GRPC_IMPL_H
 #define HARK_FRONTEND_GRPC_IMPL_H
 
-#include <grpc/byte_buffer_reader.h>
 #include <pthread.h>
 #include <stdatomic.h>
 
 #include "frontend/grpc/grpc.h"
-
-/* A completion-queue tag: what to run when it completes. */
-typedef struct hark_grpc_tag {
-  void (*fn)(hark_grpc_call *c, bool ok);
-  hark_grpc_call *call;
-} hark_grpc_tag;
+#include "frontend/http/http.h"
+#include "util/buf.h"
 
 /* A registered method: its path, and the service it belongs to. */
 typedef struct hark_grpc_reg {
   const hark_grpc_method *m;
   void *svc_userp;
-  void *handle; /* gRPC core's registered method */
   char *path;
+  size_t path_len;
 } hark_grpc_reg;
 
-/* One completion queue and the thread that serves it. */
-typedef struct hark_grpc_cq {
-  hark_grpc *g;
-  unsigned index;
-  grpc_completion_queue *cq;
-  pthread_t thread;
-  bool started, shut;
-} hark_grpc_cq;
-
 struct hark_grpc {
-  grpc_server *gs;
   hark_grpc_options opts;
   size_t max_message_bytes;
-  int port;
-  unsigned n_cqs;
-  hark_grpc_cq *cqs;
   hark_grpc_reg *regs;
   size_t n_regs, cap_regs;
-  bool started;
-  atomic_bool stopping;
   atomic_bool draining;
-  atomic_bool shutdown_done;  /* the server's shutdown notice came */
-  hark_grpc_tag shutdown_tag; /* fn NULL: the server's shutdown notice */
-  atomic_long live_calls;     /* call structs not yet freed */
-  atomic_long open_streams;   /* streaming calls begun and not yet freed */
+  atomic_long live_calls;   /* call structs not yet freed */
+  atomic_long open_streams; /* streaming calls begun and not yet freed */
+  struct nghttp2_session_callbacks *cbs;
+  struct nghttp2_option *h2_opts;
 };
+
+typedef struct h2conn h2conn;
+
+/* One outgoing message: the 5-byte gRPC prefix, then the protobuf. */
+typedef struct hark_grpc_out {
+  struct hark_grpc_out *next;
+  size_t len;
+  uint8_t data[];
+} hark_grpc_out;
 
 struct hark_grpc_call {
   hark_grpc *g;
-  hark_grpc_cq *q;
-  const hark_grpc_reg *reg; /* NULL: a method nobody registered */
-  grpc_call *call;
-  gpr_timespec deadline;
-  grpc_call_details details; /* unregistered calls only */
-  grpc_metadata_array request_md;
-  grpc_byte_buffer *recv;
-  struct hark_arena *msg_arena; /* the message handle() has, until it returns */
-  grpc_byte_buffer *send;
-  grpc_slice status_details;
-  bool has_status_details;
-  int cancelled; /* set by RECV_CLOSE_ON_SERVER */
+  hark_http_loop *loop; /* held for the call's whole life */
+  const hark_grpc_reg *reg;
   atomic_int refs;
-  pthread_mutex_t mu; /* guards what follows against other threads */
-  bool closed;        /* the call is over: nothing more may be sent */
-  bool replied;
-  hark_grpc_tag t_new, t_read, t_send, t_close, t_write;
-  /* streams (grpc_stream.c) */
-  bool stream_begun;          /* counted in g->open_streams */
-  hark_grpc_slot *head, *tail; /* in arrival order */
+  /* h2.c's, loop thread only */
+  h2conn *conn; /* NULL once the stream is gone */
+  int32_t stream_id;
+  hark_grpc_call *prev, *next; /* conn->calls */
+  char path[200];              /* as the client sent it (for UNIMPLEMENTED) */
+  hark_buf in;                 /* received bytes not yet a whole message */
+  size_t in_off;               /* the unread part of `in` starts here */
+  size_t unconsumed;           /* DATA bytes not yet given back to flow control */
+  bool got_message, half_closed, half_close_done, began, bad_type, reading;
+  char encoding[32];   /* grpc-encoding, when not identity */
+  uint64_t timeout_us; /* grpc-timeout; 0: none */
+  hark_http_timer *deadline;
+  struct hark_arena *msg_arena; /* the message handle() has, until it returns */
+  bool response_started, deferred, trailers_sent;
+  hark_grpc_out *wout; /* the message being written, and how far */
+  size_t woff;
+  /* any thread, under mu */
+  pthread_mutex_t mu;
+  bool closed;    /* the stream is gone, or its status is out: nothing more */
+  bool cancelled; /* ... before its status went out */
+  bool replied;   /* unary: the reply is given */
+  bool read_done; /* streams: nothing more will be read (half-closed or failed) */
+  bool forced;    /* the status goes now, whatever waits (past the deadline) */
+  hark_grpc_code code;
+  char details[256];
+  hark_grpc_out *uout;        /* unary: the reply's message */
+  hark_grpc_slot *head, *tail; /* streams: in arrival order */
   uint32_t n_slots;
-  grpc_byte_buffer *write_bb; /* the one write in flight */
-  bool writing, reading, read_done, md_sent, status_sent;
-  grpc_status_code stream_code; /* the final status of a stream */
-  char stream_details[160];
+  hark_http_call ev; /* the kick from another thread */
+  bool ev_posted;
+  void (*flush)(hark_grpc_call *c); /* h2.c's: write what is ready (loop thread) */
   /* the service's */
   void *state;
   void (*state_free)(void *);
-  void (*fini)(hark_grpc_call *c); /* grpc_stream.c's, when the call is freed */
 };
 
 /* ---- call.c ---------------------------------------------------------------- */
 
-/* A call struct for the next call of `reg` (NULL: an unregistered method)
- * on queue q; on_new runs when it arrives. One reference, the request's. */
-hark_grpc_call *hark_grpc_call_new(hark_grpc_cq *q, const hark_grpc_reg *reg,
-                                   void (*on_new)(hark_grpc_call *c, bool ok));
-/* Starts a batch holding a call reference until its tag completes. */
-bool hark_grpc_start_batch(hark_grpc_call *c, const grpc_op *ops, size_t n, hark_grpc_tag *tag);
-/* The call's message, unpacked into a fresh arena (c->msg_arena), of the
- * method's request type; NULL if malformed. Consumes c->recv. */
-ProtobufCMessage *hark_grpc_unpack(hark_grpc_call *c);
+/* A call on `loop` (held until the call is freed), one reference: the
+ * stream's. */
+hark_grpc_call *hark_grpc_call_new(hark_grpc *g, hark_http_loop *loop,
+                                   void (*flush)(hark_grpc_call *c));
+/* `msg` packed behind a gRPC message prefix; NULL when it is over `max`
+ * (*size says how big it is). */
+hark_grpc_out *hark_grpc_pack(const ProtobufCMessage *msg, size_t max, size_t *size);
+/* Asks for what the call has to send to be written: at once on its loop's
+ * thread, else from the loop soon. Any thread; c->mu not held. */
+void hark_grpc_kick(hark_grpc_call *c);
+/* Unpacks the message in [p, p + n) into a fresh arena (c->msg_arena);
+ * NULL if malformed. */
+ProtobufCMessage *hark_grpc_unpack(hark_grpc_call *c, const uint8_t *p, size_t n);
 /* Runs the method's handler on `msg`, then frees its arena unless the
  * handler took it. */
 void hark_grpc_handle(hark_grpc_call *c, ProtobufCMessage *msg);
-/* `msg` packed into a byte buffer; NULL when over the limit (*size says
- * how big it is). */
-grpc_byte_buffer *hark_grpc_pack(const ProtobufCMessage *msg, size_t max, size_t *size);
+/* The status a stream ends with is due (c->mu held): it read its last
+ * message, and every slot is done and written. */
+bool hark_grpc_status_due_locked(const hark_grpc_call *c);
+/* Frees what waits to be written and the slots that are done (c->mu
+ * held): the call is over. */
+void hark_grpc_sweep_locked(hark_grpc_call *c);
 
-/* ---- grpc_stream.c ---------------------------------------------------------------- */
+/* ---- h2.c ------------------------------------------------------------------- */
 
-/* A streaming call arrived: watch for its end and start reading it. Queue
- * thread. */
-void hark_grpc_stream_begin(hark_grpc_call *c);
+/* The raw-connection handlers that speak HTTP/2 to gRPC clients. */
+extern const hark_raw_handler hark_grpc_h2_handler;
+/* nghttp2's callbacks and options, made once per transport. */
+void hark_grpc_h2_setup(hark_grpc *g);
+void hark_grpc_h2_teardown(hark_grpc *g);
+/* The method at `path`, or NULL. */
+const hark_grpc_reg *hark_grpc_find(const hark_grpc *g, const char *path, size_t len);
 
 #endif

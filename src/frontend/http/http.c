@@ -1,8 +1,8 @@
 /*
  * http.c — the transport's event loops: their lws contexts, listen
  * sockets, lifecycle (run, drain, stop, free), the lws callback that
- * dispatches a connection's events to exchange.c and ws.c, and the
- * completion list through which calls finished on other threads come back.
+ * dispatches a connection's events to exchange.c, ws.c and raw.c. Calls
+ * and their completion list are in call.c.
  *
  * Debian's libwebsockets serves one context from one thread, so the
  * transport runs N loops (--http-thread-count), each a context with its
@@ -10,13 +10,6 @@
  * loop itself) and its own thread; loop 0 runs on the thread in
  * hark_http_run() and also serves the metrics port. With one loop, lws
  * listens as it always did. No loop ever blocks.
- *
- * A call (http.h) is started on a loop, handed to another thread, and
- * posted back: the poster appends it to its loop's mutex-guarded list and
- * wakes only that loop (lws_cancel_service); the loop runs each call's
- * done handler. A loop that posts one of its own calls (work that ran on
- * the loop thread itself, e.g. a cheap batch run inline) is not woken:
- * it drains its list as soon as the lws callback it was in returns.
  *
  * Shutdown drains: while what is live on every loop finishes (loop 0
  * watches the others' counts), up to the exit timeout; then every loop
@@ -45,85 +38,7 @@
 
 bool hark_http_stopping(const hark_http *http) { return atomic_load(&http->stop); }
 
-/* ---- calls and the completion list ---------------------------------------- */
-
-/* The loop this thread runs, if it is a loop thread. */
-static _Thread_local hark_http_loop *tl_loop;
-
-static void outstanding_add(hark_http_loop *loop, int delta) {
-  pthread_mutex_lock(&loop->lock);
-  loop->outstanding = (uint32_t)((int64_t)loop->outstanding + delta);
-  if (!loop->outstanding) pthread_cond_broadcast(&loop->idle);
-  pthread_mutex_unlock(&loop->lock);
-}
-
-void hark_http_call_start(hark_http_conn *c, hark_http_call *call, hark_http_done_fn done) {
-  call->done = done;
-  call->loop = c->loop;
-  call->conn = c;
-  call->next = NULL;
-  c->call = call;
-  c->state = CONN_BUSY;
-  outstanding_add(c->loop, 1);
-}
-
-void hark_http_call_abort(hark_http_call *call) {
-  if (call->conn) {
-    call->conn->call = NULL;
-    call->conn->state = CONN_IDLE;
-  }
-  call->conn = NULL;
-  outstanding_add(call->loop, -1);
-}
-
-void hark_http_call_post(hark_http_call *call) {
-  hark_http_loop *loop = call->loop;
-  pthread_mutex_lock(&loop->lock);
-  /* Else a wake-up is already on its way; and a loop that completed one of
-   * its own calls drains when its callback returns. */
-  bool wake = !loop->done_head && tl_loop != loop;
-  if (tl_loop == loop) loop->drain_soon = true;
-  call->next = NULL;
-  if (loop->done_tail)
-    loop->done_tail->next = call;
-  else
-    loop->done_head = call;
-  loop->done_tail = call;
-  /* Under the lock, so hark_http_free cannot destroy the context between
-   * the check and the call. */
-  if (wake && loop->ctx_alive) lws_cancel_service(loop->ctx);
-  if (!loop->ctx_alive) pthread_cond_broadcast(&loop->idle); /* loop_free waits */
-  pthread_mutex_unlock(&loop->lock);
-}
-
-/* Takes the completion list; each call counts as finished once taken. */
-static hark_http_call *take_completions(hark_http_loop *loop) {
-  pthread_mutex_lock(&loop->lock);
-  hark_http_call *call = loop->done_head;
-  uint32_t n = 0;
-  for (hark_http_call *k = call; k; k = k->next) n++;
-  loop->done_head = loop->done_tail = NULL;
-  loop->outstanding -= n;
-  if (!loop->outstanding) pthread_cond_broadcast(&loop->idle);
-  pthread_mutex_unlock(&loop->lock);
-  return call;
-}
-
-/* Runs one finished call's handler; `c` NULL when its client is gone. */
-static void complete(hark_http_call *call) {
-  hark_http_conn *c = call->conn;
-  if (c) c->call = NULL;
-  call->conn = NULL;
-  call->done(call, c);
-}
-
-/* Loop thread: every finished call's done handler. */
-static void drain_completions(hark_http_loop *loop) {
-  for (hark_http_call *call = take_completions(loop), *next; call; call = next) {
-    next = call->next;
-    complete(call);
-  }
-}
+int hark_http_raw_port(const hark_http *http) { return http->raw_port; }
 
 /* ---- the lws callback ---------------------------------------------------------------- */
 
@@ -144,7 +59,7 @@ static int lws_event(struct lws *wsi, enum lws_callback_reasons reason, void *us
       if (c) hark_http_on_closed(c);
       return 0;
     case LWS_CALLBACK_EVENT_WAIT_CANCELLED:
-      if (loop) drain_completions(loop);
+      if (loop) hark_http_drain_calls(loop);
       return 0;
     case LWS_CALLBACK_HTTP_CONFIRM_UPGRADE:
       return hark_ws_on_confirm(wsi, in ? (const char *)in : "");
@@ -163,10 +78,7 @@ static int lws_event(struct lws *wsi, enum lws_callback_reasons reason, void *us
 static int on_lws_event(struct lws *wsi, enum lws_callback_reasons reason, void *user, void *in,
                         size_t len) {
   int rc = lws_event(wsi, reason, user, in, len);
-  if (tl_loop && tl_loop->drain_soon) {
-    tl_loop->drain_soon = false;
-    drain_completions(tl_loop);
-  }
+  hark_http_drain_soon();
   return rc;
 }
 
@@ -184,8 +96,10 @@ static int on_listen_event(struct lws *wsi, enum lws_callback_reasons reason, vo
   (void)user, (void)in, (void)len;
   if (reason != LWS_CALLBACK_RAW_RX_FILE) return 0;
   hark_http_loop *loop = hark_http_loop_of(wsi);
+  bool raw = lws_get_vhost(wsi) == loop->vh_raw;
+  int lfd = raw ? loop->raw_listen_fd : loop->listen_fd;
   for (int i = 0; i < ACCEPT_BATCH; i++) {
-    int fd = accept4(loop->listen_fd, NULL, NULL, SOCK_NONBLOCK | SOCK_CLOEXEC);
+    int fd = accept4(lfd, NULL, NULL, SOCK_NONBLOCK | SOCK_CLOEXEC);
     if (fd < 0) {
       if (errno == EINTR || errno == ECONNABORTED) continue;
       if (errno != EAGAIN && errno != EWOULDBLOCK)
@@ -194,15 +108,28 @@ static int on_listen_event(struct lws *wsi, enum lws_callback_reasons reason, vo
     }
     int one = 1; /* as lws sets on the connections it accepts */
     setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
-    if (!lws_adopt_socket_vhost(loop->vh_http, fd)) /* closes fd */
+    lws_sock_file_fd_type desc = {.sockfd = fd};
+    struct lws *taken = raw ? lws_adopt_descriptor_vhost(loop->vh_raw, LWS_ADOPT_SOCKET, desc,
+                                                         "hark-raw", NULL)
+                            : lws_adopt_socket_vhost(loop->vh_http, fd);
+    if (!taken) /* lws closed fd */
       HARK_WARN("http: cannot take a new connection (out of memory?)");
   }
   return 0;
 }
 
+/* Raw connections' events, then the calls that finished meanwhile. */
+static int on_raw_event(struct lws *wsi, enum lws_callback_reasons reason, void *user, void *in,
+                        size_t len) {
+  int rc = hark_raw_on_event(wsi, reason, user, in, len);
+  hark_http_drain_soon();
+  return rc;
+}
+
 static const struct lws_protocols protocols[] = {
     {"hark-http", on_lws_event, sizeof(hark_http_conn), 0, 0, NULL, 0},
     {"hark-listen", on_listen_event, 0, 0, 0, NULL, 0},
+    {"hark-raw", on_raw_event, sizeof(hark_raw), 0, 0, NULL, 0},
     {NULL, NULL, 0, 0, 0, NULL, 0},
 };
 
@@ -321,6 +248,34 @@ static struct lws_vhost *make_vhost(hark_http_loop *loop, const char *name, int 
   return lws_create_vhost(loop->ctx, &info);
 }
 
+/* The raw port's listener of this loop: its own socket on the shared port
+ * (the first loop's bind picks it when it is 0), polled by the loop. */
+static hark_error *raw_listen(hark_http_loop *loop) {
+  hark_http *http = loop->http;
+  const char *address = http->opts.raw_address ? http->opts.raw_address : http->opts.address;
+  const char *where = address ? address : "0.0.0.0";
+  loop->raw_listen_fd = -1;
+  if (!(loop->vh_raw = make_vhost(loop, "raw", CONTEXT_PORT_NO_LISTEN_SERVER)))
+    return hark_error_new(HARK_ERR_INTERNAL, "cannot make the gRPC listener's vhost");
+  int fd = listen_socket(address, http->raw_port);
+  if (fd < 0)
+    return hark_error_new(HARK_ERR_UNAVAILABLE, "cannot listen for gRPC on %s:%d (in use?): %s",
+                          where, http->raw_port, strerror(errno));
+  if (http->raw_port == 0) { /* the kernel picked one: the other loops share it */
+    struct sockaddr_storage ss;
+    socklen_t sl = sizeof ss;
+    getsockname(fd, (struct sockaddr *)&ss, &sl);
+    http->raw_port = ntohs(ss.ss_family == AF_INET6 ? ((struct sockaddr_in6 *)&ss)->sin6_port
+                                                    : ((struct sockaddr_in *)&ss)->sin_port);
+  }
+  loop->raw_listen_fd = fd;
+  lws_sock_file_fd_type desc = {.filefd = fd};
+  if (!lws_adopt_descriptor_vhost(loop->vh_raw, LWS_ADOPT_RAW_FILE_DESC, desc, "hark-listen",
+                                  NULL)) /* closes fd */
+    return hark_error_new(HARK_ERR_INTERNAL, "cannot poll the gRPC listen socket");
+  return NULL;
+}
+
 /* Makes loop `i`'s context and binds its vhosts. */
 static hark_error *loop_new(hark_http *http, unsigned i) {
   hark_http_loop *loop = hark_xcalloc(1, sizeof *loop);
@@ -328,6 +283,7 @@ static hark_error *loop_new(hark_http *http, unsigned i) {
   loop->http = http;
   loop->index = i;
   loop->listen_fd = -1;
+  loop->raw_listen_fd = -1;
   atomic_init(&loop->replying, 0);
   pthread_mutex_init(&loop->lock, NULL);
   pthread_cond_init(&loop->idle, NULL);
@@ -369,6 +325,7 @@ static hark_error *loop_new(hark_http *http, unsigned i) {
       !(loop->vh_metrics = make_vhost(loop, "metrics", opts->metrics_port)))
     return hark_error_new(HARK_ERR_UNAVAILABLE, "cannot listen for metrics on %s:%d (in use?)",
                           where, opts->metrics_port);
+  if (http->raw_port >= 0) return raw_listen(loop);
   return NULL;
 }
 
@@ -385,12 +342,20 @@ hark_error *hark_http_new(const hark_http_options *opts, const hark_http_handler
   atomic_init(&http->n_sockets, 0);
   lws_set_log_level(LLL_ERR | LLL_WARN, lws_log_to_hark);
   http->n_loops = loop_count(opts);
+  http->raw_port = handler->raw ? opts->raw_port : -1;
   const char *where = opts->address ? opts->address : "0.0.0.0";
   if (http->n_loops > 1 && port_taken(opts->address, opts->http_port)) {
     http->n_loops = 0;
     hark_http_free(http);
     return hark_error_new(HARK_ERR_UNAVAILABLE, "cannot listen for HTTP on %s:%d (in use?)", where,
                           opts->http_port);
+  }
+  const char *raw_address = opts->raw_address ? opts->raw_address : opts->address;
+  if (http->raw_port > 0 && port_taken(raw_address, http->raw_port)) {
+    http->n_loops = 0;
+    hark_http_free(http);
+    return hark_error_new(HARK_ERR_UNAVAILABLE, "cannot listen for gRPC on %s:%d (in use?)",
+                          raw_address ? raw_address : "0.0.0.0", opts->raw_port);
   }
   http->loops = hark_xcalloc(http->n_loops, sizeof *http->loops);
   for (unsigned i = 0; i < http->n_loops; i++) {
@@ -411,10 +376,11 @@ static void on_tick(lws_sorted_usec_list_t *sul) {
   lws_sul_schedule(loop->ctx, 0, &loop->tick, on_tick, 100 * LWS_US_PER_MS);
 }
 
-/* Any thread: calls of this loop outstanding, or replies not yet written. */
+/* Any thread: work held on this loop, calls posted, or replies not yet
+ * written. */
 static bool loop_has_work(hark_http_loop *loop) {
   pthread_mutex_lock(&loop->lock);
-  bool b = loop->outstanding > 0;
+  bool b = loop->holds > 0 || loop->done_head;
   pthread_mutex_unlock(&loop->lock);
   return b || atomic_load_explicit(&loop->replying, memory_order_relaxed) > 0;
 }
@@ -427,11 +393,12 @@ static bool has_work(hark_http *http) {
   return false;
 }
 
-/* Shutting down, loop thread: tells the loop's WebSockets to go (once);
- * true while it has anything left to finish. */
+/* Shutting down, loop thread: tells the loop's WebSockets and raw
+ * connections to go (once); true while it has anything left to finish. */
 static bool busy(hark_http_loop *loop) {
   bool sockets = hark_ws_close_all(loop);
-  return loop_has_work(loop) || sockets;
+  bool raws = hark_raw_close_all(loop);
+  return loop_has_work(loop) || sockets || raws;
 }
 
 /* Loop 0, draining: true once everything live on every loop has finished
@@ -476,7 +443,7 @@ static void wake_all(hark_http *http) {
 static void loop_run(hark_http_loop *loop) {
   hark_http *http = loop->http;
   uint64_t drain_deadline = 0;
-  tl_loop = loop;
+  hark_http_set_current_loop(loop);
   if (http->handler->thread_hook) http->handler->thread_hook(true);
   while (!atomic_load(&http->stop)) {
     if (lws_service(loop->ctx, 0) < 0) break;
@@ -491,7 +458,7 @@ static void loop_run(hark_http_loop *loop) {
     if (lws_service(loop->ctx, 0) < 0) break;
   lws_sul_cancel(&loop->tick);
   if (http->handler->thread_hook) http->handler->thread_hook(false);
-  tl_loop = NULL;
+  hark_http_set_current_loop(NULL);
 }
 
 static void *loop_thread(void *arg) {
@@ -539,16 +506,17 @@ void hark_http_stop(hark_http *http) {
   wake_all(http);
 }
 
-/* Calls still outstanding will be posted (every engine request gets its
- * final); their handlers need the loop, so wait for them, then free it. */
+/* What holds the loop will let go, and calls will be posted (every
+ * engine request gets its final); their handlers need the loop, so wait
+ * for them, then free it. */
 static void loop_free(hark_http_loop *loop) {
   for (;;) {
     pthread_mutex_lock(&loop->lock);
-    while (loop->outstanding > 0 && !loop->done_head) pthread_cond_wait(&loop->idle, &loop->lock);
-    bool more = loop->outstanding > 0;
+    while (loop->holds > 0 && !loop->done_head) pthread_cond_wait(&loop->idle, &loop->lock);
+    bool more = loop->holds > 0 || loop->done_head;
     pthread_mutex_unlock(&loop->lock);
     if (!more) break;
-    drain_completions(loop);
+    hark_http_drain_calls(loop);
   }
   pthread_cond_destroy(&loop->idle);
   pthread_mutex_destroy(&loop->lock);

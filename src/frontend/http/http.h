@@ -30,6 +30,7 @@ typedef struct hark_http hark_http;
 typedef struct hark_http_loop hark_http_loop;
 typedef struct hark_http_conn hark_http_conn;
 typedef struct hark_ws hark_ws;
+typedef struct hark_raw hark_raw;
 
 #define HARK_HTTP_MAX_THREADS 16
 
@@ -75,6 +76,21 @@ typedef struct hark_ws_handler {
 } hark_ws_handler;
 
 /*
+ * A service of raw byte streams on their own port (gRPC's HTTP/2, in
+ * grpc/), served by the same loops. Loop thread.
+ *   open      a connection was accepted: its state (NULL closes it).
+ *   rx        bytes arrived (-1 closes the connection).
+ *   writable  the socket can take more (asked for with hark_raw_want_write).
+ *   closed    the connection is gone: `raw` is invalid from now on.
+ */
+typedef struct hark_raw_handler {
+  void *(*open)(void *userp, hark_raw *raw);
+  int (*rx)(void *conn, const uint8_t *data, size_t len);
+  int (*writable)(void *conn);
+  void (*closed)(void *conn);
+} hark_raw_handler;
+
+/*
  * An HTTP service.
  *   head    a request's head arrived: reply now (hark_http_reply*), or ask
  *           for its body with hark_http_read_body, or start work whose
@@ -88,6 +104,9 @@ typedef struct hark_http_handler {
   void *userp;
   const hark_ws_handler *ws;
   void *ws_userp;
+  /* Raw connections on opts.raw_port, or NULL. */
+  const hark_raw_handler *raw;
+  void *raw_userp;
   /* Each loop thread calls this with true when it starts serving and with
    * false when it stops (e.g. hark_server_thread_may_inline). Optional. */
   void (*thread_hook)(bool start);
@@ -105,6 +124,8 @@ typedef struct hark_http_options {
                                (--http-thread-count); 0: one per core */
   size_t ws_max_message;    /* largest WebSocket message; 0: 1 MiB */
   int ws_idle_timeout_secs; /* close a WebSocket silent this long; 0: 60 */
+  int raw_port;             /* raw connections (handler->raw); -1 off, 0 any */
+  const char *raw_address;  /* their bind address; NULL: `address` */
   /* Graceful shutdown (hark_http_drain): how long what is live gets to
    * finish (0: 30 s; negative: no wait), and what else must be idle before
    * the drain may end early (NULL: nothing). */
@@ -136,6 +157,8 @@ void hark_http_stop(hark_http *http);
 /* Waits for the calls still outstanding (their done handlers run with the
  * connection gone), then frees. */
 void hark_http_free(hark_http *http);
+/* The raw port bound (it may have been 0), or -1. */
+int hark_http_raw_port(const hark_http *http);
 /* True once hark_http_stop() was called or the run is winding down: new
  * requests are answered 503 by the transport itself. */
 bool hark_http_stopping(const hark_http *http);
@@ -202,6 +225,7 @@ struct hark_http_call {
   hark_http_loop *loop;
   hark_http_conn *conn;
   hark_http_call *next;
+  bool held; /* started: holds its loop until done has run */
 };
 
 /* The reply to c's request comes from `call` later; c reads nothing more
@@ -212,9 +236,43 @@ void hark_http_call_start_ws(hark_ws *ws, hark_http_call *call, hark_http_done_f
 /* The work was refused before anything could post the call: done never
  * runs. */
 void hark_http_call_abort(hark_http_call *call);
+/* A call of `loop` that holds nothing: its owner keeps the loop alive
+ * (hark_http_loop_hold) while it may post; it may be posted again once
+ * its done handler has begun. */
+void hark_http_call_init(hark_http_call *call, hark_http_loop *loop, hark_http_done_fn done);
 /* Any thread: done runs soon on the call's loop. The caller must not touch
  * the call afterwards. */
 void hark_http_call_post(hark_http_call *call);
+/* Any thread: the loop is not freed, and shutdown waits, until the
+ * matching release. */
+void hark_http_loop_hold(hark_http_loop *loop);
+void hark_http_loop_release(hark_http_loop *loop);
+/* The loop the calling thread runs, or NULL. */
+hark_http_loop *hark_http_current_loop(void);
+
+/* ---- raw connections (raw.c) -------------------------------------------- */
+
+/* Writes `len` bytes at `data`, which must have HARK_RAW_HEADROOM bytes
+ * of room in front for the transport's use (what the socket does not take
+ * now is kept and goes first); -1 when the connection failed. */
+#define HARK_RAW_HEADROOM 32
+int hark_raw_write(hark_raw *raw, uint8_t *data, size_t len);
+/* True while the socket's send buffer is full: wait for writable. */
+bool hark_raw_choked(hark_raw *raw);
+void hark_raw_want_write(hark_raw *raw);
+/* Stops or resumes reading. */
+void hark_raw_pause(hark_raw *raw, bool pause);
+/* Closes the connection (its closed handler runs soon). */
+void hark_raw_close(hark_raw *raw);
+hark_http_loop *hark_raw_loop(const hark_raw *raw);
+
+/* A timer on a loop (loop thread): fn(arg) runs once, `us` from now,
+ * unless cancelled first. */
+typedef struct hark_http_timer hark_http_timer;
+hark_http_timer *hark_http_timer_new(hark_http_loop *loop, void (*fn)(void *arg), void *arg);
+void hark_http_timer_arm(hark_http_timer *t, uint64_t us);
+/* Cancels and frees. NULL is fine. */
+void hark_http_timer_free(hark_http_timer *t);
 
 /* ---- WebSocket streams ---------------------------------------------------- */
 

@@ -45,6 +45,15 @@ struct hark_http_conn {
   hark_ws *ws;          /* a WebSocket connection's state (ws.c) */
 };
 
+/* A raw connection's state: lws allocates it zeroed (raw.c). */
+struct hark_raw {
+  struct lws *wsi;
+  hark_http_loop *loop;
+  hark_raw *prev, *next; /* loop->raws */
+  void *conn;            /* the service's */
+  bool paused;
+};
+
 /* One event loop: an lws context (info.user points here) with a vhost on
  * the HTTP port (fed by a listen socket of its own when there are several
  * loops) and, on loop 0 only, the metrics vhost. */
@@ -52,15 +61,16 @@ struct hark_http_loop {
   hark_http *http;
   unsigned index;
   struct lws_context *ctx;
-  struct lws_vhost *vh_http, *vh_metrics;
+  struct lws_vhost *vh_http, *vh_metrics, *vh_raw;
   int listen_fd;               /* with several loops: ours (lws closes it) */
+  int raw_listen_fd;           /* the raw port's listen socket (lws closes it) */
   pthread_t thread;            /* loops 1..n-1; loop 0 runs on hark_http_run's */
   lws_sorted_usec_list_t tick; /* wakes the loop while shutting down */
   _Atomic uint32_t replying;   /* connections writing a reply (loop 0 reads it) */
   pthread_mutex_t lock;        /* guards the fields below */
   pthread_cond_t idle;
   hark_http_call *done_head, *done_tail; /* completion list */
-  uint32_t outstanding; /* started calls not yet drained */
+  uint32_t holds;       /* work that will post to this loop, or that needs it */
   bool ctx_alive;       /* lws_cancel_service may be called */
   bool drain_soon;      /* loop thread only: it posted a call itself without
                            waking itself; drain after this callback */
@@ -68,6 +78,9 @@ struct hark_http_loop {
   hark_ws *sockets;                /* open ones */
   lws_sorted_usec_list_t ws_sweep; /* idle check, once a second */
   bool ws_closing_all;             /* shutting down: told to go */
+  /* Raw connections (raw.c), loop thread only. */
+  hark_raw *raws;
+  bool raw_closing_all;
 };
 
 struct hark_http {
@@ -79,6 +92,7 @@ struct hark_http {
   _Atomic uint32_t n_sockets; /* open WebSockets, all loops */
   unsigned n_loops;
   hark_http_loop **loops; /* each its own allocation: no false sharing */
+  int raw_port;           /* bound, or -1 */
 };
 
 /* The loop a connection belongs to. */
@@ -87,6 +101,14 @@ static inline hark_http_loop *hark_http_loop_of(struct lws *wsi) {
 }
 
 /* ---- exchange.c ------------------------------------------------------------- */
+
+/* call.c: the loop's completion list. The loop thread marks itself
+ * current, runs every posted call's done handler, and, after an lws
+ * callback, drains what it posted to itself meanwhile. */
+void hark_http_set_current_loop(hark_http_loop *loop);
+void hark_http_drain_calls(hark_http_loop *loop);
+void hark_http_drain_soon(void);
+
 
 /* LWS_CALLBACK_HTTP: a request head on `path`. */
 void hark_http_on_request(hark_http_conn *c, const char *path);
@@ -97,6 +119,15 @@ int hark_http_on_body_done(hark_http_conn *c);
 int hark_http_on_writable(hark_http_conn *c);
 /* LWS_CALLBACK_CLOSED_HTTP. */
 void hark_http_on_closed(hark_http_conn *c);
+
+/* ---- raw.c --------------------------------------------------------------------- */
+
+/* The raw protocol's lws callback. */
+int hark_raw_on_event(struct lws *wsi, enum lws_callback_reasons reason, void *user, void *in,
+                      size_t len);
+/* Shutting down: closes every raw connection of the loop (once); true
+ * while any is open. */
+bool hark_raw_close_all(hark_http_loop *loop);
 
 /* ---- ws.c --------------------------------------------------------------------- */
 

@@ -370,11 +370,7 @@ bool hark_ws_close_all(hark_http_loop *loop) {
 }
 
 void hark_http_call_start_ws(hark_ws *ws, hark_http_call *call, hark_http_done_fn done) {
-  call->done = done;
-  call->loop = ws->loop;
-  call->conn = NULL;
-  call->next = NULL;
-  pthread_mutex_lock(&ws->loop->lock);
-  ws->loop->outstanding++;
-  pthread_mutex_unlock(&ws->loop->lock);
+  hark_http_call_init(call, ws->loop, done);
+  call->held = true;
+  hark_http_loop_hold(ws->loop);
 }

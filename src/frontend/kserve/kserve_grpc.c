@@ -29,13 +29,13 @@ static hark_server *server_of(hark_grpc_call *c) { return hark_grpc_call_service
 static void server_live(hark_grpc_call *c, ProtobufCMessage *msg) {
   Inference__ServerLiveResponse r = INFERENCE__SERVER_LIVE_RESPONSE__INIT;
   r.live = hark_server_is_live(server_of(c));
-  hark_grpc_reply(c, &r.base, GRPC_STATUS_OK, NULL);
+  hark_grpc_reply(c, &r.base, HARK_GRPC_OK, NULL);
 }
 
 static void server_ready(hark_grpc_call *c, ProtobufCMessage *msg) {
   Inference__ServerReadyResponse r = INFERENCE__SERVER_READY_RESPONSE__INIT;
   r.ready = hark_server_is_ready(server_of(c));
-  hark_grpc_reply(c, &r.base, GRPC_STATUS_OK, NULL);
+  hark_grpc_reply(c, &r.base, HARK_GRPC_OK, NULL);
 }
 
 /* Triton answers ready=false, not an error, for a model it cannot serve. */
@@ -55,7 +55,7 @@ static void model_ready(hark_grpc_call *c, ProtobufCMessage *msg) {
     r.ready = hark_model_is_ready(model);
     hark_model_release(model);
   }
-  hark_grpc_reply(c, &r.base, GRPC_STATUS_OK, NULL);
+  hark_grpc_reply(c, &r.base, HARK_GRPC_OK, NULL);
 }
 
 static void health_check(hark_grpc_call *c, ProtobufCMessage *msg) {
@@ -64,14 +64,14 @@ static void health_check(hark_grpc_call *c, ProtobufCMessage *msg) {
   char text[200];
   snprintf(text, sizeof text, "unknown service '%.150s'", q->service);
   if (!known) {
-    hark_grpc_reply(c, NULL, GRPC_STATUS_NOT_FOUND, text);
+    hark_grpc_reply(c, NULL, HARK_GRPC_NOT_FOUND, text);
     return;
   }
   Grpc__Health__V1__HealthCheckResponse r = GRPC__HEALTH__V1__HEALTH_CHECK_RESPONSE__INIT;
   r.status = hark_server_is_ready(server_of(c))
                  ? GRPC__HEALTH__V1__HEALTH_CHECK_RESPONSE__SERVING_STATUS__SERVING
                  : GRPC__HEALTH__V1__HEALTH_CHECK_RESPONSE__SERVING_STATUS__NOT_SERVING;
-  hark_grpc_reply(c, &r.base, GRPC_STATUS_OK, NULL);
+  hark_grpc_reply(c, &r.base, HARK_GRPC_OK, NULL);
 }
 
 /* ---- metadata --------------------------------------------------------------- */
@@ -83,7 +83,7 @@ static void server_metadata(hark_grpc_call *c, ProtobufCMessage *msg) {
   const char *const *ext = hark_server_extensions();
   while (ext && ext[r.n_extensions]) r.n_extensions++;
   r.extensions = (char **)ext;
-  hark_grpc_reply(c, &r.base, GRPC_STATUS_OK, NULL);
+  hark_grpc_reply(c, &r.base, HARK_GRPC_OK, NULL);
 }
 
 /* The reply's parts live in one arena, freed together after it is sent;
@@ -165,7 +165,7 @@ static void model_metadata(hark_grpc_call *c, ProtobufCMessage *msg) {
   r.n_inputs = cfg->n_inputs;
   r.outputs = io_metadata(a, cfg->outputs, cfg->n_outputs, batch);
   r.n_outputs = cfg->n_outputs;
-  hark_grpc_reply(c, &r.base, GRPC_STATUS_OK, NULL);
+  hark_grpc_reply(c, &r.base, HARK_GRPC_OK, NULL);
   hark_arena_free(a);
   hark_model_release(model);
 }
@@ -177,7 +177,7 @@ static void model_config(hark_grpc_call *c, ProtobufCMessage *msg) {
   hark_arena *a = hark_arena_new();
   Inference__ModelConfigResponse r = INFERENCE__MODEL_CONFIG_RESPONSE__INIT;
   r.config = hark_kserve_config_pb(a, hark_model_get_config(model));
-  hark_grpc_reply(c, &r.base, GRPC_STATUS_OK, NULL);
+  hark_grpc_reply(c, &r.base, HARK_GRPC_OK, NULL);
   hark_arena_free(a);
   hark_model_release(model);
 }
@@ -287,7 +287,7 @@ static void model_statistics(hark_grpc_call *c, ProtobufCMessage *msg) {
     Inference__ModelStatisticsResponse r = INFERENCE__MODEL_STATISTICS_RESPONSE__INIT;
     r.model_stats = w.list;
     r.n_model_stats = w.n;
-    hark_grpc_reply(c, &r.base, GRPC_STATUS_OK, NULL);
+    hark_grpc_reply(c, &r.base, HARK_GRPC_OK, NULL);
   }
   hark_arena_free(w.a);
 }
@@ -322,7 +322,7 @@ static void repository_index(hark_grpc_call *c, ProtobufCMessage *msg) {
   Inference__RepositoryIndexResponse r = INFERENCE__REPOSITORY_INDEX_RESPONSE__INIT;
   r.models = ptrs;
   r.n_models = n;
-  hark_grpc_reply(c, &r.base, GRPC_STATUS_OK, NULL);
+  hark_grpc_reply(c, &r.base, HARK_GRPC_OK, NULL);
   hark_arena_free(a);
   hark_index_free(entries, n);
 }
@@ -332,7 +332,7 @@ static void load_done(hark_error *err, void *userp) {
   hark_grpc_call *c = userp;
   Inference__RepositoryModelLoadResponse r = INFERENCE__REPOSITORY_MODEL_LOAD_RESPONSE__INIT;
   if (err) hark_grpc_reply_error(c, err);
-  else hark_grpc_reply(c, &r.base, GRPC_STATUS_OK, NULL);
+  else hark_grpc_reply(c, &r.base, HARK_GRPC_OK, NULL);
   hark_grpc_call_unref(c);
 }
 
@@ -340,7 +340,7 @@ static void unload_done(hark_error *err, void *userp) {
   hark_grpc_call *c = userp;
   Inference__RepositoryModelUnloadResponse r = INFERENCE__REPOSITORY_MODEL_UNLOAD_RESPONSE__INIT;
   if (err) hark_grpc_reply_error(c, err);
-  else hark_grpc_reply(c, &r.base, GRPC_STATUS_OK, NULL);
+  else hark_grpc_reply(c, &r.base, HARK_GRPC_OK, NULL);
   hark_grpc_call_unref(c);
 }
 

@@ -374,11 +374,11 @@ static void on_response(hark_response *resp, uint32_t flags, hark_error *err, vo
   if (err) {
     hark_grpc_reply_error(c, err);
   } else if (!j->kept) {
-    hark_grpc_reply(c, NULL, GRPC_STATUS_INTERNAL, "the model sent no response");
+    hark_grpc_reply(c, NULL, HARK_GRPC_INTERNAL, "the model sent no response");
   } else {
     reply b;
     reply_build(&b, j, j->kept);
-    hark_grpc_reply(c, &b.r.base, GRPC_STATUS_OK, NULL);
+    hark_grpc_reply(c, &b.r.base, HARK_GRPC_OK, NULL);
     reply_free(&b);
   }
   job_free(j);

@@ -328,7 +328,7 @@ static void stream_reply(hark_grpc_call *c, riva_job *j, const hark_response *re
   if (hark_grpc_slot_write(c, &j->slot, &msg.base, &size) == HARK_GRPC_WRITE_TOO_BIG) {
     char text[100];
     snprintf(text, sizeof text, "a response of %zu bytes is over the limit", size);
-    hark_grpc_stream_fail(c, GRPC_STATUS_RESOURCE_EXHAUSTED, text);
+    hark_grpc_stream_fail(c, HARK_GRPC_RESOURCE_EXHAUSTED, text);
   }
   alt_set_free(&a);
 }
@@ -409,7 +409,7 @@ static void streaming_recognize(hark_grpc_call *c, ProtobufCMessage *m) {
                "streaming_config must come only in the first message; it came again after %u "
                "audio messages",
                rs->n_audio);
-      hark_grpc_stream_fail(c, GRPC_STATUS_INVALID_ARGUMENT, text);
+      hark_grpc_stream_fail(c, HARK_GRPC_INVALID_ARGUMENT, text);
     } else if ((err = stream_configure(c, q))) {
       hark_grpc_stream_fail(c, hark_grpc_status(hark_error_code(err)), hark_error_message(err));
       hark_error_free(err);
@@ -417,14 +417,14 @@ static void streaming_recognize(hark_grpc_call *c, ProtobufCMessage *m) {
   } else if (q->streaming_request_case ==
              NVIDIA__RIVA__ASR__STREAMING_RECOGNIZE_REQUEST__STREAMING_REQUEST_AUDIO_CONTENT) {
     if (!rs) {
-      hark_grpc_stream_fail(c, GRPC_STATUS_INVALID_ARGUMENT,
+      hark_grpc_stream_fail(c, HARK_GRPC_INVALID_ARGUMENT,
                             "the first message must carry streaming_config; audio came first");
     } else {
       rs->n_audio++;
       stream_submit(c, rs, HARK_SPEECH_AUDIO, q->audio_content.data, q->audio_content.len);
     }
   } else {
-    hark_grpc_stream_fail(c, GRPC_STATUS_INVALID_ARGUMENT,
+    hark_grpc_stream_fail(c, HARK_GRPC_INVALID_ARGUMENT,
                           "a StreamingRecognizeRequest needs streaming_config or audio_content");
   }
 }
@@ -478,7 +478,7 @@ static void recognize_reply(recognize_job *rj) {
     id.value = rj->cfg.request_id;
     msg.id = &id;
   }
-  hark_grpc_reply(rj->c, &msg.base, GRPC_STATUS_OK, NULL);
+  hark_grpc_reply(rj->c, &msg.base, HARK_GRPC_OK, NULL);
   alt_set_free(&a);
 }
 
@@ -608,9 +608,9 @@ static void get_config(hark_grpc_call *c, ProtobufCMessage *m) {
   char text[256];
   if (*l.want && !l.n) {
     snprintf(text, sizeof text, "no speech model '%s' is loaded", l.want);
-    hark_grpc_reply(c, NULL, GRPC_STATUS_NOT_FOUND, text);
+    hark_grpc_reply(c, NULL, HARK_GRPC_NOT_FOUND, text);
   } else {
-    hark_grpc_reply(c, &resp.base, GRPC_STATUS_OK, NULL);
+    hark_grpc_reply(c, &resp.base, HARK_GRPC_OK, NULL);
   }
   hark_arena_free(l.a);
 }

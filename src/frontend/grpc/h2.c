@@ -1,0 +1,573 @@
+/*
+ * h2.c — gRPC's HTTP/2 over the loops' raw connections, with nghttp2 (the
+ * library behind h2load): one nghttp2 session per connection, one call per
+ * stream. Loop thread only.
+ *
+ * In: a stream's request headers name the method (:path), its deadline
+ * (grpc-timeout) and content type; DATA carries length-prefixed messages,
+ * each unpacked and handed to the method's handler as it completes (a
+ * unary method's first; every one of a stream's, in order). The client's
+ * END_STREAM is the half-close. Flow control is ours: DATA is given back
+ * to the window as it is read, except while a stream has 64 messages
+ * waiting for their replies — then the client waits, not our memory.
+ *
+ * Out: what a call has to send (call.c) is written through an nghttp2 data
+ * provider that takes the next message when nghttp2 wants bytes, and
+ * sends the trailers (grpc-status, grpc-message) when the status is due;
+ * a call that fails before any message answers "trailers-only". Frames
+ * are gathered and leave in one write per loop callback.
+ *
+ * A stream that closes before its status went out — the client
+ * cancelled, the deadline passed, the connection went — is a cancelled
+ * call: the service hears of it (closed) and what it sends later is
+ * dropped.
+ */
+#include <nghttp2/nghttp2.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+
+#include "frontend/grpc/grpc_impl.h"
+#include "util/alloc.h"
+#include "util/log.h"
+
+#define STREAM_WINDOW (1u << 20)  /* per stream: a message of 1 MiB in one go */
+#define CONN_WINDOW (16u << 20)   /* per connection */
+#define WRITE_GATHER (64u * 1024u)
+#define MAX_HEADER_LIST (16u * 1024u)
+
+struct h2conn {
+  hark_grpc *g;
+  hark_raw *raw;
+  hark_http_loop *loop;
+  nghttp2_session *s;
+  hark_grpc_call *calls; /* its open streams' calls */
+  bool in_recv;          /* inside nghttp2_session_mem_recv: no sending now */
+  hark_buf out;          /* frames gathered for one write, after the headroom */
+};
+
+const hark_grpc_reg *hark_grpc_find(const hark_grpc *g, const char *path, size_t len) {
+  for (size_t i = 0; i < g->n_regs; i++)
+    if (g->regs[i].path_len == len && memcmp(g->regs[i].path, path, len) == 0) return &g->regs[i];
+  return NULL;
+}
+
+/* ---- writing ------------------------------------------------------------------- */
+
+/* Sends what nghttp2 has to send, gathered; -1 when the connection is
+ * done (failed, or both sides said goodbye). */
+static int conn_write(h2conn *h) {
+  if (h->in_recv) return 0; /* conn_rx writes once nghttp2 is done reading */
+  for (;;) {
+    if (hark_raw_choked(h->raw)) {
+      hark_raw_want_write(h->raw);
+      return 0;
+    }
+    h->out.len = HARK_RAW_HEADROOM;
+    for (;;) {
+      const uint8_t *p;
+      ssize_t n = nghttp2_session_mem_send(h->s, &p);
+      if (n < 0) return -1;
+      if (n == 0) break;
+      hark_buf_put(&h->out, p, (size_t)n);
+      if (h->out.len >= WRITE_GATHER) break;
+    }
+    size_t len = h->out.len - HARK_RAW_HEADROOM;
+    if (!len) break;
+    if (hark_raw_write(h->raw, (uint8_t *)h->out.data + HARK_RAW_HEADROOM, len) < 0) return -1;
+  }
+  if (!nghttp2_session_want_read(h->s) && !nghttp2_session_want_write(h->s)) return -1;
+  return 0;
+}
+
+/* grpc-message: percent-encoded, as gRPC asks, bytes outside printable
+ * ASCII and '%'. */
+static void percent_encode(const char *s, char *out, size_t cap) {
+  static const char hex[] = "0123456789ABCDEF";
+  size_t o = 0;
+  for (const unsigned char *p = (const unsigned char *)s; *p && o + 4 < cap; p++) {
+    if (*p >= 0x20 && *p < 0x7f && *p != '%') {
+      out[o++] = (char)*p;
+    } else {
+      out[o++] = '%';
+      out[o++] = hex[*p >> 4];
+      out[o++] = hex[*p & 15];
+    }
+  }
+  out[o] = '\0';
+}
+
+#define NV(n, v) \
+  { (uint8_t *)(n), (uint8_t *)(v), sizeof(n) - 1, strlen(v), NGHTTP2_NV_FLAG_NONE }
+
+/* The status as trailers (or, with `head`, as a trailers-only response). */
+static int submit_status(h2conn *h, hark_grpc_call *c, bool head) {
+  char code[16], msg[sizeof c->details * 3 + 1];
+  pthread_mutex_lock(&c->mu);
+  snprintf(code, sizeof code, "%d", (int)c->code);
+  percent_encode(c->details, msg, sizeof msg);
+  pthread_mutex_unlock(&c->mu);
+  nghttp2_nv nv[] = {NV(":status", "200"), NV("content-type", "application/grpc"),
+                     NV("grpc-status", code), NV("grpc-message", msg)};
+  size_t n = msg[0] ? 4 : 3;
+  c->trailers_sent = true;
+  if (head) return nghttp2_submit_response(h->s, c->stream_id, nv, n, NULL);
+  return nghttp2_submit_trailer(h->s, c->stream_id, nv + 2, n - 2);
+}
+
+/* Frees the slots at the head that are done and have nothing left to
+ * write (c->mu held): they let later ones, and reading, go on. */
+static void pop_done_locked(hark_grpc_call *c) {
+  while (c->head && c->head->done && !c->head->out_head) {
+    hark_grpc_slot *slot = c->head;
+    if (!(c->head = slot->next)) c->tail = NULL;
+    c->n_slots--;
+    slot->free_fn(slot);
+  }
+}
+
+/* nghttp2 wants the stream's next bytes: the messages in order, then the
+ * trailers when the status is due; DEFERRED until there is something. */
+static ssize_t read_body(nghttp2_session *s, int32_t id, uint8_t *buf, size_t length,
+                         uint32_t *flags, nghttp2_data_source *src, void *user) {
+  (void)s, (void)id;
+  h2conn *h = user;
+  hark_grpc_call *c = src->ptr;
+  size_t done = 0;
+  while (done < length) {
+    if (!c->wout) {
+      pthread_mutex_lock(&c->mu);
+      if (!c->forced && c->uout) {
+        c->wout = c->uout;
+        c->uout = NULL;
+      }
+      if (!c->forced && !c->wout) pop_done_locked(c);
+      if (!c->forced && !c->wout && c->head && c->head->out_head) {
+        hark_grpc_slot *slot = c->head;
+        c->wout = slot->out_head;
+        if (!(slot->out_head = c->wout->next)) slot->out_tail = NULL;
+      }
+      bool due = !c->wout && hark_grpc_status_due_locked(c);
+      pthread_mutex_unlock(&c->mu);
+      if (!c->wout) {
+        if (due) {
+          *flags |= NGHTTP2_DATA_FLAG_EOF | NGHTTP2_DATA_FLAG_NO_END_STREAM;
+          submit_status(h, c, false);
+        } else if (!done) {
+          c->deferred = true;
+          return NGHTTP2_ERR_DEFERRED;
+        }
+        break;
+      }
+      c->woff = 0;
+    }
+    size_t n = c->wout->len - c->woff;
+    if (n > length - done) n = length - done;
+    memcpy(buf + done, c->wout->data + c->woff, n);
+    done += n;
+    c->woff += n;
+    if (c->woff == c->wout->len) {
+      free(c->wout);
+      c->wout = NULL;
+    }
+  }
+  return (ssize_t)done;
+}
+
+static void read_messages(hark_grpc_call *c);
+
+/* c->flush: writes what the call has ready (loop thread). */
+static void flush(hark_grpc_call *c) {
+  h2conn *h = c->conn;
+  if (!h) {
+    pthread_mutex_lock(&c->mu);
+    hark_grpc_sweep_locked(c);
+    pthread_mutex_unlock(&c->mu);
+    return;
+  }
+  pthread_mutex_lock(&c->mu);
+  if (!c->wout) pop_done_locked(c);
+  pthread_mutex_unlock(&c->mu);
+  read_messages(c); /* a stream below its mark reads what waits */
+  if (c->trailers_sent) return;
+  pthread_mutex_lock(&c->mu);
+  bool data = !c->forced && (c->uout || (c->head && c->head->out_head));
+  bool due = hark_grpc_status_due_locked(c);
+  pthread_mutex_unlock(&c->mu);
+  if (!c->response_started && (data || due)) {
+    c->response_started = true;
+    if (!data) {
+      submit_status(h, c, true); /* trailers-only */
+    } else {
+      nghttp2_nv nv[] = {NV(":status", "200"), NV("content-type", "application/grpc"),
+                         NV("grpc-accept-encoding", "identity")};
+      nghttp2_data_provider dp = {.source.ptr = c, .read_callback = read_body};
+      nghttp2_submit_response(h->s, c->stream_id, nv, 3, &dp);
+    }
+  } else if (c->deferred && (data || due || c->forced)) {
+    c->deferred = false;
+    nghttp2_session_resume_data(h->s, c->stream_id);
+  }
+  if (conn_write(h) < 0) hark_raw_close(h->raw);
+}
+
+/* Ends the call with a status now (loop thread), as if replied. */
+static void finish(hark_grpc_call *c, hark_grpc_code code, const char *details) {
+  pthread_mutex_lock(&c->mu);
+  if (c->code == HARK_GRPC_OK) {
+    c->code = code;
+    snprintf(c->details, sizeof c->details, "%s", details);
+  }
+  c->replied = true;
+  c->read_done = true;
+  pthread_mutex_unlock(&c->mu);
+  flush(c);
+}
+
+/* ---- reading ------------------------------------------------------------------ */
+
+static bool is_streaming(const hark_grpc_call *c) {
+  return c->reg && (c->reg->m->flags & HARK_GRPC_STREAMING);
+}
+
+/* True while the stream may not read its next message: too many wait for
+ * their replies. */
+static bool paused(hark_grpc_call *c) {
+  if (!is_streaming(c)) return false;
+  pthread_mutex_lock(&c->mu);
+  bool p = c->n_slots >= HARK_GRPC_STREAM_MAX_PENDING;
+  pthread_mutex_unlock(&c->mu);
+  return p;
+}
+
+/* True once nothing more the client sends matters: read and dropped. */
+static bool deaf(hark_grpc_call *c) {
+  pthread_mutex_lock(&c->mu);
+  bool d = c->closed || c->forced || (is_streaming(c) ? c->read_done : c->replied);
+  pthread_mutex_unlock(&c->mu);
+  return d;
+}
+
+static void on_message(hark_grpc_call *c, const uint8_t *p, size_t n) {
+  if (!is_streaming(c)) {
+    if (c->got_message) return; /* a unary call reads one */
+    c->got_message = true;
+  }
+  ProtobufCMessage *msg = hark_grpc_unpack(c, p, n);
+  if (!msg) {
+    char text[160];
+    snprintf(text, sizeof text, "malformed %s message", c->reg->m->request->name);
+    finish(c, HARK_GRPC_INVALID_ARGUMENT, text);
+    return;
+  }
+  hark_grpc_handle(c, msg);
+}
+
+/* The client sent its last message, and every one was read. */
+static void half_close(hark_grpc_call *c) {
+  c->half_close_done = true;
+  if (!is_streaming(c)) {
+    if (!c->got_message) finish(c, HARK_GRPC_INVALID_ARGUMENT, "no request message");
+    return;
+  }
+  if (deaf(c)) return;
+  if (c->reg->m->half_close) c->reg->m->half_close(c);
+  pthread_mutex_lock(&c->mu);
+  c->read_done = true;
+  pthread_mutex_unlock(&c->mu);
+  flush(c);
+}
+
+/* Reads the whole messages that have arrived, while the stream may; gives
+ * the bytes read back to flow control. */
+static void read_messages(hark_grpc_call *c) {
+  h2conn *h = c->conn;
+  if (!h || c->reading) return;
+  c->reading = true;
+  size_t limit = c->g->max_message_bytes;
+  while (c->conn && c->in.len - c->in_off >= 5) {
+    if (deaf(c)) {
+      c->in_off = c->in.len;
+      break;
+    }
+    if (paused(c)) break;
+    const uint8_t *p = (const uint8_t *)c->in.data + c->in_off;
+    size_t n = (size_t)p[1] << 24 | (size_t)p[2] << 16 | (size_t)p[3] << 8 | p[4];
+    char text[200];
+    if (n > limit) {
+      snprintf(text, sizeof text, "received message larger than max (%zu vs. %zu)", n, limit);
+      finish(c, HARK_GRPC_RESOURCE_EXHAUSTED, text);
+      continue;
+    }
+    if (p[0] & 1) {
+      snprintf(text, sizeof text, "compressed messages (grpc-encoding %s) are not supported",
+               c->encoding[0] ? c->encoding : "?");
+      finish(c, HARK_GRPC_UNIMPLEMENTED, text);
+      continue;
+    }
+    if (c->in.len - c->in_off - 5 < n) {
+      if (!hark_buf_reserve(&c->in, 5 + n - (c->in.len - c->in_off)))
+        finish(c, HARK_GRPC_RESOURCE_EXHAUSTED, "out of memory for the message");
+      break;
+    }
+    c->in_off += 5 + n;
+    on_message(c, p + 5, n);
+  }
+  if (c->in_off == c->in.len) {
+    c->in.len = c->in_off = 0;
+  } else if (c->in_off > 0 && c->in_off >= c->in.len / 2) { /* keep the unread part in front */
+    memmove(c->in.data, c->in.data + c->in_off, c->in.len - c->in_off);
+    c->in.len -= c->in_off;
+    c->in_off = 0;
+  }
+  if (c->conn && !paused(c) && c->unconsumed) {
+    nghttp2_session_consume(h->s, c->stream_id, c->unconsumed);
+    c->unconsumed = 0;
+  }
+  c->reading = false;
+  if (c->conn && c->half_closed && !c->half_close_done && c->in.len == c->in_off) half_close(c);
+}
+
+/* ---- streams and calls ------------------------------------------------------------ */
+
+static void on_deadline(void *arg) {
+  hark_grpc_call *c = arg;
+  pthread_mutex_lock(&c->mu);
+  bool late = !c->closed;
+  if (late) {
+    c->code = HARK_GRPC_DEADLINE_EXCEEDED;
+    snprintf(c->details, sizeof c->details, "Deadline Exceeded");
+    c->forced = c->replied = c->read_done = c->cancelled = true;
+    hark_grpc_sweep_locked(c);
+  }
+  pthread_mutex_unlock(&c->mu);
+  if (late) flush(c);
+}
+
+/* The request's headers are in: the method runs, or the call is refused. */
+static void dispatch(h2conn *h, hark_grpc_call *c) {
+  char text[300];
+  if (!c->reg) {
+    snprintf(text, sizeof text, "method '%s' is not implemented", c->path);
+    finish(c, HARK_GRPC_UNIMPLEMENTED, text);
+    return;
+  }
+  if (c->bad_type) {
+    finish(c, HARK_GRPC_INTERNAL, "content-type is not application/grpc");
+    return;
+  }
+  if ((c->reg->m->flags & HARK_GRPC_REFUSE_DRAINING) && atomic_load(&h->g->draining)) {
+    /* A drain lets the calls already open finish; new ones go elsewhere. */
+    finish(c, HARK_GRPC_UNAVAILABLE, "Server is shutting down");
+    return;
+  }
+  if (c->timeout_us) {
+    c->deadline = hark_http_timer_new(h->loop, on_deadline, c);
+    hark_http_timer_arm(c->deadline, c->timeout_us);
+  }
+  if (is_streaming(c)) {
+    c->began = true;
+    atomic_fetch_add(&h->g->open_streams, 1); /* until the call is freed */
+  }
+}
+
+/* The stream is gone: the call is over for the service. */
+static void stream_gone(h2conn *h, hark_grpc_call *c) {
+  if (c->prev)
+    c->prev->next = c->next;
+  else if (h->calls == c)
+    h->calls = c->next;
+  if (c->next) c->next->prev = c->prev;
+  c->prev = c->next = NULL;
+  c->conn = NULL;
+  hark_http_timer_free(c->deadline);
+  c->deadline = NULL;
+  pthread_mutex_lock(&c->mu);
+  c->closed = true;
+  if (!c->trailers_sent) c->cancelled = true;
+  hark_grpc_sweep_locked(c);
+  pthread_mutex_unlock(&c->mu);
+  if (c->began && c->reg->m->closed) c->reg->m->closed(c);
+  hark_grpc_call_unref(c); /* the stream's */
+}
+
+/* grpc-timeout: an integer of at most 8 digits and a unit. */
+static uint64_t parse_timeout(const uint8_t *v, size_t n) {
+  if (n < 2 || n > 9) return 0;
+  uint64_t x = 0;
+  for (size_t i = 0; i + 1 < n; i++) {
+    if (v[i] < '0' || v[i] > '9') return 0;
+    x = x * 10 + (v[i] - '0');
+  }
+  switch (v[n - 1]) {
+    case 'H': return x * 3600000000ull;
+    case 'M': return x * 60000000ull;
+    case 'S': return x * 1000000ull;
+    case 'm': return x * 1000ull;
+    case 'u': return x;
+    case 'n': return (x + 999) / 1000;
+    default: return 0;
+  }
+}
+
+/* ---- nghttp2's callbacks ----------------------------------------------------------- */
+
+static int on_begin_headers(nghttp2_session *s, const nghttp2_frame *f, void *user) {
+  h2conn *h = user;
+  if (f->hd.type != NGHTTP2_HEADERS || f->headers.cat != NGHTTP2_HCAT_REQUEST) return 0;
+  hark_grpc_call *c = hark_grpc_call_new(h->g, h->loop, flush);
+  c->conn = h;
+  c->stream_id = f->hd.stream_id;
+  c->next = h->calls;
+  if (c->next) c->next->prev = c;
+  h->calls = c;
+  nghttp2_session_set_stream_user_data(s, c->stream_id, c);
+  return 0;
+}
+
+static int on_header(nghttp2_session *s, const nghttp2_frame *f, const uint8_t *name,
+                     size_t nlen, const uint8_t *value, size_t vlen, uint8_t flags, void *user) {
+  (void)flags;
+  h2conn *h = user;
+  if (f->hd.type != NGHTTP2_HEADERS || f->headers.cat != NGHTTP2_HCAT_REQUEST) return 0;
+  hark_grpc_call *c = nghttp2_session_get_stream_user_data(s, f->hd.stream_id);
+  if (!c) return 0;
+  if (nlen == 5 && memcmp(name, ":path", 5) == 0) {
+    snprintf(c->path, sizeof c->path, "%.*s", (int)vlen, value);
+    c->reg = hark_grpc_find(h->g, (const char *)value, vlen);
+  } else if (nlen == 12 && memcmp(name, "content-type", 12) == 0) {
+    c->bad_type = vlen < 16 || strncasecmp((const char *)value, "application/grpc", 16) != 0;
+  } else if (nlen == 12 && memcmp(name, "grpc-timeout", 12) == 0) {
+    c->timeout_us = parse_timeout(value, vlen);
+  } else if (nlen == 13 && memcmp(name, "grpc-encoding", 13) == 0) {
+    snprintf(c->encoding, sizeof c->encoding, "%.*s", (int)vlen, value);
+  }
+  return 0;
+}
+
+static int on_frame_recv(nghttp2_session *s, const nghttp2_frame *f, void *user) {
+  h2conn *h = user;
+  if (f->hd.type != NGHTTP2_HEADERS && f->hd.type != NGHTTP2_DATA) return 0;
+  hark_grpc_call *c = nghttp2_session_get_stream_user_data(s, f->hd.stream_id);
+  if (!c) return 0;
+  if (f->hd.type == NGHTTP2_HEADERS && f->headers.cat == NGHTTP2_HCAT_REQUEST) dispatch(h, c);
+  if (c->conn && (f->hd.flags & NGHTTP2_FLAG_END_STREAM)) {
+    c->half_closed = true;
+    read_messages(c);
+  }
+  return 0;
+}
+
+static int on_data(nghttp2_session *s, uint8_t flags, int32_t id, const uint8_t *data, size_t len,
+                   void *user) {
+  (void)flags, (void)user;
+  hark_grpc_call *c = nghttp2_session_get_stream_user_data(s, id);
+  if (!c || deaf(c)) {
+    nghttp2_session_consume(s, id, len);
+    return 0;
+  }
+  c->unconsumed += len;
+  if (!hark_buf_append(&c->in, data, len)) { /* client-sized */
+    finish(c, HARK_GRPC_RESOURCE_EXHAUSTED, "out of memory for the message");
+    return 0;
+  }
+  read_messages(c);
+  return 0;
+}
+
+/* After our last frame of a stream, one the client is still sending on
+ * is reset (NO_ERROR): it has nothing left to say to us. */
+static int on_frame_send(nghttp2_session *s, const nghttp2_frame *f, void *user) {
+  (void)user;
+  if ((f->hd.type == NGHTTP2_HEADERS || f->hd.type == NGHTTP2_DATA) &&
+      (f->hd.flags & NGHTTP2_FLAG_END_STREAM) &&
+      !nghttp2_session_get_stream_remote_close(s, f->hd.stream_id))
+    nghttp2_submit_rst_stream(s, NGHTTP2_FLAG_NONE, f->hd.stream_id, NGHTTP2_NO_ERROR);
+  return 0;
+}
+
+static int on_stream_close(nghttp2_session *s, int32_t id, uint32_t error, void *user) {
+  (void)error;
+  hark_grpc_call *c = nghttp2_session_get_stream_user_data(s, id);
+  if (c) stream_gone(user, c);
+  return 0;
+}
+
+/* ---- the raw connection --------------------------------------------------------------- */
+
+static void *conn_open(void *userp, hark_raw *raw) {
+  hark_grpc *g = userp;
+  h2conn *h = hark_xcalloc(1, sizeof *h);
+  h->g = g;
+  h->raw = raw;
+  h->loop = hark_raw_loop(raw);
+  if (nghttp2_session_server_new2(&h->s, g->cbs, h, g->h2_opts) != 0) {
+    free(h);
+    return NULL;
+  }
+  nghttp2_settings_entry iv[] = {{NGHTTP2_SETTINGS_INITIAL_WINDOW_SIZE, STREAM_WINDOW},
+                                 {NGHTTP2_SETTINGS_MAX_HEADER_LIST_SIZE, MAX_HEADER_LIST}};
+  nghttp2_submit_settings(h->s, NGHTTP2_FLAG_NONE, iv, sizeof iv / sizeof iv[0]);
+  nghttp2_session_set_local_window_size(h->s, NGHTTP2_FLAG_NONE, 0, CONN_WINDOW);
+  if (!hark_buf_reserve(&h->out, HARK_RAW_HEADROOM + WRITE_GATHER)) hark_oom("h2", WRITE_GATHER);
+  if (conn_write(h) < 0) {
+    nghttp2_session_del(h->s);
+    hark_buf_free(&h->out);
+    free(h);
+    return NULL;
+  }
+  return h;
+}
+
+static int conn_rx(void *p, const uint8_t *data, size_t len) {
+  h2conn *h = p;
+  h->in_recv = true;
+  ssize_t n = nghttp2_session_mem_recv(h->s, data, len);
+  h->in_recv = false;
+  if (n < 0) {
+    HARK_VERBOSE("grpc: closing a connection: %s", nghttp2_strerror((int)n));
+    return -1;
+  }
+  return conn_write(h);
+}
+
+static int conn_writable(void *p) { return conn_write(p); }
+
+static void conn_closed(void *p) {
+  h2conn *h = p;
+  while (h->calls) stream_gone(h, h->calls);
+  nghttp2_session_del(h->s);
+  hark_buf_free(&h->out);
+  free(h);
+}
+
+const hark_raw_handler hark_grpc_h2_handler = {
+    .open = conn_open,
+    .rx = conn_rx,
+    .writable = conn_writable,
+    .closed = conn_closed,
+};
+
+/* ---- the session's settings (grpc.c makes them once) ------------------------------------ */
+
+void hark_grpc_h2_setup(hark_grpc *g) {
+  nghttp2_session_callbacks *cbs;
+  nghttp2_session_callbacks_new(&cbs);
+  nghttp2_session_callbacks_set_on_begin_headers_callback(cbs, on_begin_headers);
+  nghttp2_session_callbacks_set_on_header_callback(cbs, on_header);
+  nghttp2_session_callbacks_set_on_frame_recv_callback(cbs, on_frame_recv);
+  nghttp2_session_callbacks_set_on_data_chunk_recv_callback(cbs, on_data);
+  nghttp2_session_callbacks_set_on_frame_send_callback(cbs, on_frame_send);
+  nghttp2_session_callbacks_set_on_stream_close_callback(cbs, on_stream_close);
+  g->cbs = cbs;
+  nghttp2_option *opt;
+  nghttp2_option_new(&opt);
+  nghttp2_option_set_no_auto_window_update(opt, 1); /* flow control is read_messages' */
+  g->h2_opts = opt;
+}
+
+void hark_grpc_h2_teardown(hark_grpc *g) {
+  nghttp2_session_callbacks_del(g->cbs);
+  nghttp2_option_del(g->h2_opts);
+}

@@ -1,0 +1,121 @@
+/*
+ * raw.c — raw byte-stream connections on a port of their own (gRPC's
+ * HTTP/2, which grpc/ speaks over them), served by the same loops as
+ * HTTP: each loop accepts on its own listen socket (SO_REUSEPORT) and
+ * adopts the connection as an lws raw socket; the service's raw handler
+ * gets its bytes and writes back through hark_raw_write, which gathers
+ * what is written during one callback into one send. Also the loops'
+ * timers, for services that want one on a loop. Loop thread only.
+ */
+#include <stdlib.h>
+#include <string.h>
+
+#include "frontend/http/http_impl.h"
+#include "util/alloc.h"
+#include "util/log.h"
+
+static const hark_raw_handler *handler_of(const hark_http_loop *loop) {
+  return loop->http->handler->raw;
+}
+
+/* lws keeps what a write could not send, and sends it first; it may use
+ * LWS_PRE bytes in front of the data. */
+_Static_assert(LWS_PRE <= HARK_RAW_HEADROOM, "HARK_RAW_HEADROOM must cover LWS_PRE");
+
+int hark_raw_write(hark_raw *raw, uint8_t *data, size_t len) {
+  int n = lws_write(raw->wsi, data, len, LWS_WRITE_RAW);
+  return n < 0 ? -1 : n;
+}
+
+bool hark_raw_choked(hark_raw *raw) {
+  return lws_send_pipe_choked(raw->wsi) || lws_partial_buffered(raw->wsi);
+}
+
+void hark_raw_want_write(hark_raw *raw) { lws_callback_on_writable(raw->wsi); }
+
+void hark_raw_pause(hark_raw *raw, bool pause) {
+  if (raw->paused == pause) return;
+  raw->paused = pause;
+  lws_rx_flow_control(raw->wsi, pause ? 0 : 1);
+}
+
+void hark_raw_close(hark_raw *raw) { lws_set_timeout(raw->wsi, PENDING_TIMEOUT_CLOSE_SEND, LWS_TO_KILL_ASYNC); }
+
+hark_http_loop *hark_raw_loop(const hark_raw *raw) { return raw->loop; }
+
+int hark_raw_on_event(struct lws *wsi, enum lws_callback_reasons reason, void *user, void *in,
+                      size_t len) {
+  hark_raw *raw = user;
+  hark_http_loop *loop = wsi ? hark_http_loop_of(wsi) : NULL;
+  const hark_raw_handler *h = loop ? handler_of(loop) : NULL;
+  switch (reason) {
+    case LWS_CALLBACK_RAW_ADOPT:
+      if (!raw || !h) return -1;
+      raw->wsi = wsi;
+      raw->loop = loop;
+      raw->next = loop->raws;
+      if (raw->next) raw->next->prev = raw;
+      loop->raws = raw;
+      raw->conn = h->open(loop->http->handler->raw_userp, raw);
+      return raw->conn ? 0 : -1;
+    case LWS_CALLBACK_RAW_RX:
+      if (!raw || !raw->conn) return -1;
+      return h->rx(raw->conn, in, len) < 0 ? -1 : 0;
+    case LWS_CALLBACK_RAW_WRITEABLE:
+      if (!raw || !raw->conn) return 0;
+      return h->writable(raw->conn) < 0 ? -1 : 0;
+    case LWS_CALLBACK_RAW_CLOSE:
+      if (!raw || !raw->loop) return 0;
+      if (raw->prev)
+        raw->prev->next = raw->next;
+      else if (loop->raws == raw)
+        loop->raws = raw->next;
+      if (raw->next) raw->next->prev = raw->prev;
+      raw->prev = raw->next = NULL;
+      if (raw->conn) h->closed(raw->conn);
+      raw->conn = NULL;
+      raw->loop = NULL;
+      return 0;
+    default: return 0;
+  }
+}
+
+bool hark_raw_close_all(hark_http_loop *loop) {
+  if (!loop->raw_closing_all) {
+    loop->raw_closing_all = true;
+    for (hark_raw *raw = loop->raws; raw; raw = raw->next) hark_raw_close(raw);
+  }
+  return loop->raws != NULL;
+}
+
+/* ---- timers ----------------------------------------------------------------- */
+
+struct hark_http_timer {
+  lws_sorted_usec_list_t sul; /* first: lws hands it back */
+  hark_http_loop *loop;
+  void (*fn)(void *arg);
+  void *arg;
+};
+
+static void on_timer(lws_sorted_usec_list_t *sul) {
+  hark_http_timer *t = (hark_http_timer *)sul;
+  t->fn(t->arg);
+}
+
+hark_http_timer *hark_http_timer_new(hark_http_loop *loop, void (*fn)(void *arg), void *arg) {
+  hark_http_timer *t = hark_xcalloc(1, sizeof *t);
+  t->loop = loop;
+  t->fn = fn;
+  t->arg = arg;
+  return t;
+}
+
+void hark_http_timer_arm(hark_http_timer *t, uint64_t us) {
+  if (t->loop->ctx) lws_sul_schedule(t->loop->ctx, 0, &t->sul, on_timer, (lws_usec_t)us);
+}
+
+void hark_http_timer_free(hark_http_timer *t) {
+  if (!t) return;
+  lws_sul_cancel(&t->sul);
+  free(t);
+}
