@@ -36,6 +36,16 @@
 #define CONN_WINDOW (16u << 20)   /* per connection */
 #define WRITE_GATHER (64u * 1024u)
 #define MAX_HEADER_LIST (16u * 1024u)
+/* Open streams one connection may hold; a client past it is refused
+ * (REFUSED_STREAM, which gRPC clients retry). Bounds the per-connection
+ * state one client can pin; speech streams also count against admission. */
+#define MAX_STREAMS 1024u
+/* Streams a client may cancel (RST_STREAM) before the connection is torn
+ * down with GOAWAY, then per second: the rapid-reset defence. nghttp2's
+ * default (1000, then 33/s) cut off a client that hangs up a thousand
+ * live calls on one channel at once; this still stops a flood. */
+#define RESET_BURST (2u * MAX_STREAMS)
+#define RESET_RATE 256u
 
 struct h2conn {
   hark_grpc *g;
@@ -507,7 +517,8 @@ static void *conn_open(void *userp, hark_raw *raw) {
     return NULL;
   }
   nghttp2_settings_entry iv[] = {{NGHTTP2_SETTINGS_INITIAL_WINDOW_SIZE, STREAM_WINDOW},
-                                 {NGHTTP2_SETTINGS_MAX_HEADER_LIST_SIZE, MAX_HEADER_LIST}};
+                                 {NGHTTP2_SETTINGS_MAX_HEADER_LIST_SIZE, MAX_HEADER_LIST},
+                                 {NGHTTP2_SETTINGS_MAX_CONCURRENT_STREAMS, MAX_STREAMS}};
   nghttp2_submit_settings(h->s, NGHTTP2_FLAG_NONE, iv, sizeof iv / sizeof iv[0]);
   nghttp2_session_set_local_window_size(h->s, NGHTTP2_FLAG_NONE, 0, CONN_WINDOW);
   if (!hark_buf_reserve(&h->out, HARK_RAW_HEADROOM + WRITE_GATHER)) hark_oom("h2", WRITE_GATHER);
@@ -564,6 +575,7 @@ void hark_grpc_h2_setup(hark_grpc *g) {
   nghttp2_option *opt;
   nghttp2_option_new(&opt);
   nghttp2_option_set_no_auto_window_update(opt, 1); /* flow control is read_messages' */
+  nghttp2_option_set_stream_reset_rate_limit(opt, RESET_BURST, RESET_RATE);
   g->h2_opts = opt;
 }
 
