@@ -19,6 +19,7 @@
 #include "core/backends.h"
 #include "core/core.h"
 #include "core/repo_fs.h"
+#include "util/alloc.h"
 #include "util/log.h"
 
 struct hark_backends {
@@ -28,13 +29,8 @@ struct hark_backends {
 };
 
 hark_backends *hark_backends_new(const char *dir) {
-  hark_backends *b = calloc(1, sizeof *b);
-  if (!b) return NULL;
-  b->dir = strdup(dir);
-  if (!b->dir) {
-    free(b);
-    return NULL;
-  }
+  hark_backends *b = hark_xcalloc(1, sizeof *b);
+  b->dir = hark_xstrdup(dir);
   return b;
 }
 
@@ -63,8 +59,8 @@ static hark_error *backend_open(const char *name, const char *path, hark_backend
     return err;
   }
   hark_backend *b = calloc(1, sizeof *b);
-  b->name = strdup(name);
-  b->path = strdup(path);
+  b->name = hark_xstrdup(name);
+  b->path = hark_xstrdup(path);
   b->dl = dl;
   b->api = api;
   if ((api->api_version & 0xffff) >= 1) b->sequence_fini = api->sequence_fini;
@@ -98,8 +94,7 @@ hark_error *hark_backends_get(hark_backends *reg, const char *model_path, const 
     hark_backend *b = NULL;
     hark_error *err = backend_open(name, cand[i], &b);
     if (err) return err;
-    hark_backend **g = realloc(reg->list, (reg->n + 1) * sizeof *g);
-    if (!g) abort();
+    hark_backend **g = hark_xrealloc(reg->list, (reg->n + 1) * sizeof *g);
     reg->list = g;
     g[reg->n++] = b;
     *out = b;

@@ -10,7 +10,7 @@
 
 typedef struct hark_backends hark_backends;
 
-/* An empty registry that looks in `dir` (copied). NULL: out of memory. */
+/* An empty registry that looks in `dir` (copied). */
 hark_backends *hark_backends_new(const char *dir);
 /* Finalizes and closes every backend. Only once no model uses them. */
 void hark_backends_free(hark_backends *b);

@@ -18,6 +18,7 @@
 
 #include "core/core.h"
 #include "core/metrics_custom.h"
+#include "util/alloc.h"
 
 struct hark_metric {
   hark_metric *next;
@@ -55,24 +56,12 @@ static bool valid_name(const char *s) {
   return true;
 }
 
-/* The label value as the text format wants it: \\, \" and \n escaped. */
-static char *escape_label(const char *s) {
-  char *e = malloc(2 * strlen(s) + 1), *w = e;
-  if (!e) return NULL;
+/* Text as the text format wants it: \\ and \n escaped, and \" too in a
+ * label value (not in HELP text). */
+static char *escape(const char *s, bool label) {
+  char *e = hark_xmalloc(2 * strlen(s) + 1), *w = e;
   for (; *s; s++) {
-    if (*s == '"' || *s == '\\' || *s == '\n') *w++ = '\\';
-    *w++ = *s == '\n' ? 'n' : *s;
-  }
-  *w = '\0';
-  return e;
-}
-
-/* HELP text as the text format wants it: \\ and \n escaped. */
-static char *escape_help(const char *s) {
-  char *e = malloc(2 * strlen(s) + 1), *w = e;
-  if (!e) return NULL;
-  for (; *s; s++) {
-    if (*s == '\\' || *s == '\n') *w++ = '\\';
+    if (*s == '\\' || *s == '\n' || (label && *s == '"')) *w++ = '\\';
     *w++ = *s == '\n' ? 'n' : *s;
   }
   *w = '\0';
@@ -104,24 +93,17 @@ static hark_error *metric_new(hark_model *model, hark_metric_kind kind, const ch
     }
   }
   pthread_mutex_unlock(&registry_lock);
-  hark_metric *m = calloc(1, sizeof *m);
-  if (!m) return hark_error_new(HARK_ERR_INTERNAL, "out of memory");
+  hark_metric *m = hark_xcalloc(1, sizeof *m);
   m->kind = kind;
-  m->name = strdup(name);
-  m->help = escape_help(help ? help : "");
-  m->model = escape_label(hark_model_name(model));
+  m->name = hark_xstrdup(name);
+  m->help = escape(help ? help : "", false);
+  m->model = escape(hark_model_name(model), true);
   m->version = hark_model_version(model);
-  bool ok = m->name && m->help && m->model;
-  if (ok && kind == HARK_METRIC_HISTOGRAM) {
+  if (kind == HARK_METRIC_HISTOGRAM) {
     m->n_bounds = n_bounds;
-    m->bounds = malloc((n_bounds ? n_bounds : 1) * sizeof *bounds);
-    m->buckets = calloc(n_bounds + 1, sizeof *m->buckets);
-    ok = m->bounds && m->buckets;
-    if (ok && n_bounds) memcpy(m->bounds, bounds, n_bounds * sizeof *bounds);
-  }
-  if (!ok) {
-    hark_metric_free(m);
-    return hark_error_new(HARK_ERR_INTERNAL, "out of memory");
+    m->bounds = hark_xcalloc(n_bounds, sizeof *bounds);
+    m->buckets = hark_xcalloc(n_bounds + 1, sizeof *m->buckets);
+    if (n_bounds) memcpy(m->bounds, bounds, n_bounds * sizeof *bounds);
   }
   pthread_mutex_lock(&registry_lock);
   m->next = registry;

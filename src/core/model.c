@@ -19,6 +19,7 @@
 #include <time.h>
 
 #include "core/core.h"
+#include "util/alloc.h"
 #include "util/log.h"
 
 const char *hark_backend_name(const hark_backend *b) { return b->name; }
@@ -97,7 +98,7 @@ static hark_error *instances_create(hark_model *m) {
         snprintf(name, sizeof name, "%s_%u", grp->name, i);
       else
         snprintf(name, sizeof name, "%s_%u_%u", m->name, g, i);
-      inst->name = strdup(name);
+      inst->name = hark_xstrdup(name);
     }
   }
   for (idx = 0; idx < total; idx++) {
@@ -131,27 +132,36 @@ static void model_teardown(hark_model *m) {
 }
 
 /* A model with its config and statistics; nothing runs yet. */
+/* NULL when the per-batch-size statistics, sized by the config's
+ * max_batch_size, do not fit. */
 static hark_model *model_alloc(hark_model_config *cfg, const char *path, int64_t version) {
-  hark_model *m = calloc(1, sizeof *m);
-  if (!m) return NULL;
+  uint32_t n_batch = cfg->max_batch_size ? cfg->max_batch_size : 1;
+  hark_abatch *batch = calloc(n_batch, sizeof *batch);
+  if (!batch) return NULL;
+  hark_model *m = hark_xcalloc(1, sizeof *m);
   atomic_init(&m->refs, 1);
   pthread_mutex_init(&m->lock, NULL);
   pthread_cond_init(&m->released, NULL);
-  m->name = strdup(cfg->name);
-  m->path = strdup(path);
+  m->name = hark_xstrdup(cfg->name);
+  m->path = hark_xstrdup(path);
   m->version = version;
   m->config = cfg;
-  m->stats.n_batch = cfg->max_batch_size ? cfg->max_batch_size : 1;
-  m->stats.batch = calloc(m->stats.n_batch, sizeof *m->stats.batch);
+  m->stats.n_batch = n_batch;
+  m->stats.batch = batch;
   return m;
+}
+
+static hark_error *too_big(hark_model_config *cfg) {
+  hark_error *err = hark_error_new(HARK_ERR_INVALID_ARG,
+                                   "model '%s': max_batch_size %u needs more memory than there is",
+                                   cfg->name, cfg->max_batch_size);
+  hark_model_config_free(cfg);
+  return err;
 }
 
 hark_error *hark_model_create_bare(hark_model_config *cfg, int64_t version, hark_model **out) {
   hark_model *m = model_alloc(cfg, "", version);
-  if (!m) {
-    hark_model_config_free(cfg);
-    return hark_error_new(HARK_ERR_INTERNAL, "out of memory");
-  }
+  if (!m) return too_big(cfg);
   atomic_store(&m->ready, true);
   *out = m;
   return NULL;
@@ -165,10 +175,7 @@ static const char *model_instance_name(void *ctx, uint32_t index);
 hark_error *hark_model_create(hark_server *server, hark_backend *backend, const char *path,
                               hark_model_config *cfg, int64_t version, hark_model **out) {
   hark_model *m = model_alloc(cfg, path, version);
-  if (!m) {
-    hark_model_config_free(cfg);
-    return hark_error_new(HARK_ERR_INTERNAL, "out of memory");
-  }
+  if (!m) return too_big(cfg);
   m->server = server;
   m->backend = backend;
   hark_error *err = NULL;

@@ -29,6 +29,7 @@
 #include "core/core.h"
 #include "core/repo_fs.h"
 #include "core/repository.h"
+#include "util/alloc.h"
 #include "util/log.h"
 
 typedef struct model_entry {
@@ -82,10 +83,9 @@ static int cmp_entry(const void *a, const void *b) {
 static model_entry *entry_get(hark_repository *r, const char *name) {
   model_entry *e = entry_find(r, name);
   if (e) return e;
-  model_entry *g = realloc(r->entries, (r->n_entries + 1) * sizeof *g);
-  if (!g) abort();
+  model_entry *g = hark_xrealloc(r->entries, (r->n_entries + 1) * sizeof *g);
   r->entries = g;
-  g[r->n_entries] = (model_entry){.name = strdup(name), .state = "", .reason = strdup("")};
+  g[r->n_entries] = (model_entry){.name = hark_xstrdup(name), .state = "", .reason = hark_xstrdup("")};
   r->n_entries++;
   qsort(r->entries, r->n_entries, sizeof *r->entries, cmp_entry);
   return entry_find(r, name);
@@ -93,7 +93,7 @@ static model_entry *entry_get(hark_repository *r, const char *name) {
 
 static void entry_set_reason(model_entry *e, const char *reason) {
   free(e->reason);
-  e->reason = strdup(reason ? reason : "");
+  e->reason = hark_xstrdup(reason ? reason : "");
 }
 
 /* Marks the entry busy, waiting for an earlier load/unload of it. */
@@ -211,8 +211,7 @@ static void *retire_run(void *arg) {
  * hark_server_is_idle) until they are destroyed. */
 static void retire_add(hark_repository *r, hark_model **old, uint32_t n) {
   pthread_mutex_lock(&r->lock);
-  hark_model **g = realloc(r->retired, (r->n_retired + n + 1) * sizeof *g);
-  if (!g) abort();
+  hark_model **g = hark_xrealloc(r->retired, (r->n_retired + n + 1) * sizeof *g);
   r->retired = g;
   for (uint32_t i = 0; i < n; i++) {
     atomic_store(&old[i]->retired, true);
@@ -272,7 +271,7 @@ static char **dependents(hark_repository *r, const char *name, uint32_t *n) {
     char **g = realloc(out, (*n + 1) * sizeof *g);
     if (!g) break;
     out = g;
-    out[(*n)++] = strdup(e->name);
+    out[(*n)++] = hark_xstrdup(e->name);
   }
   pthread_mutex_unlock(&r->lock);
   return out;
@@ -455,7 +454,7 @@ static void poll_once(hark_repository *r) {
     char **g = realloc(gone, (n_gone + 1) * sizeof *g);
     if (!g) break;
     gone = g;
-    gone[n_gone++] = strdup(e->name);
+    gone[n_gone++] = hark_xstrdup(e->name);
   }
   pthread_mutex_unlock(&r->lock);
   for (uint32_t i = 0; i < n_gone; i++) {
@@ -509,9 +508,8 @@ hark_error *hark_repository_new(const hark_repository_config *cfg, hark_reposito
   if (!cfg->path || !hark_repo_is_dir(cfg->path))
     return hark_error_new(HARK_ERR_INVALID_ARG, "model repository '%s' is not a folder",
                           cfg->path ? cfg->path : "(none)");
-  hark_repository *r = calloc(1, sizeof *r);
-  if (!r) return hark_error_new(HARK_ERR_INTERNAL, "out of memory");
-  r->path = strdup(cfg->path);
+  hark_repository *r = hark_xcalloc(1, sizeof *r);
+  r->path = hark_xstrdup(cfg->path);
   r->control = cfg->control;
   r->server = cfg->server;
   r->backends = cfg->backends;
@@ -680,10 +678,10 @@ hark_error *hark_repository_index(hark_repository *r, bool ready_only, hark_inde
     model_entry *e = &r->entries[i];
     /* A failed reload leaves the old versions READY: say why it failed. */
     for (uint32_t v = 0; v < e->n_versions; v++)
-      list[n++] = (hark_index_entry){strdup(e->name), e->versions[v]->version, "READY",
-                                     strdup(e->failed ? e->reason : "")};
+      list[n++] = (hark_index_entry){hark_xstrdup(e->name), e->versions[v]->version, "READY",
+                                     hark_xstrdup(e->failed ? e->reason : "")};
     if (!e->n_versions && !ready_only)
-      list[n++] = (hark_index_entry){strdup(e->name), -1, e->state, strdup(e->reason)};
+      list[n++] = (hark_index_entry){hark_xstrdup(e->name), -1, e->state, hark_xstrdup(e->reason)};
   }
   pthread_mutex_unlock(&r->lock);
   for (uint32_t i = 0; i < n_names; i++) free(names[i]);
@@ -738,7 +736,7 @@ static hark_error *repo_op_start(hark_repository *r, const char *name, bool load
   if (atomic_load(&r->cut) || atomic_load(&r->draining))
     return hark_error_new(HARK_ERR_UNAVAILABLE, "Server is shutting down");
   repo_op *op = calloc(1, sizeof *op);
-  *op = (repo_op){r, strdup(name), load, done, userp};
+  *op = (repo_op){r, hark_xstrdup(name), load, done, userp};
   pthread_mutex_lock(&r->lock);
   r->ops_running++;
   pthread_mutex_unlock(&r->lock);

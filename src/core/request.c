@@ -10,13 +10,13 @@
 #include <string.h>
 
 #include "core/core.h"
+#include "util/alloc.h"
 #include "util/log.h"
 
-static char *dup_or_empty(const char *s) { return strdup(s ? s : ""); }
+static char *dup_or_empty(const char *s) { return hark_xstrdup(s ? s : ""); }
 
 hark_request *hark_request_new(hark_model *model) {
-  hark_request *req = calloc(1, sizeof *req);
-  if (!req) abort(); /* small fixed allocation: treat as fatal */
+  hark_request *req = hark_xcalloc(1, sizeof *req);
   req->model = model;
   hark_model_acquire(model);
   req->batch_size = 1;
@@ -73,10 +73,9 @@ static void kv_set(hark_kv **kv, uint32_t *n, const char *key, const char *value
       (*kv)[i].value = dup_or_empty(value);
       return;
     }
-  hark_kv *grown = realloc(*kv, (*n + 1) * sizeof **kv);
-  if (!grown) abort();
+  hark_kv *grown = hark_xrealloc(*kv, (*n + 1) * sizeof **kv);
   *kv = grown;
-  grown[*n].key = strdup(key);
+  grown[*n].key = hark_xstrdup(key);
   grown[*n].value = dup_or_empty(value);
   (*n)++;
 }
@@ -100,12 +99,11 @@ hark_error *hark_request_add_input(hark_request *req, const char *name, hark_dat
                           name, ndims, HARK_MAX_DIMS);
   if (hark_request_input_by_name(req, name))
     return hark_error_new(HARK_ERR_INVALID_ARG, "input '%s' is given more than once", name);
-  hark_tensor *grown = realloc(req->inputs, (req->n_inputs + 1) * sizeof *grown);
-  if (!grown) return hark_error_new(HARK_ERR_INTERNAL, "out of memory");
+  hark_tensor *grown = hark_xrealloc(req->inputs, (req->n_inputs + 1) * sizeof *grown);
   req->inputs = grown;
   hark_tensor *t = &grown[req->n_inputs++];
   memset(t, 0, sizeof *t);
-  t->name = strdup(name);
+  t->name = hark_xstrdup(name);
   t->datatype = dt;
   t->ndims = ndims;
   if (ndims) memcpy(t->shape, shape, ndims * sizeof *shape);
@@ -115,8 +113,7 @@ hark_error *hark_request_add_input(hark_request *req, const char *name, hark_dat
 }
 
 void hark_request_attach(hark_request *req, void *ptr, void (*free_fn)(void *)) {
-  hark_attachment *grown = realloc(req->attached, (req->n_attached + 1) * sizeof *grown);
-  if (!grown) abort();
+  hark_attachment *grown = hark_xrealloc(req->attached, (req->n_attached + 1) * sizeof *grown);
   req->attached = grown;
   grown[req->n_attached++] = (hark_attachment){ptr, free_fn};
 }
@@ -124,10 +121,9 @@ void hark_request_attach(hark_request *req, void *ptr, void (*free_fn)(void *)) 
 void hark_request_add_requested_output(hark_request *req, const char *name) {
   for (uint32_t i = 0; i < req->n_requested; i++)
     if (strcmp(req->requested[i], name) == 0) return;
-  char **grown = realloc(req->requested, (req->n_requested + 1) * sizeof *grown);
-  if (!grown) abort();
+  char **grown = hark_xrealloc(req->requested, (req->n_requested + 1) * sizeof *grown);
   req->requested = grown;
-  grown[req->n_requested++] = strdup(name);
+  grown[req->n_requested++] = hark_xstrdup(name);
 }
 
 void hark_request_set_callback(hark_request *req, hark_response_fn fn, void *userp) {
@@ -186,8 +182,7 @@ uint64_t hark_request_queued_ns(const hark_request *req) { return req->queued_ns
 /* ---- responses ------------------------------------------------------------ */
 
 hark_response *hark_response_new(hark_request *req) {
-  hark_response *resp = calloc(1, sizeof *resp);
-  if (!resp) abort();
+  hark_response *resp = hark_xcalloc(1, sizeof *resp);
   resp->req = req;
   resp->id = dup_or_empty(req->id);
   return resp;
@@ -201,25 +196,21 @@ hark_error *hark_response_add_output(hark_response *resp, const char *name, hark
   if (hark_response_output_by_name(resp, name))
     return hark_error_new(HARK_ERR_INTERNAL, "output '%s' added twice", name);
   uint32_t n = resp->n_outputs + 1;
-  hark_tensor *outs = realloc(resp->outputs, n * sizeof *outs);
-  if (!outs) return hark_error_new(HARK_ERR_INTERNAL, "out of memory");
-  resp->outputs = outs;
-  void **bufs = realloc(resp->buffers, n * sizeof *bufs);
-  if (!bufs) return hark_error_new(HARK_ERR_INTERNAL, "out of memory");
-  resp->buffers = bufs;
+  hark_tensor *outs = resp->outputs = hark_xrealloc(resp->outputs, n * sizeof *outs);
+  resp->buffers = hark_xrealloc(resp->buffers, n * sizeof *resp->buffers);
   void *data = calloc(1, byte_size ? byte_size : 1);
   if (!data)
     return hark_error_new(HARK_ERR_INTERNAL, "cannot allocate %zu bytes for output '%s'",
                           byte_size, name);
   hark_tensor *t = &outs[resp->n_outputs];
   memset(t, 0, sizeof *t);
-  t->name = strdup(name);
+  t->name = hark_xstrdup(name);
   t->datatype = dt;
   t->ndims = ndims;
   if (ndims) memcpy(t->shape, shape, ndims * sizeof *shape);
   t->data = data;
   t->byte_size = byte_size;
-  bufs[resp->n_outputs] = data;
+  resp->buffers[resp->n_outputs] = data;
   resp->n_outputs = n;
   *buffer = data;
   return NULL;

@@ -20,6 +20,7 @@
 #include "core/core.h"
 #include "core/repository.h"
 #include "runtime/pool.h"
+#include "util/alloc.h"
 #include "util/log.h"
 
 struct hark_server {
@@ -45,16 +46,11 @@ const char *const *hark_server_extensions(void) { return extensions; }
 /* ---- server ----------------------------------------------------------------- */
 
 hark_error *hark_server_new(const hark_server_options *opts, hark_server **out) {
-  hark_server *s = calloc(1, sizeof *s);
-  if (!s) return hark_error_new(HARK_ERR_INTERNAL, "out of memory");
+  hark_server *s = hark_xcalloc(1, sizeof *s);
   s->strict_readiness = opts->strict_readiness;
   s->default_max_queue = opts->max_queue_size ? opts->max_queue_size : 4096;
   s->backends = hark_backends_new(opts->backend_directory ? opts->backend_directory
                                                           : HARK_DEFAULT_BACKEND_DIR);
-  if (!s->backends) {
-    free(s);
-    return hark_error_new(HARK_ERR_INTERNAL, "out of memory");
-  }
   double poll = opts->repository_poll_secs > 0 ? opts->repository_poll_secs : 15.0;
   const hark_repository_config rc = {
       .path = opts->model_repository,

@@ -26,6 +26,7 @@
 #include "sched/batcher.h"
 #include "sched/queue.h"
 #include "sched/skeleton.h"
+#include "util/alloc.h"
 
 /* Executions timed before a model may run inline (runtime/pool.c): the first
  * requests, with their cold caches and lazy set-ups, do not decide. */
@@ -120,8 +121,7 @@ static void order_collect(dyn_sched *s, order_msg **out, order_slot **done) {
 static void order_callback(hark_response *resp, uint32_t flags, hark_error *err, void *userp) {
   order_slot *slot = userp;
   dyn_sched *s = slot->s;
-  order_msg *m = (flags & HARK_RESPONSE_FINAL) ? &slot->final_msg : malloc(sizeof *m);
-  if (!m) abort(); /* small fixed allocation, as the core treats them */
+  order_msg *m = (flags & HARK_RESPONSE_FINAL) ? &slot->final_msg : hark_xmalloc(sizeof *m);
   *m = (order_msg){.slot = slot, .resp = resp, .flags = flags, .err = err};
 
   pthread_mutex_lock(&s->olock);
@@ -284,9 +284,7 @@ static hark_error *dyn_admit(hark_skel *sk, hark_request *req, void *slot, uint6
 
 static hark_error *dyn_enqueue(hark_sched *base, hark_request *req) {
   dyn_sched *s = (dyn_sched *)base;
-  order_slot *slot = NULL;
-  if (s->ordered && !(slot = calloc(1, sizeof *slot)))
-    return hark_error_new(HARK_ERR_INTERNAL, "out of memory");
+  order_slot *slot = s->ordered ? hark_xcalloc(1, sizeof *slot) : NULL;
   hark_error *err = hark_skel_enqueue(&s->sk, req, slot);
   if (err) free(slot);
   return err;
@@ -343,8 +341,7 @@ hark_error *hark_sched_dynamic_new(const hark_sched_desc *desc, hark_sched **out
   if (n_insts == 0)
     return hark_error_new(HARK_ERR_INVALID_ARG, "model '%s' has no instances to run on",
                           desc->name);
-  dyn_sched *s = calloc(1, sizeof *s);
-  if (!s) return hark_error_new(HARK_ERR_INTERNAL, "out of memory");
+  dyn_sched *s = hark_xcalloc(1, sizeof *s);
   hark_skel_init(&s->sk, &dyn_skel_ops, desc);
   s->sk.base.ops = &dyn_ops;
   pthread_mutex_init(&s->olock, NULL);

@@ -29,6 +29,7 @@
 
 #include "core/engine.h"
 #include "sched/sched_impl.h"
+#include "util/alloc.h"
 
 typedef struct ens_step {
   hark_model *model; /* only while hark_sched_new validates */
@@ -91,19 +92,14 @@ static void run_free(ens_run *run) {
 }
 
 static ens_run *run_new(ens_sched *s, hark_request *req) {
-  ens_run *run = calloc(1, sizeof *run);
-  if (!run) return NULL;
+  ens_run *run = hark_xcalloc(1, sizeof *run);
   pthread_mutex_init(&run->lock, NULL);
   run->s = s;
   run->req = req;
-  run->value = calloc(s->n_tensors, sizeof *run->value);
-  run->ready = calloc(s->n_tensors, sizeof *run->ready);
-  run->launched = calloc(s->n_steps, sizeof *run->launched);
-  run->ctx = calloc(s->n_steps, sizeof *run->ctx);
-  if (!run->value || !run->ready || !run->launched || !run->ctx) {
-    run_free(run);
-    return NULL;
-  }
+  run->value = hark_xcalloc(s->n_tensors, sizeof *run->value);
+  run->ready = hark_xcalloc(s->n_tensors, sizeof *run->ready);
+  run->launched = hark_xcalloc(s->n_steps, sizeof *run->launched);
+  run->ctx = hark_xcalloc(s->n_steps, sizeof *run->ctx);
   for (uint32_t i = 0; i < s->n_steps; i++) run->ctx[i] = (ens_step_ctx){run, i};
   /* The ensemble's inputs come first in the tensor table. */
   for (uint32_t i = 0; i < s->cfg->n_inputs; i++) {
@@ -267,26 +263,12 @@ static void step_done(hark_response *resp, uint32_t flags, hark_error *err, void
       }
     }
     if (used && run->n_kept == run->cap_kept) {
-      uint32_t cap = run->cap_kept ? 2 * run->cap_kept : 4;
-      hark_response **grown = realloc(run->kept, cap * sizeof *grown);
-      if (grown) {
-        run->kept = grown;
-        run->cap_kept = cap;
-      }
+      run->cap_kept = run->cap_kept ? 2 * run->cap_kept : 4;
+      run->kept = hark_xrealloc(run->kept, run->cap_kept * sizeof *run->kept);
     }
-    if (used && run->n_kept < run->cap_kept) {
+    if (used) {
       run->kept[run->n_kept++] = resp;
       kept = true;
-    } else if (used) {
-      /* Could not keep it: forget what pointed into it, and fail. */
-      for (uint32_t j = 0; j < st->cfg->n_output_map; j++)
-        if (run->value[st->out_tensor[j]] &&
-            run->value[st->out_tensor[j]] ==
-                hark_response_output_by_name(resp, st->cfg->output_map[j].key)) {
-          run->value[st->out_tensor[j]] = NULL;
-          run->ready[st->out_tensor[j]] = false;
-        }
-      run->error = hark_error_new(HARK_ERR_INTERNAL, "out of memory");
     }
   }
   /* A FINAL hands the step's reference to run_advance; new outputs from a
@@ -303,7 +285,6 @@ static void step_done(hark_response *resp, uint32_t flags, hark_error *err, void
 static hark_error *ens_enqueue(hark_sched *base, hark_request *req) {
   ens_sched *s = (ens_sched *)base;
   ens_run *run = run_new(s, req);
-  if (!run) return hark_error_new(HARK_ERR_INTERNAL, "out of memory");
   pthread_mutex_lock(&s->lock);
   if (s->stopping) {
     pthread_mutex_unlock(&s->lock);
@@ -398,9 +379,8 @@ static hark_error *resolve_outputs(ens_sched *s) {
                                                 st->cfg->model_version, &st->model);
     if (err) return step_error(s, i, err);
     const hark_model_config *mc = hark_model_get_config(st->model);
-    st->in_tensor = calloc(st->cfg->n_input_map ? st->cfg->n_input_map : 1, sizeof(uint32_t));
-    st->out_tensor = calloc(st->cfg->n_output_map ? st->cfg->n_output_map : 1, sizeof(uint32_t));
-    if (!st->in_tensor || !st->out_tensor) return hark_error_new(HARK_ERR_INTERNAL, "out of memory");
+    st->in_tensor = hark_xcalloc(st->cfg->n_input_map, sizeof(uint32_t));
+    st->out_tensor = hark_xcalloc(st->cfg->n_output_map, sizeof(uint32_t));
     if (st->cfg->n_output_map == 0) return ENS_ERR(s, i, "output_map is empty");
     for (uint32_t j = 0; j < st->cfg->n_output_map; j++) {
       const hark_kv *kv = &st->cfg->output_map[j];
@@ -471,12 +451,11 @@ static hark_error *resolve_ensemble_outputs(ens_sched *s) {
 
 /* Every step must become runnable from the ensemble inputs alone. */
 static hark_error *check_acyclic(ens_sched *s) {
-  bool *ready = calloc(s->n_tensors, sizeof *ready);
-  bool *ran = calloc(s->n_steps, sizeof *ran);
+  bool *ready = hark_xcalloc(s->n_tensors, sizeof *ready);
+  bool *ran = hark_xcalloc(s->n_steps, sizeof *ran);
   hark_error *err = NULL;
-  if (!ready || !ran) err = hark_error_new(HARK_ERR_INTERNAL, "out of memory");
-  for (uint32_t i = 0; !err && i < s->cfg->n_inputs; i++) ready[i] = true;
-  for (bool progress = true; !err && progress;) {
+  for (uint32_t i = 0; i < s->cfg->n_inputs; i++) ready[i] = true;
+  for (bool progress = true; progress;) {
     progress = false;
     for (uint32_t i = 0; i < s->n_steps; i++) {
       bool can = !ran[i];
@@ -501,8 +480,7 @@ hark_error *hark_sched_ensemble_new(const hark_sched_desc *desc, hark_sched **ou
   if (cfg->n_ensemble_steps == 0)
     return hark_error_new(HARK_ERR_INVALID_ARG, "ensemble '%s' has no ensemble_scheduling steps",
                           desc->name);
-  ens_sched *s = calloc(1, sizeof *s);
-  if (!s) return hark_error_new(HARK_ERR_INTERNAL, "out of memory");
+  ens_sched *s = hark_xcalloc(1, sizeof *s);
   s->base.ops = &ens_ops;
   s->name = desc->name;
   s->version = desc->version;
@@ -513,24 +491,20 @@ hark_error *hark_sched_ensemble_new(const hark_sched_desc *desc, hark_sched **ou
   uint32_t max_tensors = cfg->n_inputs;
   for (uint32_t i = 0; i < cfg->n_ensemble_steps; i++)
     max_tensors += cfg->ensemble_steps[i].n_output_map;
-  s->names = calloc(max_tensors ? max_tensors : 1, sizeof *s->names);
-  s->dtypes = calloc(max_tensors ? max_tensors : 1, sizeof *s->dtypes);
-  s->output_tensor = calloc(cfg->n_outputs ? cfg->n_outputs : 1, sizeof *s->output_tensor);
-  s->steps = calloc(cfg->n_ensemble_steps, sizeof *s->steps);
+  s->names = hark_xcalloc(max_tensors, sizeof *s->names);
+  s->dtypes = hark_xcalloc(max_tensors, sizeof *s->dtypes);
+  s->output_tensor = hark_xcalloc(cfg->n_outputs, sizeof *s->output_tensor);
+  s->steps = hark_xcalloc(cfg->n_ensemble_steps, sizeof *s->steps);
   hark_error *err = NULL;
-  if (!s->names || !s->dtypes || !s->output_tensor || !s->steps)
-    err = hark_error_new(HARK_ERR_INTERNAL, "out of memory");
-  if (!err) {
-    s->n_steps = cfg->n_ensemble_steps;
-    for (uint32_t i = 0; i < cfg->n_inputs; i++) {
-      if (tensor_find(s, cfg->inputs[i].name) != UINT32_MAX) {
-        err = hark_error_new(HARK_ERR_INVALID_ARG, "ensemble '%s': input '%s' is listed twice",
-                             s->name, cfg->inputs[i].name);
-        break;
-      }
-      s->names[s->n_tensors] = cfg->inputs[i].name;
-      s->dtypes[s->n_tensors++] = cfg->inputs[i].datatype;
+  s->n_steps = cfg->n_ensemble_steps;
+  for (uint32_t i = 0; i < cfg->n_inputs; i++) {
+    if (tensor_find(s, cfg->inputs[i].name) != UINT32_MAX) {
+      err = hark_error_new(HARK_ERR_INVALID_ARG, "ensemble '%s': input '%s' is listed twice",
+                           s->name, cfg->inputs[i].name);
+      break;
     }
+    s->names[s->n_tensors] = cfg->inputs[i].name;
+    s->dtypes[s->n_tensors++] = cfg->inputs[i].datatype;
   }
   if (!err) err = resolve_outputs(s);
   if (!err) err = resolve_inputs(s);

@@ -12,6 +12,7 @@
 #include <stdlib.h>
 
 #include "sched/queue.h"
+#include "util/alloc.h"
 
 struct hark_queue_node {
   void *item;
@@ -65,12 +66,8 @@ hark_error *hark_queue_new(const hark_dynamic_batching *db, uint32_t default_max
                             "dynamic_batching: priority_queue_policy key %u is outside [1, %u]",
                             lv, levels);
   }
-  hark_queue *q = calloc(1, sizeof *q);
-  if (q) q->levels = calloc(levels, sizeof *q->levels);
-  if (!q || !q->levels) {
-    free(q);
-    return hark_error_new(HARK_ERR_INTERNAL, "out of memory");
-  }
+  hark_queue *q = hark_xcalloc(1, sizeof *q);
+  q->levels = hark_xcalloc(levels, sizeof *q->levels);
   q->n_levels = levels;
   q->default_level = def;
   uint32_t cap = default_max_queue ? default_max_queue : HARK_QUEUE_FALLBACK_MAX;
@@ -188,8 +185,7 @@ hark_error *hark_queue_push(hark_queue *q, void *item, uint32_t priority, uint64
   queue_level *lv = &q->levels[level - 1];
   if (lv->count >= lv->max)
     return hark_error_new(HARK_ERR_UNAVAILABLE, "Exceeds maximum queue size");
-  hark_queue_node *n = calloc(1, sizeof *n);
-  if (!n) return hark_error_new(HARK_ERR_INTERNAL, "out of memory");
+  hark_queue_node *n = hark_xcalloc(1, sizeof *n);
   n->item = item;
   n->enqueued_ns = now_ns;
   n->batch_size = batch_size ? batch_size : 1;

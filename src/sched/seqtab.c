@@ -17,6 +17,7 @@
 #include "hark/request.h"
 #include "sched/batcher.h"
 #include "sched/seqtab.h"
+#include "util/alloc.h"
 
 enum { LIST_NONE = 0, LIST_READY, LIST_IDLE, LIST_BACKLOG };
 
@@ -204,7 +205,7 @@ static void expired_remember(hark_seqtab *t, const hark_seq *s, uint64_t now) {
   expired_id *e = &t->expired[t->expired_next];
   t->expired_next = (t->expired_next + 1) % HARK_SEQ_EXPIRED_MEMORY;
   expired_clear(e);
-  char *copy = s->is_str ? strdup(s->str) : NULL;
+  char *copy = s->is_str ? hark_xstrdup(s->str) : NULL;
   if (s->is_str && !copy) return; /* forgetting is the safe failure */
   *e = (expired_id){.used = true, .is_str = s->is_str, .num = s->num, .str = copy, .at_ns = now};
 }
@@ -222,8 +223,7 @@ static expired_id *expired_find(hark_seqtab *t, const hark_seq_key *k, uint64_t 
 
 static void drop_states(hark_seqtab *t, hark_seq *s) {
   if (!s->states.backend && !s->states.implicit) return;
-  hark_seq_drop *d = malloc(sizeof *d);
-  if (!d) abort(); /* small fixed allocation, as the core treats them */
+  hark_seq_drop *d = hark_xmalloc(sizeof *d);
   d->states = s->states;
   d->next = t->drops;
   t->drops = d;
@@ -355,19 +355,17 @@ hark_seq_status hark_seqtab_push(hark_seqtab *t, const hark_seq_key *key, uint32
   if (to_backlog && t->queued_backlog >= t->p.max_backlog) return HARK_SEQ_BACKLOG_FULL;
   if (!to_backlog && t->queued - t->queued_backlog >= t->p.max_queued) return HARK_SEQ_QUEUE_FULL;
 
-  seq_node *node = malloc(sizeof *node);
-  if (!node) abort();
+  seq_node *node = hark_xmalloc(sizeof *node);
   *node = (seq_node){.item = item, .flags = flags, .enqueued_ns = now};
   if (!s) {
-    s = calloc(1, sizeof *s);
-    if (!s) abort();
+    s = hark_xcalloc(1, sizeof *s);
     s->oneshot = !key;
     s->slot = -1;
     if (key) {
       s->is_str = key->is_str;
       s->num = key->num;
       s->hash = h;
-      if (key->is_str && !(s->str = strdup(key->str))) abort();
+      if (key->is_str) s->str = hark_xstrdup(key->str);
       expired_id *e = expired_find(t, key, now);
       if (e) expired_clear(e);
       hash_insert(t, s);

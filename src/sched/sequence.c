@@ -44,6 +44,7 @@
 #include "hark/request.h"
 #include "sched/seqtab.h"
 #include "sched/skeleton.h"
+#include "util/alloc.h"
 #include "util/log.h"
 
 typedef struct seq_sched seq_sched;
@@ -141,8 +142,7 @@ static void add_control(seq_sched *s, hark_request *req, const hark_seq_control 
   size_t bytes = 0;
   if (c->kind != HARK_SEQ_CONTROL_CORRID) {
     bytes = c->datatype == HARK_TYPE_BOOL ? 1 : 4;
-    data = malloc(4);
-    if (!data) abort();
+    data = hark_xmalloc(4);
     if (c->datatype == HARK_TYPE_BOOL)
       *(bool *)data = c->bool_false_true[on];
     else if (c->datatype == HARK_TYPE_FP32)
@@ -155,8 +155,7 @@ static void add_control(seq_sched *s, hark_request *req, const hark_seq_control 
     const char *text = sid ? sid : num;
     uint32_t len = (uint32_t)strlen(text);
     bytes = 4 + len;
-    data = malloc(bytes);
-    if (!data) abort();
+    data = hark_xmalloc(bytes);
     uint8_t *p = data;
     p[0] = (uint8_t)len, p[1] = (uint8_t)(len >> 8), p[2] = (uint8_t)(len >> 16),
     p[3] = (uint8_t)(len >> 24);
@@ -165,8 +164,7 @@ static void add_control(seq_sched *s, hark_request *req, const hark_seq_control 
     /* A string id has no numeric value: numeric CORRID tensors get 0. */
     uint64_t v = sid ? 0 : nid;
     bytes = hark_datatype_size(c->datatype);
-    data = malloc(8);
-    if (!data) abort();
+    data = hark_xmalloc(8);
     if (bytes == 8) {
       memcpy(data, &v, 8);
     } else {
@@ -178,14 +176,13 @@ static void add_control(seq_sched *s, hark_request *req, const hark_seq_control 
 }
 
 /* Zeros of the state's initial shape. */
-static bool tensor_reset(const hark_seq_state *st, seq_tensor *t) {
+static void tensor_reset(const hark_seq_state *st, seq_tensor *t) {
   free(t->data);
   t->ndims = st->has_initial ? st->initial_ndims : st->ndims;
   memcpy(t->dims, st->has_initial ? st->initial_dims : st->dims, t->ndims * sizeof *t->dims);
   int64_t count = hark_shape_count(t->dims, t->ndims);
   t->bytes = count > 0 ? (size_t)count * hark_datatype_size(st->datatype) : 0;
-  t->data = calloc(1, t->bytes ? t->bytes : 1);
-  return t->data != NULL;
+  t->data = hark_xcalloc(1, t->bytes);
 }
 
 static void add_states(seq_sched *s, hark_request *req, hark_seq_states *states, uint32_t flags) {
@@ -193,16 +190,14 @@ static void add_states(seq_sched *s, hark_request *req, hark_seq_states *states,
   seq_implicit *im = states->implicit;
   bool fresh = !im || (flags & HARK_REQUEST_SEQUENCE_START);
   if (!im) {
-    im = calloc(1, sizeof *im + sb->n_states * sizeof im->t[0]);
-    if (!im) abort();
+    im = hark_xcalloc(1, sizeof *im + sb->n_states * sizeof im->t[0]);
     im->n = sb->n_states;
     states->implicit = im;
   }
   for (uint32_t i = 0; i < sb->n_states; i++) {
     seq_tensor *t = &im->t[i];
-    if ((fresh || !t->data) && !tensor_reset(&sb->states[i], t)) abort();
-    void *copy = malloc(t->bytes ? t->bytes : 1);
-    if (!copy) abort();
+    if (fresh || !t->data) tensor_reset(&sb->states[i], t);
+    void *copy = hark_xmalloc(t->bytes);
     memcpy(copy, t->data, t->bytes);
     add_input(s, req, sb->states[i].input_name, sb->states[i].datatype, t->dims, t->ndims, copy,
               t->bytes);
@@ -408,8 +403,7 @@ static hark_error *seq_enqueue(hark_sched *base, hark_request *req) {
                           "model '%s' uses sequence_batching: each request must have batch size "
                           "1, got %u",
                           s->sk.d.name, hark_request_batch_size(req));
-  seq_call *call = calloc(1, sizeof *call);
-  if (!call) return hark_error_new(HARK_ERR_INTERNAL, "out of memory");
+  seq_call *call = hark_xcalloc(1, sizeof *call);
   call->s = s;
   call->req = req;
   hark_error *err = hark_skel_enqueue(&s->sk, req, call);
@@ -466,8 +460,7 @@ hark_error *hark_sched_sequence_new(const hark_sched_desc *desc, hark_sched **ou
   if (n_insts == 0)
     return hark_error_new(HARK_ERR_INVALID_ARG, "model '%s' has no instances to run on",
                           desc->name);
-  seq_sched *s = calloc(1, sizeof *s);
-  if (!s) return hark_error_new(HARK_ERR_INTERNAL, "out of memory");
+  seq_sched *s = hark_xcalloc(1, sizeof *s);
   hark_skel_init(&s->sk, &seq_skel_ops, desc);
   s->sk.base.ops = &seq_ops;
   s->sb = &cfg->sequence_batching;

@@ -12,6 +12,8 @@
  *     a response built from a model's outputs) use plain malloc and turn a
  *     failure into an error that reaches that client (HTTP 4xx/5xx, a gRPC
  *     status, a close code), because their size is the client's choice.
+ *     A model config's sizes (max_batch_size, instance counts) count as
+ *     the client's: the repository API loads configs a client sends.
  * Size every client-sized buffer against its bound before allocating it.
  */
 #ifndef HARK_UTIL_ALLOC_H
