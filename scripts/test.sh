@@ -1,9 +1,11 @@
 #!/usr/bin/env bash
-# The whole test suite: installs what is missing, builds twice (release, and
-# ASan+UBSan), and runs every unit, fuzz-replay and end-to-end test on both.
+# The whole test suite: installs what is missing, checks the C style
+# (.clang-format), builds twice (release, and ASan+UBSan), and runs every
+# unit, fuzz-replay and end-to-end test on both.
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 "$root/scripts/setup.sh"
+"$root/scripts/format.sh" --check
 "$root/scripts/build.sh" "$root/build"
 "$root/scripts/build.sh" "$root/build-asan" -DHARK_SANITIZE=ON
 export ASAN_OPTIONS=${ASAN_OPTIONS:-detect_leaks=1:abort_on_error=1}

@@ -89,11 +89,39 @@ static long parse_num(const char *flag, const char *s, long lo, long hi) {
 }
 
 int main(int argc, char **argv) {
-  enum { O_REPO = 1, O_HTTP, O_GRPC, O_METRICS, O_ADDR, O_MODE, O_LOAD, O_STRICT, O_BACKENDS,
-         O_MAXIN, O_BODYTO, O_WORKERS, O_QUEUE, O_VERBOSE, O_SPEECH, O_STREAMS, O_WSMAX,
-         O_WSIDLE, O_GRPC_ADDR, O_GRPC_MAX, O_BACKLOG, O_HELP, O_LOG_INFO, O_LOG_WARN,
-         O_LOG_ERROR, O_LOG_FORMAT, O_POLL_SECS, O_EXIT_TIMEOUT, O_UNLOAD_TIMEOUT,
-         O_HTTP_THREADS, O_INLINE };
+  enum {
+    O_REPO = 1,
+    O_HTTP,
+    O_GRPC,
+    O_METRICS,
+    O_ADDR,
+    O_MODE,
+    O_LOAD,
+    O_STRICT,
+    O_BACKENDS,
+    O_MAXIN,
+    O_BODYTO,
+    O_WORKERS,
+    O_QUEUE,
+    O_VERBOSE,
+    O_SPEECH,
+    O_STREAMS,
+    O_WSMAX,
+    O_WSIDLE,
+    O_GRPC_ADDR,
+    O_GRPC_MAX,
+    O_BACKLOG,
+    O_HELP,
+    O_LOG_INFO,
+    O_LOG_WARN,
+    O_LOG_ERROR,
+    O_LOG_FORMAT,
+    O_POLL_SECS,
+    O_EXIT_TIMEOUT,
+    O_UNLOAD_TIMEOUT,
+    O_HTTP_THREADS,
+    O_INLINE
+  };
   static const struct option opts[] = {
       {"model-repository", required_argument, 0, O_REPO},
       {"model-store", required_argument, 0, O_REPO},
@@ -130,8 +158,12 @@ int main(int argc, char **argv) {
       {0, 0, 0, 0}};
   hark_server_options so = {.strict_readiness = true, .inline_max_us = 50};
   hark_frontend_options fo = {
-      .http = {.http_port = 8000, .metrics_port = 8002, .max_input_size = 64u << 20,
-               .body_timeout_secs = 30, .ws_max_message = 1u << 20, .ws_idle_timeout_secs = 60},
+      .http = {.http_port = 8000,
+               .metrics_port = 8002,
+               .max_input_size = 64u << 20,
+               .body_timeout_secs = 30,
+               .ws_max_message = 1u << 20,
+               .ws_idle_timeout_secs = 60},
       .grpc = {.max_message_bytes = 64u << 20},
       .grpc_port = 8001,
       .speech = {.speech_model = "asr", .max_streams = 1024},
@@ -153,9 +185,12 @@ int main(int argc, char **argv) {
     case O_METRICS: ho->metrics_port = (int)parse_num("--metrics-port", optarg, -1, 65535); break;
     case O_ADDR: ho->address = optarg; break;
     case O_MODE:
-      if (strcmp(optarg, "none") == 0) so.model_control = HARK_MODEL_CONTROL_NONE;
-      else if (strcmp(optarg, "explicit") == 0) so.model_control = HARK_MODEL_CONTROL_EXPLICIT;
-      else if (strcmp(optarg, "poll") == 0) so.model_control = HARK_MODEL_CONTROL_POLL;
+      if (strcmp(optarg, "none") == 0)
+        so.model_control = HARK_MODEL_CONTROL_NONE;
+      else if (strcmp(optarg, "explicit") == 0)
+        so.model_control = HARK_MODEL_CONTROL_EXPLICIT;
+      else if (strcmp(optarg, "poll") == 0)
+        so.model_control = HARK_MODEL_CONTROL_POLL;
       else {
         fprintf(stderr, "harkd: --model-control-mode must be none, explicit or poll, got '%s'\n",
                 optarg);
@@ -178,8 +213,7 @@ int main(int argc, char **argv) {
       if (!ho->exit_timeout_secs) ho->exit_timeout_secs = -1; /* 0: do not wait */
       break;
     case O_UNLOAD_TIMEOUT:
-      so.unload_timeout_secs =
-          (uint32_t)parse_num("--model-unload-timeout-secs", optarg, 1, 86400);
+      so.unload_timeout_secs = (uint32_t)parse_num("--model-unload-timeout-secs", optarg, 1, 86400);
       break;
     case O_LOAD:
       if (so.n_load_models == 64) {
@@ -199,33 +233,37 @@ int main(int argc, char **argv) {
     case O_HTTP_THREADS:
       ho->threads = (unsigned)parse_num("--http-thread-count", optarg, 1, HARK_HTTP_MAX_THREADS);
       break;
-    case O_INLINE: so.inline_max_us = (uint32_t)parse_num("--inline-max-us", optarg, 0, 1000000); break;
-    case O_WORKERS: so.worker_threads = (uint32_t)parse_num("--worker-threads", optarg, 1, 1024); break;
-    case O_QUEUE: so.max_queue_size = (uint32_t)parse_num("--max-queue-size", optarg, 1, 1 << 24); break;
-    case O_VERBOSE:
-      hark_log_set_verbose((int)parse_num("--log-verbose", optarg, 0, 9));
+    case O_INLINE:
+      so.inline_max_us = (uint32_t)parse_num("--inline-max-us", optarg, 0, 1000000);
       break;
+    case O_WORKERS:
+      so.worker_threads = (uint32_t)parse_num("--worker-threads", optarg, 1, 1024);
+      break;
+    case O_QUEUE:
+      so.max_queue_size = (uint32_t)parse_num("--max-queue-size", optarg, 1, 1 << 24);
+      break;
+    case O_VERBOSE: hark_log_set_verbose((int)parse_num("--log-verbose", optarg, 0, 9)); break;
     case O_LOG_INFO: hark_log_set_enabled(HARK_LOG_INFO, parse_bool(optarg)); break;
     case O_LOG_WARN: hark_log_set_enabled(HARK_LOG_WARN, parse_bool(optarg)); break;
     case O_LOG_ERROR: hark_log_set_enabled(HARK_LOG_ERROR, parse_bool(optarg)); break;
     case O_LOG_FORMAT: {
       hark_log_format f;
       if (!hark_log_parse_format(optarg, &f)) {
-        fprintf(stderr, "harkd: --log-format must be default, ISO8601 or json, got '%s'\n",
-                optarg);
+        fprintf(stderr, "harkd: --log-format must be default, ISO8601 or json, got '%s'\n", optarg);
         return 2;
       }
       hark_log_set_format(f);
       break;
     }
     case O_SPEECH: fo.speech.speech_model = optarg; break;
-    case O_STREAMS: fo.speech.max_streams = (uint32_t)parse_num("--max-streams", optarg, 1, 1 << 20); break;
+    case O_STREAMS:
+      fo.speech.max_streams = (uint32_t)parse_num("--max-streams", optarg, 1, 1 << 20);
+      break;
     case O_BACKLOG:
       fo.speech.backlog_limit = (uint32_t)parse_num("--stream-backlog-limit", optarg, 1, 1 << 20);
       break;
     case O_WSMAX:
-      ho->ws_max_message =
-          (size_t)parse_num("--ws-max-message-bytes", optarg, 1024, 1L << 30);
+      ho->ws_max_message = (size_t)parse_num("--ws-max-message-bytes", optarg, 1024, 1L << 30);
       break;
     case O_WSIDLE:
       ho->ws_idle_timeout_secs = (int)parse_num("--ws-idle-timeout-secs", optarg, 1, 86400);

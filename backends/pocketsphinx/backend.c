@@ -33,7 +33,7 @@ typedef struct asr_model {
 } asr_model;
 
 static void free_metrics(asr_model *m) {
-  hark_metric *all[] = {m->decoders_max,    m->decoders_created, m->decoders_in_use,
+  hark_metric *all[] = {m->decoders_max,     m->decoders_created, m->decoders_in_use,
                         m->decoder_timeouts, m->streams,          m->audio_seconds,
                         m->partial_latency,  m->final_latency,    m->compute_seconds};
   for (size_t i = 0; i < sizeof all / sizeof *all; i++) hark_metric_free(all[i]);
@@ -63,8 +63,7 @@ static hark_error *make_metrics(hark_model *model, asr_model *m) {
        "rate(hark_asr_compute_seconds_total) / rate(hark_audio_seconds_total)"},
   };
   for (size_t i = 0; i < sizeof defs / sizeof *defs; i++) {
-    hark_error *err = hark_metric_new(model, defs[i].kind, defs[i].name, defs[i].help,
-                                      defs[i].out);
+    hark_error *err = hark_metric_new(model, defs[i].kind, defs[i].name, defs[i].help, defs[i].out);
     if (err) return err;
   }
   /* 1 ms to 5 s: partials take milliseconds, a final at most a few hundred */
@@ -74,13 +73,14 @@ static hark_error *make_metrics(hark_model *model, asr_model *m) {
   hark_error *err = hark_metric_new_histogram(
       model, "hark_asr_partial_latency_seconds",
       "Streaming partial results: seconds from the server accepting the audio chunk to its "
-      "partial transcript", bounds, nb, &m->partial_latency);
+      "partial transcript",
+      bounds, nb, &m->partial_latency);
   if (!err)
     err = hark_metric_new_histogram(
         model, "hark_asr_final_latency_seconds",
         "Streaming final results: seconds from the server accepting the request that ended the "
-        "utterance (speech end, eof or reset) to its final transcript", bounds, nb,
-        &m->final_latency);
+        "utterance (speech end, eof or reset) to its final transcript",
+        bounds, nb, &m->final_latency);
   return err;
 }
 
@@ -157,7 +157,10 @@ static void model_fini(hark_model *model) {
   free(m);
 }
 
-static hark_error *instance_init(hark_instance *inst) { (void)inst; return NULL; }
+static hark_error *instance_init(hark_instance *inst) {
+  (void)inst;
+  return NULL;
+}
 static void instance_fini(hark_instance *inst) { (void)inst; }
 
 static void sequence_fini(hark_model *model, void *state) {
@@ -257,7 +260,8 @@ static hark_error *add_bytes(hark_response *resp, hark_request *req, const char 
   for (uint32_t i = 0; i < n; i++) total += 4 + strlen(strs[i]);
   int64_t shape[1] = {n};
   uint8_t *buf;
-  hark_error *err = hark_response_add_output(resp, name, HARK_TYPE_BYTES, shape, 1, total, (void **)&buf);
+  hark_error *err =
+      hark_response_add_output(resp, name, HARK_TYPE_BYTES, shape, 1, total, (void **)&buf);
   if (err) return err;
   for (uint32_t i = 0; i < n; i++) {
     uint32_t l = (uint32_t)strlen(strs[i]);
@@ -384,11 +388,10 @@ static hark_error *run_one(asr_model *m, hark_request *req) {
     if (!err) {
       /* Whole-file requests (no sequence) are not streaming latency. */
       double latency = (double)(hark_now_ns() - hark_request_received_ns(req)) * 1e-9;
-      if (in_sequence) hark_metric_observe(r.is_final ? m->final_latency : m->partial_latency,
-                                           latency);
+      if (in_sequence)
+        hark_metric_observe(r.is_final ? m->final_latency : m->partial_latency, latency);
       HARK_BACKEND_LOG(HARK_BACKEND_LOG_VERBOSE, "asr: %zu bytes of audio: %s '%s' after %.1f ms",
-                       len, r.is_final ? "final" : "partial", r.text ? r.text : "",
-                       latency * 1e3);
+                       len, r.is_final ? "final" : "partial", r.text ? r.text : "", latency * 1e3);
     } else {
       HARK_BACKEND_LOG(HARK_BACKEND_LOG_VERBOSE, "asr: request failed: %s",
                        hark_error_message(err));

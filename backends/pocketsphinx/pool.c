@@ -22,8 +22,8 @@
 #include "ps_internal.h"
 
 #include <errno.h>
-#include <sphinxbase/err.h>
 #include <pthread.h>
+#include <sphinxbase/err.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -225,9 +225,11 @@ void ps_pool_get_stats(ps_pool *p, ps_pool_stats *out) {
 fe_t *ps_pool_fe_new(ps_pool *p, const ps_endpointing *ep) {
   pthread_mutex_lock(&p->mu);
   cmd_ln_t *cfg = ps_get_config(p->first);
-  long post = cmd_ln_int32_r(cfg, "-vad_postspeech"), start = cmd_ln_int32_r(cfg, "-vad_startspeech");
+  long post = cmd_ln_int32_r(cfg, "-vad_postspeech"),
+       start = cmd_ln_int32_r(cfg, "-vad_startspeech");
   /* 100 frames a second */
-  if (ep && ep->silence_ms) cmd_ln_set_int32_r(cfg, "-vad_postspeech", (int32)((ep->silence_ms + 5) / 10));
+  if (ep && ep->silence_ms)
+    cmd_ln_set_int32_r(cfg, "-vad_postspeech", (int32)((ep->silence_ms + 5) / 10));
   if (ep && ep->startspeech_ms)
     cmd_ln_set_int32_r(cfg, "-vad_startspeech", (int32)((ep->startspeech_ms + 5) / 10));
   fe_t *fe = fe_init_auto_r(cfg);

@@ -74,7 +74,8 @@ int ps_settings_init(ps_settings *s, ps_param_fn get, void *ctx, char *err, size
   s->max_buffered_ms = 10000;
   s->block_samples = 2048;
   s->max_alternatives = 10;
-  if (set_arg(s, "-hmm", PS_MODEL_DIR "/en-us") || set_arg(s, "-lm", PS_MODEL_DIR "/en-us.lm.bin") ||
+  if (set_arg(s, "-hmm", PS_MODEL_DIR "/en-us") ||
+      set_arg(s, "-lm", PS_MODEL_DIR "/en-us.lm.bin") ||
       set_arg(s, "-dict", PS_MODEL_DIR "/cmudict-en-us.dict"))
     goto oom;
   const char *key, *v;
@@ -115,7 +116,8 @@ int ps_settings_init(ps_settings *s, ps_param_fn get, void *ctx, char *err, size
     } else {
       snprintf(err, errlen,
                "pocketsphinx: unknown parameter '%s' (pocketsphinx arguments start with '-', "
-               "e.g. '-beam')", key);
+               "e.g. '-beam')",
+               key);
       ps_settings_fini(s);
       return -1;
     }
@@ -126,8 +128,7 @@ int ps_settings_init(ps_settings *s, ps_param_fn get, void *ctx, char *err, size
     }
   }
   if (s->pool_preload > s->pool_size) {
-    snprintf(err, errlen,
-             "pocketsphinx: decoder_pool_preload %u is more than decoder_pool_size %u",
+    snprintf(err, errlen, "pocketsphinx: decoder_pool_preload %u is more than decoder_pool_size %u",
              s->pool_preload, s->pool_size);
     ps_settings_fini(s);
     return -1;

@@ -49,10 +49,10 @@ struct ps_stream {
   mfcc_t *cep;
   mfcc_t **cep_rows;
   int n_cep, cap_cep;
-  ps_decoder_t *ps; /* held only inside an utterance */
-  int utt_started;  /* speech seen at a block end (continuous's utt_started) */
-  int end_pending;  /* the utterance ended; close it once its cepstra are in */
-  int closing;      /* this call ends the stream or the utterance */
+  ps_decoder_t *ps;       /* held only inside an utterance */
+  int utt_started;        /* speech seen at a block end (continuous's utt_started) */
+  int end_pending;        /* the utterance ended; close it once its cepstra are in */
+  int closing;            /* this call ends the stream or the utterance */
   uint64_t wait_since_ms; /* when the stream began waiting for a decoder; 0 */
   int utt_has_frames;
   ps_cmn_state cmn;
@@ -200,7 +200,8 @@ static ps_status ensure_decoder(ps_stream *st, char *err, size_t errlen) {
     ps_pool_get_stats(st->pool, &s);
     snprintf(err, errlen,
              "pocketsphinx: no free decoder within %u ms (%u of %u in use); the audio is kept, "
-             "retry", st->set->decoder_wait_ms, s.in_use, s.max);
+             "retry",
+             st->set->decoder_wait_ms, s.in_use, s.max);
     return PS_BUSY;
   }
   st->wait_since_ms = 0;
@@ -419,7 +420,8 @@ static ps_status queue_audio(ps_stream *st, const int16_t *x, size_t n, char *er
   if (queued + n > st->max) {
     snprintf(err, errlen,
              "pocketsphinx: stream buffer full (%zu ms of audio waiting, bound %u ms); audio "
-             "dropped", queued * 1000 / st->model_rate, st->set->max_buffered_ms);
+             "dropped",
+             queued * 1000 / st->model_rate, st->set->max_buffered_ms);
     return PS_FULL;
   }
   if (st->head > 0 && st->len + n > st->cap) {
@@ -473,8 +475,7 @@ static ps_status strip_wav(ps_stream *st, const uint8_t **pcm, size_t *len, char
   return PS_OK;
 }
 
-static ps_status run_blocks(ps_stream *st, unsigned flags, ps_result *r, char *err,
-                            size_t errlen) {
+static ps_status run_blocks(ps_stream *st, unsigned flags, ps_result *r, char *err, size_t errlen) {
   int closing = (flags & (PS_FEED_END | PS_FEED_FLUSH)) != 0;
   ps_status s;
   st->closing = closing;

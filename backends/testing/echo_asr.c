@@ -31,9 +31,9 @@ typedef struct seq {
   struct seq *next;
   uint64_t id;
   int rate;
-  bool started_audio;  /* a WAV header can only come first */
-  uint64_t utt_start;  /* samples before this utterance */
-  uint64_t utt;        /* samples in it */
+  bool started_audio; /* a WAV header can only come first */
+  uint64_t utt_start; /* samples before this utterance */
+  uint64_t utt;       /* samples in it */
 } seq;
 
 typedef struct echo_model {
@@ -83,7 +83,10 @@ static void model_fini(hark_model *model) {
   free(m);
 }
 
-static hark_error *instance_init(hark_instance *inst) { (void)inst; return NULL; }
+static hark_error *instance_init(hark_instance *inst) {
+  (void)inst;
+  return NULL;
+}
 static void instance_fini(hark_instance *inst) { (void)inst; }
 
 /* The sequence for `id`: created (or restarted) on START. */

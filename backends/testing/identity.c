@@ -46,7 +46,10 @@ static hark_error *model_init(hark_model *model) {
 }
 
 static void model_fini(hark_model *model) { free(hark_model_state(model)); }
-static hark_error *instance_init(hark_instance *inst) { (void)inst; return NULL; }
+static hark_error *instance_init(hark_instance *inst) {
+  (void)inst;
+  return NULL;
+}
 static void instance_fini(hark_instance *inst) { (void)inst; }
 
 static void respond(hark_request *req, const hark_model_config *cfg) {

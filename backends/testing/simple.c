@@ -21,7 +21,10 @@ static hark_error *model_init(hark_model *model) {
 }
 
 static void model_fini(hark_model *model) { (void)model; }
-static hark_error *instance_init(hark_instance *inst) { (void)inst; return NULL; }
+static hark_error *instance_init(hark_instance *inst) {
+  (void)inst;
+  return NULL;
+}
 static void instance_fini(hark_instance *inst) { (void)inst; }
 
 static hark_error *run_one(hark_request *req, const hark_model_config *cfg) {

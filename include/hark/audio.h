@@ -48,8 +48,8 @@ int hark_wav_is_wav(const uint8_t *buf, size_t len);
  * any other status writes a one-line reason into err (when errlen > 0).
  * Chunks other than "fmt " and "data" (LIST, fact, ...) are skipped.
  */
-hark_wav_status hark_wav_parse(const uint8_t *buf, size_t len, hark_wav_info *info,
-                               char *err, size_t errlen);
+hark_wav_status hark_wav_parse(const uint8_t *buf, size_t len, hark_wav_info *info, char *err,
+                               size_t errlen);
 
 /* ---- G.711 (telephone audio) --------------------------------------------- */
 

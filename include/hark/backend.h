@@ -39,8 +39,7 @@ extern "C" {
 /* 1.1: sequence_fini. 1.2: histogram metrics (hark_metric_new_histogram,
  * hark_metric_observe), hark_request_received_ns, hark_backend_log. */
 #define HARK_BACKEND_API_MINOR 2u
-#define HARK_BACKEND_API_VERSION \
-  ((HARK_BACKEND_API_MAJOR << 16) | HARK_BACKEND_API_MINOR)
+#define HARK_BACKEND_API_VERSION ((HARK_BACKEND_API_MAJOR << 16) | HARK_BACKEND_API_MINOR)
 
 typedef struct hark_backend hark_backend;
 typedef struct hark_instance hark_instance;
@@ -55,8 +54,7 @@ typedef struct hark_backend_api {
   void (*model_fini)(hark_model *model);
   hark_error *(*instance_init)(hark_instance *instance);
   void (*instance_fini)(hark_instance *instance);
-  hark_error *(*instance_execute)(hark_instance *instance,
-                                  hark_request **requests, uint32_t n);
+  hark_error *(*instance_execute)(hark_instance *instance, hark_request **requests, uint32_t n);
   /* Optional (NULL), since 1.1: frees per-sequence state (see
    * hark_request_set_sequence_state) the engine drops — the sequence ended,
    * sat idle past max_sequence_idle_microseconds, or the model unloads.
@@ -106,9 +104,8 @@ typedef enum hark_metric_kind {
   HARK_METRIC_COUNTER,
   HARK_METRIC_HISTOGRAM, /* since 1.2; from hark_metric_new: HARK_METRIC_DEFAULT_BOUNDS */
 } hark_metric_kind;
-hark_error *hark_metric_new(hark_model *model, hark_metric_kind kind,
-                            const char *name, const char *help,
-                            hark_metric **out);
+hark_error *hark_metric_new(hark_model *model, hark_metric_kind kind, const char *name,
+                            const char *help, hark_metric **out);
 void hark_metric_free(hark_metric *metric); /* NULL is fine */
 /* Gauges and counters; ignored on a histogram. */
 void hark_metric_set(hark_metric *metric, double value);
@@ -125,10 +122,9 @@ double hark_metric_value(const hark_metric *metric);
 #define HARK_METRIC_MAX_BOUNDS 64u
 /* Seconds, for latencies from 1 ms to 10 s. */
 #define HARK_METRIC_DEFAULT_BOUNDS \
-  {0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10}
-hark_error *hark_metric_new_histogram(hark_model *model, const char *name,
-                                      const char *help, const double *bounds,
-                                      uint32_t n_bounds, hark_metric **out);
+  { 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10 }
+hark_error *hark_metric_new_histogram(hark_model *model, const char *name, const char *help,
+                                      const double *bounds, uint32_t n_bounds, hark_metric **out);
 /* Counts `value` in its bucket and adds it to the sum; ignored on gauges
  * and counters. */
 void hark_metric_observe(hark_metric *metric, double value);
@@ -152,12 +148,11 @@ typedef enum hark_backend_log_level {
   HARK_BACKEND_LOG_VERBOSE,
 } hark_backend_log_level;
 bool hark_backend_log_enabled(hark_backend_log_level level);
-void hark_backend_log(hark_backend_log_level level, const char *file, int line,
-                      const char *fmt, ...) __attribute__((format(printf, 4, 5)));
-#define HARK_BACKEND_LOG(level, ...)                                  \
-  do {                                                                \
-    if (hark_backend_log_enabled(level))                              \
-      hark_backend_log(level, __FILE__, __LINE__, __VA_ARGS__);       \
+void hark_backend_log(hark_backend_log_level level, const char *file, int line, const char *fmt,
+                      ...) __attribute__((format(printf, 4, 5)));
+#define HARK_BACKEND_LOG(level, ...)                                                               \
+  do {                                                                                             \
+    if (hark_backend_log_enabled(level)) hark_backend_log(level, __FILE__, __LINE__, __VA_ARGS__); \
   } while (0)
 
 #ifdef __cplusplus

@@ -102,9 +102,9 @@ typedef enum hark_seq_control_kind {
 
 /* control_input: a tensor the engine adds to each request of a sequence. */
 typedef struct hark_seq_control {
-  char *name;              /* the input tensor's name */
+  char *name; /* the input tensor's name */
   hark_seq_control_kind kind;
-  hark_datatype datatype;  /* START/END/READY: INT32, FP32 or BOOL (from
+  hark_datatype datatype; /* START/END/READY: INT32, FP32 or BOOL (from
                               which *_false_true was given); CORRID: data_type */
   int32_t int32_false_true[2];
   float fp32_false_true[2];
@@ -149,14 +149,14 @@ typedef struct hark_ensemble_step {
   int64_t model_version; /* -1 = latest */
   hark_kv *input_map;    /* key: the step model's input, value: ensemble tensor */
   uint32_t n_input_map;
-  hark_kv *output_map;   /* key: the step model's output, value: ensemble tensor */
+  hark_kv *output_map; /* key: the step model's output, value: ensemble tensor */
   uint32_t n_output_map;
 } hark_ensemble_step;
 
 typedef struct hark_model_config {
   char *name;
-  char *platform;  /* "" or "ensemble" */
-  char *backend;   /* shared object libhark_<backend>.so; "" for ensembles */
+  char *platform; /* "" or "ensemble" */
+  char *backend;  /* shared object libhark_<backend>.so; "" for ensembles */
   hark_version_policy version_policy;
   uint32_t max_batch_size; /* 0: no batch dimension */
   hark_model_io *inputs;
@@ -167,7 +167,7 @@ typedef struct hark_model_config {
   uint32_t n_instance_groups;
   hark_dynamic_batching dynamic_batching;
   hark_sequence_batching sequence_batching;
-  bool decoupled; /* model_transaction_policy { decoupled: true } */
+  bool decoupled;                     /* model_transaction_policy { decoupled: true } */
   hark_ensemble_step *ensemble_steps; /* ensemble_scheduling { step [...] } */
   uint32_t n_ensemble_steps;
   hark_kv *parameters; /* parameters { key: "k" value: { string_value: "v" } } */
@@ -184,14 +184,12 @@ typedef struct hark_model_config {
  * platform has steps). On success *out is owned by the caller, who frees it
  * with hark_model_config_free().
  */
-hark_error *hark_model_config_parse(const char *text, size_t len,
-                                    const char *file, const char *dir_name,
-                                    hark_model_config **out);
+hark_error *hark_model_config_parse(const char *text, size_t len, const char *file,
+                                    const char *dir_name, hark_model_config **out);
 void hark_model_config_free(hark_model_config *cfg);
 
 /* The value of parameters[key], or NULL. */
-const char *hark_model_config_parameter(const hark_model_config *cfg,
-                                        const char *key);
+const char *hark_model_config_parameter(const hark_model_config *cfg, const char *key);
 
 /*
  * The config as JSON, in the shape Triton's /v2/models/{m}/config returns

@@ -40,8 +40,7 @@ typedef struct hark_response hark_response;
  * (hark_error_free); both may be NULL. Runs on a worker thread: it must not
  * block.
  */
-typedef void (*hark_response_fn)(hark_response *resp, uint32_t flags,
-                                 hark_error *err, void *userp);
+typedef void (*hark_response_fn)(hark_response *resp, uint32_t flags, hark_error *err, void *userp);
 
 /* ---- building a request (front ends, ensembles) -------------------------- */
 
@@ -60,25 +59,22 @@ void hark_request_set_correlation_id(hark_request *req, uint64_t id);
 /* String correlation id (copied); replaces a numeric one. */
 void hark_request_set_correlation_id_str(hark_request *req, const char *id);
 /* Custom parameter, both copied; later sets of a key replace earlier. */
-void hark_request_set_parameter(hark_request *req, const char *key,
-                                const char *value);
+void hark_request_set_parameter(hark_request *req, const char *key, const char *value);
 
 /*
  * Adds an input whose data stays owned by the caller and must outlive the
  * request: attach the owning buffer with hark_request_attach() to tie their
  * lifetimes. Copies name and shape. Fails on a duplicate name.
  */
-hark_error *hark_request_add_input(hark_request *req, const char *name,
-                                   hark_datatype dt, const int64_t *shape,
-                                   uint32_t ndims, const void *data,
+hark_error *hark_request_add_input(hark_request *req, const char *name, hark_datatype dt,
+                                   const int64_t *shape, uint32_t ndims, const void *data,
                                    size_t byte_size);
 /* Ties `ptr` to the request: free_fn(ptr) runs when the request is freed. */
 void hark_request_attach(hark_request *req, void *ptr, void (*free_fn)(void *));
 /* Asks for an output by name (copied); none asked means all outputs. */
 void hark_request_add_requested_output(hark_request *req, const char *name);
 /* Where responses go. Must be set before hark_server_infer. */
-void hark_request_set_callback(hark_request *req, hark_response_fn fn,
-                               void *userp);
+void hark_request_set_callback(hark_request *req, hark_response_fn fn, void *userp);
 
 /* ---- reading a request (backends, schedulers) ---------------------------- */
 
@@ -92,8 +88,7 @@ const char *hark_request_correlation_id_str(const hark_request *req); /* or NULL
 const char *hark_request_parameter(const hark_request *req, const char *key);
 uint32_t hark_request_input_count(const hark_request *req);
 const hark_tensor *hark_request_input(const hark_request *req, uint32_t i);
-const hark_tensor *hark_request_input_by_name(const hark_request *req,
-                                              const char *name);
+const hark_tensor *hark_request_input_by_name(const hark_request *req, const char *name);
 /* Size of the batch dimension (shape[0] of the first input) when the model
  * batches, else 1. */
 uint32_t hark_request_batch_size(const hark_request *req);
@@ -107,8 +102,7 @@ const char *hark_request_requested_output(const hark_request *req, uint32_t i);
  * the compute_input / compute_infer / compute_output statistics. Unmarked,
  * the whole execution counts as compute_infer.
  */
-void hark_request_mark_compute(hark_request *req, uint64_t input_end_ns,
-                               uint64_t infer_end_ns);
+void hark_request_mark_compute(hark_request *req, uint64_t input_end_ns, uint64_t infer_end_ns);
 
 /*
  * Sequence models (sequence_batching): the backend's own state for the
@@ -131,13 +125,11 @@ hark_response *hark_response_new(hark_request *req);
  * Adds an output and returns its zeroed buffer of `byte_size` bytes in
  * *buffer, owned by the response. Copies name and shape.
  */
-hark_error *hark_response_add_output(hark_response *resp, const char *name,
-                                     hark_datatype dt, const int64_t *shape,
-                                     uint32_t ndims, size_t byte_size,
+hark_error *hark_response_add_output(hark_response *resp, const char *name, hark_datatype dt,
+                                     const int64_t *shape, uint32_t ndims, size_t byte_size,
                                      void **buffer);
 /* Response parameters (copied), e.g. sequence_id, text results. */
-void hark_response_set_parameter(hark_response *resp, const char *key,
-                                 const char *value);
+void hark_response_set_parameter(hark_response *resp, const char *key, const char *value);
 /*
  * Sends the response. Takes ownership of `resp` and `err` (NULL = success).
  * With HARK_RESPONSE_FINAL the request is complete: the caller must not
@@ -155,14 +147,11 @@ void hark_request_complete(hark_request *req, hark_error *err);
 const char *hark_response_id(const hark_response *resp); /* the request's id */
 uint32_t hark_response_output_count(const hark_response *resp);
 const hark_tensor *hark_response_output(const hark_response *resp, uint32_t i);
-const hark_tensor *hark_response_output_by_name(const hark_response *resp,
-                                                const char *name);
+const hark_tensor *hark_response_output_by_name(const hark_response *resp, const char *name);
 uint32_t hark_response_parameter_count(const hark_response *resp);
 /* The i-th parameter; returns its value and sets *key. */
-const char *hark_response_parameter_at(const hark_response *resp, uint32_t i,
-                                       const char **key);
-const char *hark_response_parameter(const hark_response *resp,
-                                    const char *key);
+const char *hark_response_parameter_at(const hark_response *resp, uint32_t i, const char **key);
+const char *hark_response_parameter(const hark_response *resp, const char *key);
 void hark_response_free(hark_response *resp);
 
 #ifdef __cplusplus

@@ -47,10 +47,10 @@ typedef struct hark_server_options {
   hark_model_control model_control;
   const char *const *load_models; /* EXPLICIT: names to load at start ("*" all) */
   uint32_t n_load_models;
-  uint32_t worker_threads;   /* 0: one per core */
-  uint32_t max_queue_size;   /* cap per model queue when config sets none;
+  uint32_t worker_threads;     /* 0: one per core */
+  uint32_t max_queue_size;     /* cap per model queue when config sets none;
                                 0: 4096 */
-  bool strict_readiness;     /* ready only if every model loaded (Triton's
+  bool strict_readiness;       /* ready only if every model loaded (Triton's
                                 default) */
   double repository_poll_secs; /* POLL: seconds between scans; 0: 15 */
   /* How long a version replaced by a reload, or unloaded, keeps serving the
@@ -103,15 +103,14 @@ const char *const *hark_server_extensions(void);
 /* A ready model by name and version (-1: the newest ready version).
  * NOT_FOUND for unknown names/versions, UNAVAILABLE when not ready.
  * The caller owns a reference, dropped with hark_model_release(). */
-hark_error *hark_server_model_acquire(hark_server *server, const char *name,
-                                      int64_t version, hark_model **out);
+hark_error *hark_server_model_acquire(hark_server *server, const char *name, int64_t version,
+                                      hark_model **out);
 void hark_model_release(hark_model *model);
 bool hark_model_is_ready(const hark_model *model);
 
 /* Calls fn for every loaded model version, holding a reference during the
  * call. Ordered by name, then version. */
-void hark_server_model_foreach(hark_server *server,
-                               void (*fn)(hark_model *model, void *userp),
+void hark_server_model_foreach(hark_server *server, void (*fn)(hark_model *model, void *userp),
                                void *userp);
 
 /* ---- inference ----------------------------------------------------------- */
@@ -129,7 +128,7 @@ hark_error *hark_server_infer(hark_server *server, hark_request *req);
 
 typedef struct hark_index_entry {
   char *name;
-  int64_t version; /* -1 when the model never got as far as a version */
+  int64_t version;   /* -1 when the model never got as far as a version */
   const char *state; /* "READY", "LOADING", "UNLOADING", "UNAVAILABLE" */
   char *reason;      /* "" when none */
 } hark_index_entry;
@@ -151,8 +150,8 @@ void hark_index_free(hark_index_entry *entries, size_t n);
  * refuse both, as does a draining server).
  */
 typedef void (*hark_server_done_fn)(hark_error *err, void *userp);
-hark_error *hark_server_model_load(hark_server *server, const char *name,
-                                   hark_server_done_fn done, void *userp);
+hark_error *hark_server_model_load(hark_server *server, const char *name, hark_server_done_fn done,
+                                   void *userp);
 hark_error *hark_server_model_unload(hark_server *server, const char *name,
                                      hark_server_done_fn done, void *userp);
 
@@ -183,8 +182,7 @@ typedef struct hark_model_stats {
   uint64_t last_inference_ms; /* wall clock, ms since epoch; 0 = never */
   uint64_t inference_count;   /* batch elements inferred (success) */
   uint64_t execution_count;   /* backend executions */
-  hark_stat success, fail, queue, compute_input, compute_infer,
-      compute_output;
+  hark_stat success, fail, queue, compute_input, compute_infer, compute_output;
   uint64_t fail_rejected, fail_canceled, fail_backend, fail_other;
   uint64_t pending; /* accepted, not yet final */
   hark_hist request_duration, queue_duration;

@@ -29,7 +29,8 @@ int hark_wav_is_wav(const uint8_t *buf, size_t len) {
 
 static hark_wav_status parse_fmt(const uint8_t *p, uint32_t size, hark_wav_info *info, char *err,
                                  size_t errlen) {
-  if (size < 16) return fail(HARK_WAV_MALFORMED, err, errlen, "WAV fmt chunk shorter than 16 bytes");
+  if (size < 16)
+    return fail(HARK_WAV_MALFORMED, err, errlen, "WAV fmt chunk shorter than 16 bytes");
   uint16_t format = rd16(p);
   info->channels = rd16(p + 2);
   info->sample_rate = rd32(p + 4);
@@ -46,7 +47,8 @@ static hark_wav_status parse_fmt(const uint8_t *p, uint32_t size, hark_wav_info 
              info->bits_per_sample);
     return fail(HARK_WAV_UNSUPPORTED, err, errlen, msg);
   }
-  if (info->channels == 0) return fail(HARK_WAV_MALFORMED, err, errlen, "WAV header has 0 channels");
+  if (info->channels == 0)
+    return fail(HARK_WAV_MALFORMED, err, errlen, "WAV header has 0 channels");
   if (info->sample_rate == 0) return fail(HARK_WAV_MALFORMED, err, errlen, "WAV header has rate 0");
   return HARK_WAV_OK;
 }
@@ -63,12 +65,14 @@ hark_wav_status hark_wav_parse(const uint8_t *buf, size_t len, hark_wav_info *in
   size_t pos = 12;
   int have_fmt = 0;
   for (;;) {
-    if (len - pos < 8) return fail(HARK_WAV_TRUNCATED, err, errlen, "WAV header truncated before its data chunk");
+    if (len - pos < 8)
+      return fail(HARK_WAV_TRUNCATED, err, errlen, "WAV header truncated before its data chunk");
     const uint8_t *ck = buf + pos;
     uint32_t size = rd32(ck + 4);
     pos += 8;
     if (memcmp(ck, "data", 4) == 0) {
-      if (!have_fmt) return fail(HARK_WAV_MALFORMED, err, errlen, "WAV data chunk before fmt chunk");
+      if (!have_fmt)
+        return fail(HARK_WAV_MALFORMED, err, errlen, "WAV data chunk before fmt chunk");
       tmp.data_offset = pos;
       tmp.data_size = len - pos;
       if (size < tmp.data_size) tmp.data_size = size;
@@ -83,7 +87,8 @@ hark_wav_status hark_wav_parse(const uint8_t *buf, size_t len, hark_wav_info *in
     }
     /* Chunks are padded to an even size. */
     uint64_t skip = (uint64_t)size + (size & 1u);
-    if (skip > len - pos) return fail(HARK_WAV_TRUNCATED, err, errlen, "WAV header truncated inside a chunk");
+    if (skip > len - pos)
+      return fail(HARK_WAV_TRUNCATED, err, errlen, "WAV header truncated inside a chunk");
     pos += (size_t)skip;
   }
 }

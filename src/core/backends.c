@@ -36,7 +36,8 @@ hark_backends *hark_backends_new(const char *dir) {
 
 static hark_error *backend_open(const char *name, const char *path, hark_backend **out) {
   void *dl = dlopen(path, RTLD_NOW | RTLD_LOCAL);
-  if (!dl) return hark_error_new(HARK_ERR_INVALID_ARG, "cannot load backend '%s': %s", name, dlerror());
+  if (!dl)
+    return hark_error_new(HARK_ERR_INVALID_ARG, "cannot load backend '%s': %s", name, dlerror());
   hark_backend_get_api_fn get = (hark_backend_get_api_fn)dlsym(dl, HARK_BACKEND_ENTRY);
   const hark_backend_api *api = get ? get() : NULL;
   hark_error *err = NULL;
@@ -49,8 +50,8 @@ static hark_error *backend_open(const char *name, const char *path, hark_backend
                          "backend '%s' was built for backend API %u.%u; this server has %u.%u",
                          name, api->api_version >> 16, api->api_version & 0xffff,
                          HARK_BACKEND_API_MAJOR, HARK_BACKEND_API_MINOR);
-  } else if (!api->model_init || !api->model_fini || !api->instance_init ||
-             !api->instance_fini || !api->instance_execute) {
+  } else if (!api->model_init || !api->model_fini || !api->instance_init || !api->instance_fini ||
+             !api->instance_execute) {
     err = hark_error_new(HARK_ERR_INVALID_ARG, "backend '%s' leaves a required entry point NULL",
                          name);
   }
@@ -107,7 +108,7 @@ hark_error *hark_backends_get(hark_backends *reg, const char *model_path, const 
 
 static void backend_close(hark_backend *b) {
   if (b->api->backend_fini) b->api->backend_fini(b);
-  /* Sanitizer builds keep the object mapped, so a leak report can still
+    /* Sanitizer builds keep the object mapped, so a leak report can still
    * name the function that allocated (an unloaded module has no symbols). */
 #if !defined(__SANITIZE_ADDRESS__)
   dlclose(b->dl);

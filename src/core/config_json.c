@@ -42,8 +42,7 @@ static void json_version_policy(cJSON *root, const hark_version_policy *vp) {
     for (uint32_t i = 0; i < vp->n_versions; i++)
       cJSON_AddItemToArray(a, json_raw_int(vp->versions[i]));
   } else {
-    json_uint(cJSON_AddObjectToObject(o, "latest"), "num_versions",
-                       vp->latest_num_versions);
+    json_uint(cJSON_AddObjectToObject(o, "latest"), "num_versions", vp->latest_num_versions);
   }
 }
 
@@ -122,7 +121,7 @@ static void json_parameters(cJSON *root, const hark_model_config *cfg) {
   cJSON *map = cJSON_AddObjectToObject(root, "parameters");
   for (uint32_t i = 0; i < cfg->n_parameters; i++)
     json_string(cJSON_AddObjectToObject(map, cfg->parameters[i].key), "string_value",
-                         cfg->parameters[i].value);
+                cfg->parameters[i].value);
 }
 
 /* ---- sequence_batching ------------------------------------------------------------- */
@@ -156,8 +155,7 @@ static void json_control(cJSON *arr, const hark_seq_control *ctl) {
     break;
   default:
     ft = cJSON_AddArrayToObject(c, "int32_false_true");
-    for (int i = 0; i < 2; i++)
-      cJSON_AddItemToArray(ft, json_raw_int(ctl->int32_false_true[i]));
+    for (int i = 0; i < 2; i++) cJSON_AddItemToArray(ft, json_raw_int(ctl->int32_false_true[i]));
   }
 }
 
@@ -211,8 +209,7 @@ char *hark_model_config_to_json(const hark_model_config *cfg) {
   json_ios(root, "output", cfg->outputs, cfg->n_outputs, false);
   json_instance_groups(root, cfg);
   if (cfg->dynamic_batching.enabled) json_dynamic_batching(root, &cfg->dynamic_batching);
-  if (cfg->sequence_batching.enabled)
-    json_sequence_batching(root, &cfg->sequence_batching);
+  if (cfg->sequence_batching.enabled) json_sequence_batching(root, &cfg->sequence_batching);
   if (cfg->n_ensemble_steps) json_ensemble(root, cfg);
   json_parameters(root, cfg);
   cJSON_AddBoolToObject(cJSON_AddObjectToObject(root, "model_transaction_policy"), "decoupled",

@@ -71,8 +71,7 @@ typedef struct hark_abatch {
 
 typedef struct hark_amodel_stats {
   atomic_uint_fast64_t last_inference_ms, inference_count, execution_count;
-  hark_astat success, fail, queue, compute_input, compute_infer,
-      compute_output;
+  hark_astat success, fail, queue, compute_input, compute_infer, compute_output;
   atomic_uint_fast64_t fail_rejected, fail_canceled, fail_backend, fail_other;
   atomic_int_fast64_t pending;
   hark_ahist request_duration, queue_duration;
@@ -120,9 +119,8 @@ struct hark_model {
 };
 
 /* model.c. Takes ownership of `cfg` whatever the outcome. */
-hark_error *hark_model_create(hark_server *server, hark_backend *backend,
-                              const char *path, hark_model_config *cfg,
-                              int64_t version, hark_model **out);
+hark_error *hark_model_create(hark_server *server, hark_backend *backend, const char *path,
+                              hark_model_config *cfg, int64_t version, hark_model **out);
 /* A model with only its config and statistics: no server, backend,
  * instances or scheduler, ready. For tests that build requests or drive
  * a scheduler by hand. Takes ownership of `cfg`; free with
@@ -146,8 +144,8 @@ hark_pool *hark_server_pool(hark_server *server);
 uint32_t hark_server_default_max_queue(hark_server *server);
 
 /* request.c: statistics when a request completes. */
-void hark_stats_record_final(hark_model *model, const hark_request *req,
-                             const hark_error *err, uint64_t now_ns);
+void hark_stats_record_final(hark_model *model, const hark_request *req, const hark_error *err,
+                             uint64_t now_ns);
 void hark_ahist_observe(hark_ahist *h, uint64_t us);
 
 /* validate.c */

@@ -12,8 +12,7 @@
 
 /* The request's current callback; schedulers may wrap it (e.g. to keep
  * responses in order) with hark_request_set_callback(). */
-void hark_request_get_callback(const hark_request *req, hark_response_fn *fn,
-                               void **userp);
+void hark_request_get_callback(const hark_request *req, hark_response_fn *fn, void **userp);
 /* When hark_server_infer accepted it. */
 uint64_t hark_request_received_ns(const hark_request *req);
 /* Set by the scheduler when it queues the request. */

@@ -48,8 +48,8 @@ void hark_stats_record_final(hark_model *m, const hark_request *req, const hark_
   atomic_fetch_sub(&st->pending, 1);
   atomic_store(&st->last_inference_ms, wall_ms());
   hark_ahist_observe(&st->request_duration, total / 1000);
-  uint64_t queued = req->exec_start_ns ? span(req->queued_ns, req->exec_start_ns)
-                                       : span(req->queued_ns, now);
+  uint64_t queued =
+      req->exec_start_ns ? span(req->queued_ns, req->exec_start_ns) : span(req->queued_ns, now);
   if (req->queued_ns) hark_ahist_observe(&st->queue_duration, queued / 1000);
   if (err) {
     astat_add(&st->fail, total);
@@ -174,9 +174,12 @@ static void emit(out *o, const char *fmt, ...) {
 static void labels(out *o, const snap *s) {
   emit(o, "model=\"");
   for (const char *p = s->name; *p; p++) {
-    if (*p == '"' || *p == '\\') emit(o, "\\%c", *p);
-    else if (*p == '\n') emit(o, "\\n");
-    else emit(o, "%c", *p);
+    if (*p == '"' || *p == '\\')
+      emit(o, "\\%c", *p);
+    else if (*p == '\n')
+      emit(o, "\\n");
+    else
+      emit(o, "%c", *p);
   }
   emit(o, "\",version=\"%lld\"", (long long)s->version);
 }
@@ -213,8 +216,10 @@ static void failures(out *o, const snaps *s) {
     const struct {
       const char *reason;
       uint64_t n;
-    } r[] = {{"REJECTED", st->fail_rejected}, {"CANCELED", st->fail_canceled},
-             {"BACKEND", st->fail_backend}, {"OTHER", st->fail_other}};
+    } r[] = {{"REJECTED", st->fail_rejected},
+             {"CANCELED", st->fail_canceled},
+             {"BACKEND", st->fail_backend},
+             {"OTHER", st->fail_other}};
     for (size_t k = 0; k < sizeof r / sizeof r[0]; k++) {
       emit(o, "%s{", name);
       labels(o, &s->v[i]);
@@ -223,8 +228,7 @@ static void failures(out *o, const snaps *s) {
   }
 }
 
-static void histogram(out *o, const snaps *s, const char *name, const char *help,
-                      size_t offset) {
+static void histogram(out *o, const snaps *s, const char *name, const char *help, size_t offset) {
   emit(o, "# HELP %s %s\n# TYPE %s histogram\n", name, help, name);
   for (size_t i = 0; i < s->n; i++) {
     const hark_hist *h = (const hark_hist *)((const char *)&s->v[i].st + offset);
@@ -320,7 +324,8 @@ static void host_gauges(out *o) {
   if (cpu_utilization(&u))
     emit(o,
          "# HELP nv_cpu_utilization CPU utilization rate [0.0 - 1.0]\n"
-         "# TYPE nv_cpu_utilization gauge\nnv_cpu_utilization %.6f\n", u);
+         "# TYPE nv_cpu_utilization gauge\nnv_cpu_utilization %.6f\n",
+         u);
   unsigned long long total, used;
   if (read_meminfo(&total, &used))
     emit(o,
@@ -362,8 +367,9 @@ char *hark_server_metrics_render(hark_server *server) {
          g_out_us);
   family(&o, &s, "nv_inference_pending_request_count", "gauge",
          "Instantaneous number of pending requests awaiting execution per-model.", g_pending);
-  emit(&o, "# HELP nv_model_load_duration_secs Model load time in seconds\n"
-           "# TYPE nv_model_load_duration_secs gauge\n");
+  emit(&o,
+       "# HELP nv_model_load_duration_secs Model load time in seconds\n"
+       "# TYPE nv_model_load_duration_secs gauge\n");
   for (size_t i = 0; i < s.n; i++) {
     emit(&o, "nv_model_load_duration_secs{");
     labels(&o, &s.v[i]);

@@ -83,8 +83,8 @@ static hark_error *metric_new(hark_model *model, hark_metric_kind kind, const ch
   pthread_mutex_lock(&registry_lock);
   for (hark_metric *m = registry; m; m = m->next) {
     if (strcmp(m->name, name) != 0) continue;
-    const char *clash = m->kind != kind                   ? "as another type"
-                        : kind != HARK_METRIC_HISTOGRAM ? NULL
+    const char *clash = m->kind != kind                     ? "as another type"
+                        : kind != HARK_METRIC_HISTOGRAM     ? NULL
                         : !same_bounds(m, bounds, n_bounds) ? "with other buckets"
                                                             : NULL;
     if (clash) {
@@ -122,8 +122,7 @@ hark_error *hark_metric_new(hark_model *model, hark_metric_kind kind, const char
 }
 
 hark_error *hark_metric_new_histogram(hark_model *model, const char *name, const char *help,
-                                      const double *bounds, uint32_t n_bounds,
-                                      hark_metric **out) {
+                                      const double *bounds, uint32_t n_bounds, hark_metric **out) {
   *out = NULL;
   if (!bounds || n_bounds == 0)
     return hark_metric_new(model, HARK_METRIC_HISTOGRAM, name, help, out);

@@ -224,7 +224,9 @@ hark_error *hark_model_enqueue(hark_model *m, hark_request *req) {
   return hark_sched_enqueue(m->sched, req);
 }
 
-uint32_t hark_model_queued(const hark_model *m) { return m->sched ? hark_sched_queued(m->sched) : 0; }
+uint32_t hark_model_queued(const hark_model *m) {
+  return m->sched ? hark_sched_queued(m->sched) : 0;
+}
 
 /* Frees per-sequence backend state through the backend's sequence_fini
  * (read only from backends built on API 1.1 or newer). */
@@ -235,9 +237,10 @@ static void model_sequence_fini(void *ctx, void *state) {
     m->backend->sequence_fini(m, state);
     return;
   }
-  HARK_ERROR("model '%s': a sequence ended holding backend state, but backend '%s' has no "
-             "sequence_fini to free it (leaked)",
-             m->name, m->backend ? m->backend->name : "");
+  HARK_ERROR(
+      "model '%s': a sequence ended holding backend state, but backend '%s' has no "
+      "sequence_fini to free it (leaked)",
+      m->name, m->backend ? m->backend->name : "");
 }
 
 /*
@@ -272,8 +275,8 @@ static void model_execute(void *ctx, uint32_t index, hark_request **reqs, uint32
   if (err) {
     /* The backend refused the batch: the requests are still ours. */
     for (uint32_t i = 0; i < n; i++)
-      hark_request_complete(reqs[i], hark_error_new(hark_error_code(err), "%s",
-                                                    hark_error_message(err)));
+      hark_request_complete(reqs[i],
+                            hark_error_new(hark_error_code(err), "%s", hark_error_message(err)));
     hark_error_free(err);
   }
 }

@@ -35,8 +35,8 @@ bool hark_repo_is_dir(const char *path) {
 
 /* A model name names one folder directly under the repository. */
 bool hark_repo_name_is_safe(const char *name) {
-  return name && *name && strcmp(name, ".") != 0 && strcmp(name, "..") != 0 &&
-         !strchr(name, '/') && strlen(name) < 256;
+  return name && *name && strcmp(name, ".") != 0 && strcmp(name, "..") != 0 && !strchr(name, '/') &&
+         strlen(name) < 256;
 }
 
 static int cmp_i64(const void *a, const void *b) {
@@ -176,4 +176,3 @@ char **hark_repo_scan(const char *repo, uint32_t *n) {
     }
   return names;
 }
-

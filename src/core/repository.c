@@ -36,11 +36,11 @@ typedef struct model_entry {
   char *name;
   hark_model **versions; /* loaded, ascending version */
   uint32_t n_versions;
-  const char *state;     /* "READY", "UNAVAILABLE", "LOADING", "UNLOADING", "" */
+  const char *state; /* "READY", "UNAVAILABLE", "LOADING", "UNLOADING", "" */
   char *reason;
-  bool busy;             /* a load or unload is running */
-  bool failed;           /* the last load failed */
-  bool have_sig;         /* sig is the folder as last loaded (or tried) */
+  bool busy;     /* a load or unload is running */
+  bool failed;   /* the last load failed */
+  bool have_sig; /* sig is the folder as last loaded (or tried) */
   uint64_t sig;
 } model_entry;
 
@@ -85,7 +85,8 @@ static model_entry *entry_get(hark_repository *r, const char *name) {
   if (e) return e;
   model_entry *g = hark_xrealloc(r->entries, (r->n_entries + 1) * sizeof *g);
   r->entries = g;
-  g[r->n_entries] = (model_entry){.name = hark_xstrdup(name), .state = "", .reason = hark_xstrdup("")};
+  g[r->n_entries] =
+      (model_entry){.name = hark_xstrdup(name), .state = "", .reason = hark_xstrdup("")};
   r->n_entries++;
   qsort(r->entries, r->n_entries, sizeof *r->entries, cmp_entry);
   return entry_find(r, name);
@@ -175,10 +176,11 @@ static void retire_finish(hark_repository *r, hark_model **old, uint32_t n, uint
   for (uint32_t i = 0; i < n; i++) {
     int users = hark_model_users(old[i]);
     if (!hark_model_wait_unused(old[i], deadline, &r->cut))
-      HARK_WARN("model '%s' version %lld: %d request(s) or stream(s) still used it after %.0f s "
-                "(--model-unload-timeout-secs); their next requests are refused",
-                old[i]->name, (long long)old[i]->version, hark_model_users(old[i]),
-                (double)r->unload_timeout_ns / 1e9);
+      HARK_WARN(
+          "model '%s' version %lld: %d request(s) or stream(s) still used it after %.0f s "
+          "(--model-unload-timeout-secs); their next requests are refused",
+          old[i]->name, (long long)old[i]->version, hark_model_users(old[i]),
+          (double)r->unload_timeout_ns / 1e9);
     else if (users > 0)
       HARK_INFO("model '%s' version %lld: its live requests and streams finished; unloading",
                 old[i]->name, (long long)old[i]->version);
@@ -241,8 +243,7 @@ static void retire_async(hark_repository *r, hark_model **old, uint32_t n, uint6
   pthread_attr_destroy(&attr);
   if (rc != 0) {
     free(job);
-    HARK_WARN("cannot start a thread to retire model versions (%s): retiring inline",
-              strerror(rc));
+    HARK_WARN("cannot start a thread to retire model versions (%s): retiring inline", strerror(rc));
     retire_finish(r, old, n, deadline);
     free(old);
     pthread_mutex_lock(&r->lock);
@@ -360,7 +361,8 @@ static hark_error *model_unload(hark_repository *r, const char *name, bool wait)
   pthread_mutex_lock(&r->lock);
   bool known = entry_find(r, name) != NULL;
   pthread_mutex_unlock(&r->lock);
-  if (!known) return hark_error_new(HARK_ERR_NOT_FOUND, "failed to unload '%s': unknown model", name);
+  if (!known)
+    return hark_error_new(HARK_ERR_NOT_FOUND, "failed to unload '%s': unknown model", name);
   model_entry *e = entry_claim(r, name);
   pthread_mutex_lock(&r->lock);
   e = entry_find(r, name);
@@ -481,7 +483,8 @@ static void *poll_run(void *arg) {
     ts.tv_sec += (time_t)(ns / 1000000000ull);
     ts.tv_nsec = (long)(ns % 1000000000ull);
     int rc = 0;
-    while (!r->poll_stop && rc != ETIMEDOUT) rc = pthread_cond_timedwait(&r->poll_cv, &r->lock, &ts);
+    while (!r->poll_stop && rc != ETIMEDOUT)
+      rc = pthread_cond_timedwait(&r->poll_cv, &r->lock, &ts);
     if (r->poll_stop) break;
     pthread_mutex_unlock(&r->lock);
     if (!atomic_load(&r->draining)) poll_once(r);
@@ -626,8 +629,10 @@ hark_error *hark_repository_acquire(hark_repository *r, const char *name, int64_
     err = hark_error_new(HARK_ERR_NOT_FOUND, "Request for unknown model: '%s' is not found",
                          name ? name : "");
   } else if (!e->n_versions) {
-    err = hark_error_new(HARK_ERR_UNAVAILABLE, "Request for unknown model: '%s' has no available "
-                         "versions%s%s", name, *e->reason ? ": " : "", e->reason);
+    err = hark_error_new(HARK_ERR_UNAVAILABLE,
+                         "Request for unknown model: '%s' has no available "
+                         "versions%s%s",
+                         name, *e->reason ? ": " : "", e->reason);
   } else if (version < 0) {
     found = e->versions[e->n_versions - 1];
   } else {

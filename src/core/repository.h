@@ -16,12 +16,12 @@
 typedef struct hark_repository hark_repository;
 
 typedef struct hark_repository_config {
-  const char *path;          /* the repository folder (copied) */
+  const char *path; /* the repository folder (copied) */
   hark_model_control control;
   uint64_t unload_timeout_ns; /* how long a retired version may serve what holds it */
-  uint64_t poll_ns;          /* POLL mode: the rescan period */
-  hark_server *server;       /* handed to every model it builds */
-  hark_backends *backends;   /* where their backends come from; outlives it */
+  uint64_t poll_ns;           /* POLL mode: the rescan period */
+  hark_server *server;        /* handed to every model it builds */
+  hark_backends *backends;    /* where their backends come from; outlives it */
 } hark_repository_config;
 
 /* An empty repository; INVALID_ARG when the folder is not one. */

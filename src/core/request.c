@@ -200,8 +200,8 @@ hark_error *hark_response_add_output(hark_response *resp, const char *name, hark
   resp->buffers = hark_xrealloc(resp->buffers, n * sizeof *resp->buffers);
   void *data = calloc(1, byte_size ? byte_size : 1);
   if (!data)
-    return hark_error_new(HARK_ERR_INTERNAL, "cannot allocate %zu bytes for output '%s'",
-                          byte_size, name);
+    return hark_error_new(HARK_ERR_INTERNAL, "cannot allocate %zu bytes for output '%s'", byte_size,
+                          name);
   hark_tensor *t = &outs[resp->n_outputs];
   memset(t, 0, sizeof *t);
   t->name = hark_xstrdup(name);

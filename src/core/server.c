@@ -36,11 +36,16 @@ struct hark_server {
 hark_pool *hark_server_pool(hark_server *s) { return s->pool; }
 uint32_t hark_server_default_max_queue(hark_server *s) { return s->default_max_queue; }
 
-static const char *const extensions[] = {"classification", "model_repository",
+static const char *const extensions[] = {"classification",
+                                         "model_repository",
                                          "model_repository(unload_dependents)",
-                                         "schedule_policy", "model_configuration",
-                                         "system_shared_memory", "statistics",
-                                         "binary_tensor_data", "parameters", NULL};
+                                         "schedule_policy",
+                                         "model_configuration",
+                                         "system_shared_memory",
+                                         "statistics",
+                                         "binary_tensor_data",
+                                         "parameters",
+                                         NULL};
 const char *const *hark_server_extensions(void) { return extensions; }
 
 /* ---- server ----------------------------------------------------------------- */

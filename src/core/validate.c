@@ -11,7 +11,8 @@
 
 static void shape_str(char *buf, size_t cap, const int64_t *dims, uint32_t n, bool batch) {
   size_t used = (size_t)snprintf(buf, cap, "[");
-  if (batch) used += (size_t)snprintf(buf + used, used < cap ? cap - used : 0, "-1%s", n ? "," : "");
+  if (batch)
+    used += (size_t)snprintf(buf + used, used < cap ? cap - used : 0, "-1%s", n ? "," : "");
   for (uint32_t i = 0; i < n && used < cap; i++)
     used += (size_t)snprintf(buf + used, cap - used, "%lld%s", (long long)dims[i],
                              i + 1 < n ? "," : "");
@@ -26,10 +27,9 @@ static hark_error *check_input(const hark_request *req, const hark_model_io *io,
   const char *model = cfg->name;
   bool batching = cfg->max_batch_size > 0;
   if (t->datatype != io->datatype)
-    return hark_error_new(HARK_ERR_INVALID_ARG,
-                          "inference input '%s' data-type is '%s', but model '%s' expects '%s'",
-                          t->name, hark_datatype_name(t->datatype), model,
-                          hark_datatype_name(io->datatype));
+    return hark_error_new(
+        HARK_ERR_INVALID_ARG, "inference input '%s' data-type is '%s', but model '%s' expects '%s'",
+        t->name, hark_datatype_name(t->datatype), model, hark_datatype_name(io->datatype));
   uint32_t off = batching ? 1 : 0;
   bool ok = t->ndims == io->ndims + off;
   for (uint32_t i = 0; ok && i < io->ndims; i++)
@@ -41,8 +41,8 @@ static hark_error *check_input(const hark_request *req, const hark_model_io *io,
                             cfg->max_batch_size, model, (long long)t->shape[0]);
     if (*batch && *batch != (uint32_t)t->shape[0])
       return hark_error_new(HARK_ERR_INVALID_ARG,
-                            "input '%s' has batch size %lld but an earlier input has %u",
-                            t->name, (long long)t->shape[0], *batch);
+                            "input '%s' has batch size %lld but an earlier input has %u", t->name,
+                            (long long)t->shape[0], *batch);
     *batch = (uint32_t)t->shape[0];
   }
   if (!ok) {
@@ -80,8 +80,8 @@ hark_error *hark_request_validate(hark_request *req) {
     for (uint32_t j = 0; j < cfg->n_inputs && !io; j++)
       if (strcmp(cfg->inputs[j].name, t->name) == 0) io = &cfg->inputs[j];
     if (!io)
-      return hark_error_new(HARK_ERR_INVALID_ARG,
-                            "unexpected inference input '%s' for model '%s'", t->name, cfg->name);
+      return hark_error_new(HARK_ERR_INVALID_ARG, "unexpected inference input '%s' for model '%s'",
+                            t->name, cfg->name);
     hark_error *err = check_input(req, io, t, &batch);
     if (err) return err;
   }
@@ -98,9 +98,8 @@ hark_error *hark_request_validate(hark_request *req) {
     for (uint32_t j = 0; j < cfg->n_outputs && !found; j++)
       found = strcmp(cfg->outputs[j].name, req->requested[i]) == 0;
     if (!found)
-      return hark_error_new(HARK_ERR_INVALID_ARG,
-                            "unexpected inference output '%s' for model '%s'", req->requested[i],
-                            cfg->name);
+      return hark_error_new(HARK_ERR_INVALID_ARG, "unexpected inference output '%s' for model '%s'",
+                            req->requested[i], cfg->name);
   }
   req->batch_size = batch ? batch : 1;
   return NULL;

@@ -17,7 +17,7 @@
 typedef struct hark_frontends hark_frontends;
 
 typedef struct hark_frontend_options {
-  hark_http_options http;     /* drain_idle, raw_port and raw_address are set here */
+  hark_http_options http; /* drain_idle, raw_port and raw_address are set here */
   hark_grpc_options grpc;
   int grpc_port;              /* 8001; -1: no gRPC; 0: any */
   const char *grpc_address;   /* NULL: http.address's */

@@ -31,9 +31,8 @@ static uint32_t largest_preferred(const hark_batch_policy *p) {
   return m ? m : p->max_batch_size;
 }
 
-void hark_batch_decide(const hark_batch_policy *p, const hark_batch_item *items,
-                       uint32_t n_items, bool flush, uint64_t now_ns,
-                       hark_batch_decision *out) {
+void hark_batch_decide(const hark_batch_policy *p, const hark_batch_item *items, uint32_t n_items,
+                       bool flush, uint64_t now_ns, hark_batch_decision *out) {
   *out = (hark_batch_decision){.wait_until_ns = UINT64_MAX};
   if (n_items == 0) return;
   if (p->single) {

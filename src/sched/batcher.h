@@ -26,11 +26,11 @@
 #include "hark/config.h"
 
 typedef struct hark_batch_policy {
-  uint32_t max_batch_size;      /* >= 1: batch elements per execution */
+  uint32_t max_batch_size; /* >= 1: batch elements per execution */
   uint32_t preferred[HARK_MAX_PREFERRED_BATCH_SIZES];
   uint32_t n_preferred;
   uint64_t max_queue_delay_ns;
-  bool single;                  /* default scheduler: one request per batch */
+  bool single; /* default scheduler: one request per batch */
 } hark_batch_policy;
 
 /* From a model's config: `max_batch_size` 0 (no batch dimension) batches
@@ -43,8 +43,8 @@ typedef struct hark_batch_item {
 } hark_batch_item;
 
 typedef struct hark_batch_decision {
-  uint32_t n_requests;  /* dispatch the first n now; 0: nothing to send now */
-  uint32_t batch_size;  /* their batch sizes summed */
+  uint32_t n_requests;    /* dispatch the first n now; 0: nothing to send now */
+  uint32_t batch_size;    /* their batch sizes summed */
   uint64_t wait_until_ns; /* when n_requests is 0: when to decide again
                              (UINT64_MAX: only when something changes) */
 } hark_batch_decision;
@@ -55,8 +55,7 @@ typedef struct hark_batch_decision {
  * the batch is full). A lone request larger than max_batch_size (which
  * validation prevents) is dispatched alone rather than blocking the queue.
  */
-void hark_batch_decide(const hark_batch_policy *p, const hark_batch_item *items,
-                       uint32_t n_items, bool flush, uint64_t now_ns,
-                       hark_batch_decision *out);
+void hark_batch_decide(const hark_batch_policy *p, const hark_batch_item *items, uint32_t n_items,
+                       bool flush, uint64_t now_ns, hark_batch_decision *out);
 
 #endif

@@ -65,7 +65,7 @@ struct dyn_sched {
   hark_queue *queue;
   hark_batch_policy policy;
   uint32_t priority_levels; /* 0: priorities off, request priorities ignored */
-  hark_batch_item *items; /* scratch for the batcher, items_cap long */
+  hark_batch_item *items;   /* scratch for the batcher, items_cap long */
   uint32_t items_cap;
   dyn_instance *insts;
   uint32_t n_insts, next_inst;
@@ -75,7 +75,7 @@ struct dyn_sched {
   atomic_uint_fast64_t exec_avg_ns;
   atomic_uint exec_timed;
 
-  bool ordered; /* preserve_ordering */
+  bool ordered;          /* preserve_ordering */
   pthread_mutex_t olock; /* after sk.lock when both are held */
   order_slot *ohead, *otail;
   bool draining;
@@ -196,8 +196,8 @@ static uint64_t form_batches(dyn_sched *s, uint64_t now, hark_skel_pass *p) {
     uint32_t n = 0;
     for (const hark_queue_node *node = hark_queue_first(s->queue); node && n < s->items_cap;
          node = hark_queue_next(s->queue, node))
-      s->items[n++] = (hark_batch_item){hark_queue_node_batch_size(node),
-                                        hark_queue_node_enqueued_ns(node)};
+      s->items[n++] =
+          (hark_batch_item){hark_queue_node_batch_size(node), hark_queue_node_enqueued_ns(node)};
     hark_batch_decision d;
     hark_batch_decide(&s->policy, s->items, n, s->sk.stopping, now, &d);
     if (d.n_requests == 0) return d.wait_until_ns;
@@ -260,8 +260,7 @@ static bool dyn_drained(const hark_skel *sk) {
  * (runtime/pool.c), once the warm-up has been timed. */
 static uint64_t dyn_inline_cost(hark_skel *sk) {
   dyn_sched *s = (dyn_sched *)sk;
-  if (atomic_load_explicit(&s->exec_timed, memory_order_relaxed) < INLINE_WARMUP)
-    return UINT64_MAX;
+  if (atomic_load_explicit(&s->exec_timed, memory_order_relaxed) < INLINE_WARMUP) return UINT64_MAX;
   return atomic_load_explicit(&s->exec_avg_ns, memory_order_relaxed);
 }
 
@@ -357,8 +356,8 @@ hark_error *hark_sched_dynamic_new(const hark_sched_desc *desc, hark_sched **out
   hark_batch_policy_init(&s->policy, cfg);
   hark_error *err = hark_queue_new(db, desc->default_max_queue, &s->queue);
   if (err) {
-    hark_error *wrapped = hark_error_new(hark_error_code(err), "model '%s': %s", desc->name,
-                                         hark_error_message(err));
+    hark_error *wrapped =
+        hark_error_new(hark_error_code(err), "model '%s': %s", desc->name, hark_error_message(err));
     hark_error_free(err);
     dyn_destroy(s);
     return wrapped;

@@ -129,8 +129,8 @@ static void run_finish(ens_run *run) {
         break;
       }
       void *buf;
-      err = hark_response_add_output(resp, name, t->datatype, t->shape, t->ndims, t->byte_size,
-                                     &buf);
+      err =
+          hark_response_add_output(resp, name, t->datatype, t->shape, t->ndims, t->byte_size, &buf);
       if (!err && t->byte_size) memcpy(buf, t->data, t->byte_size);
     }
     if (err) {
@@ -289,8 +289,8 @@ static hark_error *ens_enqueue(hark_sched *base, hark_request *req) {
   if (s->stopping) {
     pthread_mutex_unlock(&s->lock);
     run_free(run);
-    return hark_error_new(HARK_ERR_UNAVAILABLE, "model '%s' version %lld is unloading",
-                          s->name, (long long)s->version);
+    return hark_error_new(HARK_ERR_UNAVAILABLE, "model '%s' version %lld is unloading", s->name,
+                          (long long)s->version);
   }
   s->in_flight++;
   pthread_mutex_unlock(&s->lock);
@@ -363,9 +363,9 @@ static uint32_t tensor_find(const ens_sched *s, const char *name) {
 
 /* Prefixes an error with the ensemble and step it concerns. */
 static hark_error *step_error(const ens_sched *s, uint32_t i, hark_error *err) {
-  hark_error *wrapped = hark_error_new(
-      hark_error_code(err), "ensemble '%s' step %u (model '%s'): %s", s->name,
-      i + 1, s->cfg->ensemble_steps[i].model_name, hark_error_message(err));
+  hark_error *wrapped =
+      hark_error_new(hark_error_code(err), "ensemble '%s' step %u (model '%s'): %s", s->name, i + 1,
+                     s->cfg->ensemble_steps[i].model_name, hark_error_message(err));
   hark_error_free(err);
   return wrapped;
 }
@@ -388,9 +388,8 @@ static hark_error *resolve_outputs(ens_sched *s) {
       if (!io) return ENS_ERR(s, i, "output_map key '%s' is not an output of the model", kv->key);
       if (tensor_find(s, kv->value) != UINT32_MAX)
         return ENS_ERR(s, i, "output_map writes tensor '%s', which is already %s", kv->value,
-                       tensor_find(s, kv->value) < s->cfg->n_inputs
-                           ? "an ensemble input"
-                           : "written by another step");
+                       tensor_find(s, kv->value) < s->cfg->n_inputs ? "an ensemble input"
+                                                                    : "written by another step");
       st->out_tensor[j] = s->n_tensors;
       s->names[s->n_tensors] = kv->value;
       s->dtypes[s->n_tensors++] = io->datatype;
@@ -441,8 +440,7 @@ static hark_error *resolve_ensemble_outputs(ens_sched *s) {
     if (s->dtypes[t] != io->datatype)
       return hark_error_new(HARK_ERR_INVALID_ARG,
                             "ensemble '%s': output '%s' is %s but the step writing it gives %s",
-                            s->name, io->name,
-                            hark_datatype_config_name(io->datatype),
+                            s->name, io->name, hark_datatype_config_name(io->datatype),
                             hark_datatype_config_name(s->dtypes[t]));
     s->output_tensor[i] = t;
   }

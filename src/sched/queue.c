@@ -19,7 +19,7 @@ struct hark_queue_node {
   uint64_t enqueued_ns;
   uint64_t deadline_ns; /* 0: none (or already expired into `delayed`) */
   uint32_t batch_size;
-  uint32_t level;       /* index into q->levels */
+  uint32_t level; /* index into q->levels */
   bool delayed;
   struct hark_queue_node *prev, *next;   /* the level's live or delayed list */
   struct hark_queue_node *dprev, *dnext; /* the deadline list */
@@ -56,15 +56,15 @@ hark_error *hark_queue_new(const hark_dynamic_batching *db, uint32_t default_max
     def = db->default_priority_level ? db->default_priority_level : (levels + 1) / 2;
     if (def > levels)
       return hark_error_new(HARK_ERR_INVALID_ARG,
-                            "dynamic_batching: default_priority_level %u is outside [1, %u]",
-                            def, levels);
+                            "dynamic_batching: default_priority_level %u is outside [1, %u]", def,
+                            levels);
   }
   for (uint32_t i = 0; i < db->n_priority_queue_policy; i++) {
     uint32_t lv = db->priority_queue_policy[i].level;
     if (lv < 1 || lv > levels)
       return hark_error_new(HARK_ERR_INVALID_ARG,
-                            "dynamic_batching: priority_queue_policy key %u is outside [1, %u]",
-                            lv, levels);
+                            "dynamic_batching: priority_queue_policy key %u is outside [1, %u]", lv,
+                            levels);
   }
   hark_queue *q = hark_xcalloc(1, sizeof *q);
   q->levels = hark_xcalloc(levels, sizeof *q->levels);
@@ -190,9 +190,8 @@ hark_error *hark_queue_push(hark_queue *q, void *item, uint32_t priority, uint64
   n->enqueued_ns = now_ns;
   n->batch_size = batch_size ? batch_size : 1;
   n->level = level - 1;
-  uint64_t us = (timeout_us && lv->policy.allow_timeout_override)
-                    ? timeout_us
-                    : lv->policy.default_timeout_us;
+  uint64_t us = (timeout_us && lv->policy.allow_timeout_override) ? timeout_us
+                                                                  : lv->policy.default_timeout_us;
   list_append(&lv->live, n);
   /* A timeout too long to represent never expires (0 means none). */
   if (us && us <= (UINT64_MAX - now_ns) / 1000u) {

@@ -48,8 +48,8 @@ uint32_t hark_queue_levels(const hark_queue *q);
  * the policy's default applies. `batch_size` is carried for the batcher.
  * UNAVAILABLE "Exceeds maximum queue size" when the level is full.
  */
-hark_error *hark_queue_push(hark_queue *q, void *item, uint32_t priority,
-                            uint64_t timeout_us, uint32_t batch_size, uint64_t now_ns);
+hark_error *hark_queue_push(hark_queue *q, void *item, uint32_t priority, uint64_t timeout_us,
+                            uint32_t batch_size, uint64_t now_ns);
 
 uint32_t hark_queue_size(const hark_queue *q);
 uint32_t hark_queue_level_size(const hark_queue *q, uint32_t level);

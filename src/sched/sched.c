@@ -13,7 +13,8 @@
 
 hark_error *hark_sched_new(const hark_sched_desc *desc, hark_sched **out) {
   const hark_model_config *cfg = desc->config;
-  bool ensemble = cfg->n_ensemble_steps > 0 || (cfg->platform && strcmp(cfg->platform, "ensemble") == 0);
+  bool ensemble =
+      cfg->n_ensemble_steps > 0 || (cfg->platform && strcmp(cfg->platform, "ensemble") == 0);
   if (ensemble) return hark_sched_ensemble_new(desc, out);
   if (cfg->sequence_batching.enabled) return hark_sched_sequence_new(desc, out);
   return hark_sched_dynamic_new(desc, out);

@@ -22,8 +22,8 @@
  * backend log meanwhile carries them; logs the batch at verbose level. Call
  * before the execute (the requests may be gone after it), restore after.
  */
-void hark_sched_log_batch(const hark_sched_desc *desc, uint32_t instance,
-                          hark_request **requests, uint32_t n, hark_log_context *saved);
+void hark_sched_log_batch(const hark_sched_desc *desc, uint32_t instance, hark_request **requests,
+                          uint32_t n, hark_log_context *saved);
 static inline void hark_sched_log_restore(const hark_log_context *saved) {
   hark_log_context_restore(saved);
 }

@@ -212,9 +212,9 @@ static void keep_states(seq_sched *s, seq_call *call, hark_response *resp) {
     hark_tensor out;
     if (!hark_response_take_output(resp, sb->states[i].output_name, &out)) continue;
     if (!im || out.datatype != sb->states[i].datatype) {
-      HARK_ERROR("model '%s': state output '%s' has type %s, expected %s; state kept",
-                 s->sk.d.name, sb->states[i].output_name,
-                 hark_datatype_name(out.datatype), hark_datatype_name(sb->states[i].datatype));
+      HARK_ERROR("model '%s': state output '%s' has type %s, expected %s; state kept", s->sk.d.name,
+                 sb->states[i].output_name, hark_datatype_name(out.datatype),
+                 hark_datatype_name(sb->states[i].datatype));
       free((void *)out.data);
       continue;
     }

@@ -119,18 +119,17 @@ void hark_skel_pump(hark_skel *sk) {
 
   pthread_mutex_lock(&sk->lock);
   sk->users--;
-  if (sk->users == 0 && sk->n_busy == 0 && sk->ops->drained(sk))
-    pthread_cond_broadcast(&sk->idle);
+  if (sk->users == 0 && sk->n_busy == 0 && sk->ops->drained(sk)) pthread_cond_broadcast(&sk->idle);
   pthread_mutex_unlock(&sk->lock);
 }
 
 hark_error *hark_skel_enqueue(hark_skel *sk, hark_request *req, void *arg) {
   pthread_mutex_lock(&sk->lock);
   uint64_t now = hark_now_ns();
-  hark_error *err = sk->stopping ? hark_error_new(HARK_ERR_UNAVAILABLE,
-                                                  "model '%s' version %lld is unloading",
-                                                  sk->d.name, (long long)sk->d.version)
-                                 : sk->ops->admit(sk, req, arg, now);
+  hark_error *err =
+      sk->stopping ? hark_error_new(HARK_ERR_UNAVAILABLE, "model '%s' version %lld is unloading",
+                                    sk->d.name, (long long)sk->d.version)
+                   : sk->ops->admit(sk, req, arg, now);
   if (err) {
     pthread_mutex_unlock(&sk->lock);
     return err;

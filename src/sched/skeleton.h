@@ -36,12 +36,12 @@ typedef struct hark_skel_inst {
 
 /* What one pass of the pump takes out of the lock. */
 typedef struct hark_skel_pass {
-  hark_skel_inst *launch; /* instances claimed with hark_skel_claim, for the pool */
-  uint64_t wake_ns;       /* when to pass again; UINT64_MAX (the start): only on an event */
-  uint32_t queued;        /* requests waiting now, for hark_sched_queued */
+  hark_skel_inst *launch;   /* instances claimed with hark_skel_claim, for the pool */
+  uint64_t wake_ns;         /* when to pass again; UINT64_MAX (the start): only on an event */
+  uint32_t queued;          /* requests waiting now, for hark_sched_queued */
   void *out[HARK_SKEL_OUT]; /* the scheduler's, for its finish hook */
   uint32_t n_out;
-  bool again;             /* there may be more out: pass once more */
+  bool again; /* there may be more out: pass once more */
 } hark_skel_pass;
 
 typedef struct hark_skel_ops {
@@ -76,7 +76,7 @@ struct hark_skel {
   uint32_t n_busy;     /* instances busy */
   bool stopping;       /* set by stop: refuse new requests, flush */
   hark_timer timer;
-  atomic_uint queued;  /* the last pass's count, for the lock-free getter */
+  atomic_uint queued; /* the last pass's count, for the lock-free getter */
 };
 
 /* `base.ops` is the caller's to set. */

@@ -12,8 +12,8 @@
 void hark_oom(const char *what, size_t size) {
   /* No allocation here: stdio may need some, so write(2) a fixed line. */
   char line[160];
-  int n = snprintf(line, sizeof line, "hark: out of memory (%s of %zu bytes); aborting\n", what,
-                   size);
+  int n =
+      snprintf(line, sizeof line, "hark: out of memory (%s of %zu bytes); aborting\n", what, size);
   if (n > 0) {
     ssize_t w = write(2, line, (size_t)n < sizeof line ? (size_t)n : sizeof line - 1);
     (void)w;

@@ -139,17 +139,17 @@ size_t hark_fmt_jstr(char *w, const char *s, size_t n) {
     }
     *w++ = '\\';
     switch (c) {
-      case '"': *w++ = '"'; break;
-      case '\\': *w++ = '\\'; break;
-      case '\n': *w++ = 'n'; break;
-      case '\r': *w++ = 'r'; break;
-      case '\t': *w++ = 't'; break;
-      default:
-        *w++ = 'u';
-        *w++ = '0';
-        *w++ = '0';
-        *w++ = hex[c >> 4];
-        *w++ = hex[c & 15];
+    case '"': *w++ = '"'; break;
+    case '\\': *w++ = '\\'; break;
+    case '\n': *w++ = 'n'; break;
+    case '\r': *w++ = 'r'; break;
+    case '\t': *w++ = 't'; break;
+    default:
+      *w++ = 'u';
+      *w++ = '0';
+      *w++ = '0';
+      *w++ = hex[c >> 4];
+      *w++ = hex[c & 15];
     }
     p++;
   }

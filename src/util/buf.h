@@ -50,7 +50,7 @@ void hark_buf_put_fixed6(hark_buf *b, double v);
  * written. u64 needs 20 bytes, i64 21, a JSON string HARK_JSTR_ROOM(n). */
 size_t hark_fmt_u64(char *p, uint64_t v);
 size_t hark_fmt_i64(char *p, int64_t v);
-#define HARK_JSTR_ROOM(n) ((n) * 6 + 2)
+#define HARK_JSTR_ROOM(n) ((n)*6 + 2)
 size_t hark_fmt_jstr(char *p, const char *s, size_t n);
 
 #endif

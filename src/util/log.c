@@ -23,8 +23,8 @@
 #define MSG_MAX_BYTES 4096
 
 /* Bit per level: error, warning, info on; verbose off. */
-static atomic_uint enabled_mask = (1u << HARK_LOG_ERROR) | (1u << HARK_LOG_WARN) |
-                                  (1u << HARK_LOG_INFO);
+static atomic_uint enabled_mask =
+    (1u << HARK_LOG_ERROR) | (1u << HARK_LOG_WARN) | (1u << HARK_LOG_INFO);
 static atomic_int log_format = HARK_LOG_FORMAT_DEFAULT;
 
 static _Thread_local hark_log_context tls_ctx;
@@ -118,14 +118,18 @@ static void putf(line *l, const char *fmt, ...) {
 static size_t utf8_len(const unsigned char *s, size_t n) {
   size_t need;
   if (s[0] < 0x80) return 1;
-  if (s[0] >= 0xc2 && s[0] <= 0xdf) need = 2;
-  else if (s[0] >= 0xe0 && s[0] <= 0xef) need = 3;
-  else if (s[0] >= 0xf0 && s[0] <= 0xf4) need = 4;
-  else return 0;
+  if (s[0] >= 0xc2 && s[0] <= 0xdf)
+    need = 2;
+  else if (s[0] >= 0xe0 && s[0] <= 0xef)
+    need = 3;
+  else if (s[0] >= 0xf0 && s[0] <= 0xf4)
+    need = 4;
+  else
+    return 0;
   if (n < need) return 0;
   for (size_t i = 1; i < need; i++)
     if ((s[i] & 0xc0) != 0x80) return 0;
-  if (s[0] == 0xe0 && s[1] < 0xa0) return 0; /* overlong */
+  if (s[0] == 0xe0 && s[1] < 0xa0) return 0;  /* overlong */
   if (s[0] == 0xed && s[1] >= 0xa0) return 0; /* surrogate */
   if (s[0] == 0xf0 && s[1] < 0x90) return 0;
   if (s[0] == 0xf4 && s[1] >= 0x90) return 0;
@@ -250,8 +254,8 @@ static void format_json(line *l, hark_log_level level, const char *file, int lin
   const hark_log_context *c = &tls_ctx;
   const struct {
     const char *key, *value;
-  } ids[] = {{"request_id", c->request_id}, {"sequence_id", c->sequence_id},
-             {"stream_id", c->stream_id}};
+  } ids[] = {
+      {"request_id", c->request_id}, {"sequence_id", c->sequence_id}, {"stream_id", c->stream_id}};
   for (size_t i = 0; i < sizeof ids / sizeof *ids; i++) {
     if (!ids[i].value[0]) continue;
     putf(l, ",\"%s\":", ids[i].key);
@@ -270,8 +274,7 @@ static void write_all(const char *p, size_t n) {
   }
 }
 
-static void logv(hark_log_level level, const char *file, int lineno, const char *fmt,
-                 va_list ap) {
+static void logv(hark_log_level level, const char *file, int lineno, const char *fmt, va_list ap) {
   if (!hark_log_enabled(level)) return;
   char msg[MSG_MAX_BYTES];
   vsnprintf(msg, sizeof msg, fmt, ap);
@@ -306,8 +309,8 @@ bool hark_backend_log_enabled(hark_backend_log_level level) {
   return hark_log_enabled((hark_log_level)level) != 0;
 }
 
-void hark_backend_log(hark_backend_log_level level, const char *file, int lineno,
-                      const char *fmt, ...) {
+void hark_backend_log(hark_backend_log_level level, const char *file, int lineno, const char *fmt,
+                      ...) {
   va_list ap;
   va_start(ap, fmt);
   logv((hark_log_level)level, file, lineno, fmt, ap);

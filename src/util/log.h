@@ -28,7 +28,7 @@ typedef enum hark_log_format {
 } hark_log_format;
 
 /* Errors, warnings and info on, verbose off, until told otherwise. */
-void hark_log_set_level(hark_log_level level); /* that level and the more severe */
+void hark_log_set_level(hark_log_level level);            /* that level and the more severe */
 void hark_log_set_enabled(hark_log_level level, bool on); /* --log-info/-warning/-error */
 void hark_log_set_verbose(int verbose);                   /* --log-verbose N; 0 = off */
 void hark_log_set_format(hark_log_format format);
@@ -36,8 +36,7 @@ void hark_log_set_format(hark_log_format format);
 bool hark_log_parse_format(const char *s, hark_log_format *out);
 int hark_log_enabled(hark_log_level level);
 
-void hark_log(hark_log_level level, const char *fmt, ...)
-    __attribute__((format(printf, 2, 3)));
+void hark_log(hark_log_level level, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 /* As hark_log, naming the source line (the macros below pass it). */
 void hark_log_at(hark_log_level level, const char *file, int line, const char *fmt, ...)
     __attribute__((format(printf, 4, 5)));
@@ -61,23 +60,25 @@ void hark_log_context_save(hark_log_context *out);
 void hark_log_context_restore(const hark_log_context *saved);
 void hark_log_context_clear(void);
 
-#define HARK_LOG_AT_(level, ...) \
-  do { if (hark_log_enabled(level)) hark_log_at(level, __FILE__, __LINE__, __VA_ARGS__); } while (0)
+#define HARK_LOG_AT_(level, ...)                                                      \
+  do {                                                                                \
+    if (hark_log_enabled(level)) hark_log_at(level, __FILE__, __LINE__, __VA_ARGS__); \
+  } while (0)
 #define HARK_ERROR(...) HARK_LOG_AT_(HARK_LOG_ERROR, __VA_ARGS__)
 #define HARK_WARN(...) HARK_LOG_AT_(HARK_LOG_WARN, __VA_ARGS__)
 #define HARK_INFO(...) HARK_LOG_AT_(HARK_LOG_INFO, __VA_ARGS__)
 #define HARK_VERBOSE(...) HARK_LOG_AT_(HARK_LOG_VERBOSE, __VA_ARGS__)
 
 /* A line about one stream: `sid` is its stream id for this line only. */
-#define HARK_LOG_STREAM(level, sid, ...)                    \
-  do {                                                      \
-    if (hark_log_enabled(level)) {                          \
-      hark_log_context saved_;                              \
-      hark_log_context_save(&saved_);                       \
-      hark_log_context_set_stream(sid);                     \
-      hark_log_at(level, __FILE__, __LINE__, __VA_ARGS__);  \
-      hark_log_context_restore(&saved_);                    \
-    }                                                       \
+#define HARK_LOG_STREAM(level, sid, ...)                   \
+  do {                                                     \
+    if (hark_log_enabled(level)) {                         \
+      hark_log_context saved_;                             \
+      hark_log_context_save(&saved_);                      \
+      hark_log_context_set_stream(sid);                    \
+      hark_log_at(level, __FILE__, __LINE__, __VA_ARGS__); \
+      hark_log_context_restore(&saved_);                   \
+    }                                                      \
   } while (0)
 
 #endif

@@ -83,10 +83,12 @@ static void check_infer(const Inference__ModelInferRequest *q) {
 
 /* What the Riva handlers read first: the oneof and the audio settings. */
 static void check_streaming(const Nvidia__Riva__Asr__StreamingRecognizeRequest *q) {
-  if (q->streaming_request_case == NVIDIA__RIVA__ASR__STREAMING_RECOGNIZE_REQUEST__STREAMING_REQUEST_STREAMING_CONFIG &&
+  if (q->streaming_request_case ==
+          NVIDIA__RIVA__ASR__STREAMING_RECOGNIZE_REQUEST__STREAMING_REQUEST_STREAMING_CONFIG &&
       q->streaming_config && q->streaming_config->config) {
     const Nvidia__Riva__Asr__RecognitionConfig *c = q->streaming_config->config;
-    (void)protobuf_c_enum_descriptor_get_value(&nvidia__riva__audio_encoding__descriptor, c->encoding);
+    (void)protobuf_c_enum_descriptor_get_value(&nvidia__riva__audio_encoding__descriptor,
+                                               c->encoding);
     for (size_t i = 0; i < c->n_custom_configuration; i++)
       if (!c->custom_configuration[i]->key || !c->custom_configuration[i]->value) abort();
   }
@@ -98,7 +100,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
   ProtobufCMessage *m = protobuf_c_message_unpack(d, NULL, size - 1, data + 1);
   if (!m) return 0;
   round_trip(d, m);
-  if (d == &inference__model_infer_request__descriptor) check_infer((Inference__ModelInferRequest *)m);
+  if (d == &inference__model_infer_request__descriptor)
+    check_infer((Inference__ModelInferRequest *)m);
   else if (d == &nvidia__riva__asr__streaming_recognize_request__descriptor)
     check_streaming((Nvidia__Riva__Asr__StreamingRecognizeRequest *)m);
   protobuf_c_message_free_unpacked(m, NULL);

@@ -14,8 +14,8 @@
 #include <string.h>
 
 #include "core/core.h"
-#include "fuzz_model.h"
 #include "frontend/kserve/kserve.h"
+#include "fuzz_model.h"
 
 static const char CONFIG[] =
     "name: \"fuzz\"\nbackend: \"identity\"\nmax_batch_size: 8\n"

@@ -57,10 +57,10 @@ struct fake {
   /* what the run saw */
   fake_batch batches[FAKE_MAX];
   int n_batches;
-  int running[FAKE_INSTANCES]; /* batches inside the run, per instance */
-  int runs_done;               /* runs that returned */
-  int overlaps;                /* a batch started on an instance already running one */
-  int seq_overlaps;            /* a sequence had two requests in flight at once */
+  int running[FAKE_INSTANCES];  /* batches inside the run, per instance */
+  int runs_done;                /* runs that returned */
+  int overlaps;                 /* a batch started on an instance already running one */
+  int seq_overlaps;             /* a sequence had two requests in flight at once */
   uint64_t in_flight[FAKE_MAX]; /* correlation ids whose request is in a run */
   int n_in_flight;
   /* control */

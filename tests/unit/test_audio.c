@@ -1,12 +1,12 @@
 /* Unit tests for src/audio: wav.c (header parsing) and resample.c. */
+#include <math.h>
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
 #include <stdint.h>
-#include <cmocka.h>
-#include <math.h>
 #include <stdlib.h>
 #include <string.h>
+#include <cmocka.h>
 
 #include "hark/audio.h"
 
@@ -21,13 +21,17 @@ static size_t make_wav(uint8_t *b, uint16_t fmt, uint16_t ch, uint32_t rate, uin
   }
   memcpy(b + p, "fmt \x10\0\0\0", 8);
   p += 8;
-  b[p] = (uint8_t)fmt; b[p + 1] = (uint8_t)(fmt >> 8);
-  b[p + 2] = (uint8_t)ch; b[p + 3] = 0;
+  b[p] = (uint8_t)fmt;
+  b[p + 1] = (uint8_t)(fmt >> 8);
+  b[p + 2] = (uint8_t)ch;
+  b[p + 3] = 0;
   memcpy(b + p + 4, &rate, 4);
   uint32_t br = rate * ch * bits / 8;
   memcpy(b + p + 8, &br, 4);
-  b[p + 12] = (uint8_t)(ch * bits / 8); b[p + 13] = 0;
-  b[p + 14] = (uint8_t)bits; b[p + 15] = 0;
+  b[p + 12] = (uint8_t)(ch * bits / 8);
+  b[p + 13] = 0;
+  b[p + 14] = (uint8_t)bits;
+  b[p + 15] = 0;
   p += 16;
   memcpy(b + p, "data", 4);
   memcpy(b + p + 4, &data_len, 4);

@@ -27,8 +27,8 @@ static uint32_t items_of(hark_batch_item *it, const uint32_t *sizes, uint32_t n)
   return n;
 }
 
-static hark_batch_decision decide(const hark_batch_policy *p, const hark_batch_item *it,
-                                  uint32_t n, bool flush, uint64_t now) {
+static hark_batch_decision decide(const hark_batch_policy *p, const hark_batch_item *it, uint32_t n,
+                                  bool flush, uint64_t now) {
   hark_batch_decision d;
   memset(&d, 0xab, sizeof d); /* the function must set every field */
   hark_batch_decide(p, it, n, flush, now, &d);

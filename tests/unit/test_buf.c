@@ -26,7 +26,8 @@ static void test_buf_writers(void **state) {
   hark_buf_put(&b, "", 1);
   assert_string_equal(b.data,
                       "{\"error\":\"bad \\\"x\\\"\\t\\u0001 \xc3\xa9 \\u00e2\\u0082\"}0-1"
-                      "-922337203685477580818446744073709551615" "0.500000");
+                      "-922337203685477580818446744073709551615"
+                      "0.500000");
   hark_buf_free(&b);
   assert_null(b.data);
   /* growth across many reservations */

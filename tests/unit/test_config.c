@@ -1,15 +1,15 @@
 /* Unit tests for src/core/config.c: config.pbtxt → hark_model_config,
  * Triton's defaults and checks, errors with file:line, and the JSON form. */
+#include <cjson/cJSON.h>
+#include <dirent.h>
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
 #include <stdint.h>
-#include <cmocka.h>
-#include <cjson/cJSON.h>
-#include <dirent.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <cmocka.h>
 
 #include "hark/config.h"
 
@@ -687,8 +687,9 @@ static void test_sequence_batching_full(void **state) {
   free(json);
   hark_model_config_free(cfg);
 
-  cfg = parse("backend: \"b\"\nmax_batch_size: 2\nsequence_batching { direct { "
-              "max_queue_delay_microseconds: 100 minimum_slot_utilization: 0.5 } }");
+  cfg = parse(
+      "backend: \"b\"\nmax_batch_size: 2\nsequence_batching { direct { "
+      "max_queue_delay_microseconds: 100 minimum_slot_utilization: 0.5 } }");
   assert_int_equal(cfg->sequence_batching.strategy, HARK_SEQ_DIRECT);
   assert_int_equal(cfg->sequence_batching.direct_max_queue_delay_us, 100);
   assert_true(cfg->sequence_batching.minimum_slot_utilization == 0.5f);

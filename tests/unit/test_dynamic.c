@@ -42,10 +42,11 @@ static void assert_all_ok(fake *f, int n) {
  * waits for max_queue_delay (10 s here), and stopping flushes it. */
 static void test_preferred_size_and_flush(void **state) {
   (void)state;
-  fake *f = fake_start("max_batch_size: 8\n"
-                 "dynamic_batching { preferred_batch_size: [ 4 ] "
-                 "max_queue_delay_microseconds: 10000000 }\n",
-             1, 2);
+  fake *f = fake_start(
+      "max_batch_size: 8\n"
+      "dynamic_batching { preferred_batch_size: [ 4 ] "
+      "max_queue_delay_microseconds: 10000000 }\n",
+      1, 2);
   for (int i = 0; i < 4; i++) fake_send(f, i, 0, 0);
   fake_wait(f, &f->n_batches, 1);
   assert_batch(&f->batches[0], (const int[]){0, 1, 2, 3}, 4);
@@ -75,9 +76,10 @@ static void test_preferred_size_and_flush(void **state) {
  * pool's timer pumps). A full batch does not wait. */
 static void test_max_queue_delay(void **state) {
   (void)state;
-  fake *f = fake_start("max_batch_size: 8\n"
-                 "dynamic_batching { max_queue_delay_microseconds: 100000 }\n",
-             1, 2);
+  fake *f = fake_start(
+      "max_batch_size: 8\n"
+      "dynamic_batching { max_queue_delay_microseconds: 100000 }\n",
+      1, 2);
   uint64_t t0 = hark_now_ns();
   for (int i = 0; i < 3; i++) fake_send(f, i, 0, 0);
   fake_wait(f, &f->n_batches, 1);
@@ -85,9 +87,10 @@ static void test_max_queue_delay(void **state) {
   assert_true(f->batches[0].at_ns - t0 >= 100 * MS);
   fake_stop(f);
 
-  f = fake_start("max_batch_size: 8\n"
-                 "dynamic_batching { max_queue_delay_microseconds: 10000000 }\n",
-             1, 2);
+  f = fake_start(
+      "max_batch_size: 8\n"
+      "dynamic_batching { max_queue_delay_microseconds: 10000000 }\n",
+      1, 2);
   uint64_t t1 = hark_now_ns();
   for (int i = 0; i < 9; i++) fake_send(f, i, 0, 0);
   fake_wait(f, &f->n_batches, 1);
@@ -148,10 +151,11 @@ static void test_default_scheduler(void **state) {
  * takes (32), and none of them ever reaches the run. */
 static void test_queue_bound_and_reject_timeouts(void **state) {
   (void)state;
-  fake *f = fake_start("max_batch_size: 4\n"
-                 "dynamic_batching { default_queue_policy { max_queue_size: 40 "
-                 "timeout_action: REJECT default_timeout_microseconds: 100000 } }\n",
-             1, 2);
+  fake *f = fake_start(
+      "max_batch_size: 4\n"
+      "dynamic_batching { default_queue_policy { max_queue_size: 40 "
+      "timeout_action: REJECT default_timeout_microseconds: 100000 } }\n",
+      1, 2);
   f->hold_all = true;
   fake_send(f, 0, 0, 0);
   fake_wait(f, &f->held, 1);

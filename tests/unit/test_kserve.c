@@ -4,17 +4,17 @@
  * them; writing responses (JSON and binary outputs); the metadata,
  * statistics and index documents; and one full round trip through a real
  * server on the default model repository. */
+#include <cjson/cJSON.h>
+#include <math.h>
+#include <pthread.h>
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
 #include <stdint.h>
-#include <cmocka.h>
-#include <cjson/cJSON.h>
-#include <math.h>
-#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <cmocka.h>
 
 #include "core/core.h"
 #include "frontend/kserve/kserve.h"
@@ -722,14 +722,16 @@ static void test_round_trip_json(void **state) {
 
 /* ---- URL routes (kserve_http.c) ------------------------------------------------ */
 
-static void expect_route(const char *path, bool metrics, hark_kserve_route_kind kind, const char *model,
-                         int64_t version) {
+static void expect_route(const char *path, bool metrics, hark_kserve_route_kind kind,
+                         const char *model, int64_t version) {
   hark_kserve_route rt;
   hark_error *err = hark_kserve_route_parse(path, metrics, &rt);
   if (err) fail_msg("%s: %s", path, hark_error_message(err));
   if (rt.kind != kind) fail_msg("%s: route %d, want %d", path, (int)rt.kind, (int)kind);
-  if (model) assert_string_equal(rt.model, model);
-  else assert_null(rt.model);
+  if (model)
+    assert_string_equal(rt.model, model);
+  else
+    assert_null(rt.model);
   assert_int_equal(rt.version, version);
   free(rt.model);
 }
@@ -923,14 +925,22 @@ static void test_real_server(void **state) {
 
 int main(void) {
   const struct CMUnitTest tests[] = {
-      cmocka_unit_test(test_every_type_as_json),  cmocka_unit_test(test_nested_data_and_shapes),
-      cmocka_unit_test(test_bytes_escapes),       cmocka_unit_test(test_request_fields),
-      cmocka_unit_test(test_bad_parameters),      cmocka_unit_test(test_malformed_json),
-      cmocka_unit_test(test_bad_inputs),          cmocka_unit_test(test_bad_outputs),
-      cmocka_unit_test(test_binary_inputs),       cmocka_unit_test(test_binary_errors),
-      cmocka_unit_test(test_response_every_type), cmocka_unit_test(test_response_binary_outputs),
-      cmocka_unit_test(test_response_bad_bytes),  cmocka_unit_test(test_round_trip_json),
-      cmocka_unit_test(test_routes),         cmocka_unit_test(test_real_server),
+      cmocka_unit_test(test_every_type_as_json),
+      cmocka_unit_test(test_nested_data_and_shapes),
+      cmocka_unit_test(test_bytes_escapes),
+      cmocka_unit_test(test_request_fields),
+      cmocka_unit_test(test_bad_parameters),
+      cmocka_unit_test(test_malformed_json),
+      cmocka_unit_test(test_bad_inputs),
+      cmocka_unit_test(test_bad_outputs),
+      cmocka_unit_test(test_binary_inputs),
+      cmocka_unit_test(test_binary_errors),
+      cmocka_unit_test(test_response_every_type),
+      cmocka_unit_test(test_response_binary_outputs),
+      cmocka_unit_test(test_response_bad_bytes),
+      cmocka_unit_test(test_round_trip_json),
+      cmocka_unit_test(test_routes),
+      cmocka_unit_test(test_real_server),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }

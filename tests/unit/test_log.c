@@ -1,17 +1,17 @@
 /* Unit tests for src/util/log.c: levels, formats, the thread's context
  * ids, and JSON lines that parse whatever the message holds. stderr is
  * pointed at a temporary file for each test. */
+#include <cjson/cJSON.h>
+#include <pthread.h>
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
 #include <stdint.h>
-#include <cmocka.h>
-#include <cjson/cJSON.h>
-#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
+#include <cmocka.h>
 
 #include "util/log.h"
 

@@ -1,13 +1,13 @@
 /* Unit tests for src/core/pbtxt.c: protobuf text format → field tree. */
+#include <math.h>
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
 #include <stdint.h>
-#include <cmocka.h>
-#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <cmocka.h>
 
 #include "core/pbtxt.h"
 

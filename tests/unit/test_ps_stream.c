@@ -6,19 +6,19 @@
  * reuse, flush, pool exhaustion, odd lengths, bad rates, resampled input
  * and the WER of both against the reference transcription.
  */
+#include <ctype.h>
+#include <pthread.h>
 #include <setjmp.h>
+#include <soxr.h>
 #include <stdarg.h>
 #include <stddef.h>
 #include <stdint.h>
-#include <cmocka.h>
-#include <ctype.h>
-#include <pthread.h>
-#include <soxr.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
 #include <unistd.h>
+#include <cmocka.h>
 
 #include "../../backends/pocketsphinx/ps_internal.h"
 
@@ -103,8 +103,8 @@ static ps_pool *make_pool(const char **kv) {
 
 /* Streams bytes (optionally starting with a WAV header) in chunks; returns
  * the finals joined. */
-static char *stream_bytes(ps_pool *pool, ps_stream *st, const uint8_t *b, size_t len,
-                          size_t chunk, int end, double *last_word_end) {
+static char *stream_bytes(ps_pool *pool, ps_stream *st, const uint8_t *b, size_t len, size_t chunk,
+                          int end, double *last_word_end) {
   char *all = calloc(1, 1);
   size_t all_len = 0;
   size_t off = 0;
@@ -180,7 +180,6 @@ static void test_matches_continuous(void **state) {
   }
   ps_pool_free(pool);
 }
-
 
 static long rss_kib(void) {
   FILE *f = fopen("/proc/self/statm", "r");
@@ -276,8 +275,8 @@ static void test_multi_utterance_stream(void **state) {
   ps_stream *st = ps_stream_new(pool, 16000, NULL, err, sizeof err);
   double last_end = 0;
   char *got = stream_bytes(pool, st, b.bytes, b.len, 3200, 1, &last_end);
-  printf("    continuous: %s\n    hark:       %s\n    last word ends at %.2f s of %.2f s\n",
-         want, got, last_end, n / 16000.0);
+  printf("    continuous: %s\n    hark:       %s\n    last word ends at %.2f s of %.2f s\n", want,
+         got, last_end, n / 16000.0);
   assert_string_equal(got, want);
   assert_true(last_end > n / 16000.0 - 2.5 && last_end <= n / 16000.0 + 0.1);
   ps_stream_free(st);
@@ -332,7 +331,8 @@ static size_t feed_until_decoder(ps_stream *st, const blob *b) {
     ps_result r;
     ps_result_init(&r, 0);
     char err[256];
-    assert_int_equal(ps_stream_feed(st, b->bytes + off, n, PS_FEED_PARTIAL, &r, err, sizeof err), PS_OK);
+    assert_int_equal(ps_stream_feed(st, b->bytes + off, n, PS_FEED_PARTIAL, &r, err, sizeof err),
+                     PS_OK);
     ps_result_fini(&r);
     off += n;
   }
@@ -468,7 +468,8 @@ static void test_flush_and_bad_input(void **state) {
   assert_false(ps_stream_has_decoder(st));
   ps_result_fini(&r);
   ps_result_init(&r, 3);
-  assert_int_equal(ps_stream_feed(st, b.bytes + half, b.len - half, PS_FEED_END, &r, err, sizeof err), PS_OK);
+  assert_int_equal(
+      ps_stream_feed(st, b.bytes + half, b.len - half, PS_FEED_END, &r, err, sizeof err), PS_OK);
   assert_true(r.is_final);
   printf("    rest: '%s' (%u alternatives)\n", r.text, r.n_alternatives);
   assert_true(r.n_alternatives >= 1);
@@ -526,7 +527,8 @@ static int16_t *resample_file(int idx, uint32_t rate, size_t *n_out) {
   int16_t *out = malloc(cap * 2);
   soxr_io_spec_t io = soxr_io_spec(SOXR_INT16_I, SOXR_INT16_I);
   size_t odone = 0;
-  assert_null(soxr_oneshot(16000, rate, 1, b.bytes + 44, n, NULL, out, cap, &odone, &io, NULL, NULL));
+  assert_null(
+      soxr_oneshot(16000, rate, 1, b.bytes + 44, n, NULL, out, cap, &odone, &io, NULL, NULL));
   free(b.bytes);
   *n_out = odone;
   return out;
@@ -558,13 +560,17 @@ static void test_resampled_input_and_wer(void **state) {
       int nr2;
       int e = (int)wer(expected[i], t, &nr2);
       printf("    %u Hz %s: %s\n", rates[k], files[i] + 30, t);
-      if (k == 0) e8 += (int)wer(ref, t, &nr2);
-      else e44 += (int)wer(ref, t, &nr2);
+      if (k == 0)
+        e8 += (int)wer(ref, t, &nr2);
+      else
+        e44 += (int)wer(ref, t, &nr2);
       /* 44.1 kHz keeps the model's band: still the same recognition, give
        * or take a few words. 8 kHz loses everything above 4 kHz, which this
        * 16 kHz model needs: only ask for some words. */
-      if (k == 1) assert_true(e <= nr2 / 2 + 1);
-      else assert_true(strlen(t) > 0);
+      if (k == 1)
+        assert_true(e <= nr2 / 2 + 1);
+      else
+        assert_true(strlen(t) > 0);
       ps_stream_free(st);
       free(t);
       free(x);
@@ -572,9 +578,10 @@ static void test_resampled_input_and_wer(void **state) {
     free(got);
     free(ref);
   }
-  printf("    WER vs transcription over %d words: pocketsphinx_continuous %.1f%%, hark %.1f%%, "
-         "hark from 8 kHz %.1f%%, from 44.1 kHz %.1f%%\n", words, 100.0 * e_ps / words,
-         100.0 * e_hark / words, 100.0 * e8 / words, 100.0 * e44 / words);
+  printf(
+      "    WER vs transcription over %d words: pocketsphinx_continuous %.1f%%, hark %.1f%%, "
+      "hark from 8 kHz %.1f%%, from 44.1 kHz %.1f%%\n",
+      words, 100.0 * e_ps / words, 100.0 * e_hark / words, 100.0 * e8 / words, 100.0 * e44 / words);
   printf("    hark CPU %.2f s for %.2f s of audio (RTF %.2f)\n", cpu, audio, cpu / audio);
   assert_int_equal(e_ps, e_hark);
   ps_pool_free(pool);
@@ -597,8 +604,8 @@ static void test_memory(void **state) {
   for (int i = 0; i < 200; i++) st[i] = ps_stream_new(pool, 16000, NULL, err, sizeof err);
   long r3 = rss_kib();
   for (int i = 0; i < 200; i++) ps_stream_free(st[i]);
-  printf("    first decoder %ld KiB, each further decoder %ld KiB, idle stream %ld KiB\n",
-         r1 - r0, (r2 - r1) / 3, (r3 - r2) / 200);
+  printf("    first decoder %ld KiB, each further decoder %ld KiB, idle stream %ld KiB\n", r1 - r0,
+         (r2 - r1) / 3, (r3 - r2) / 200);
   ps_pool_free(pool);
 }
 

@@ -74,8 +74,8 @@ static void test_priority_levels(void **state) {
   assert_int_equal(hark_queue_levels(q), 3);
   assert_int_equal(hark_queue_level(q, 1), 1);
   assert_int_equal(hark_queue_level(q, 3), 3);
-  assert_int_equal(hark_queue_level(q, 0), 2);  /* unset: the default */
-  assert_int_equal(hark_queue_level(q, 9), 2);  /* out of range: the default, as Triton */
+  assert_int_equal(hark_queue_level(q, 0), 2); /* unset: the default */
+  assert_int_equal(hark_queue_level(q, 9), 2); /* out of range: the default, as Triton */
   push_ok(q, 0, 3, 0, 0);
   push_ok(q, 1, 0, 0, 1);
   push_ok(q, 2, 1, 0, 2);
@@ -113,8 +113,10 @@ static void test_bad_levels(void **state) {
   hark_error_free(err);
 
   hark_priority_policy pp = {.level = 4};
-  hark_dynamic_batching db2 = {.enabled = true, .priority_levels = 2,
-                               .priority_queue_policy = &pp, .n_priority_queue_policy = 1};
+  hark_dynamic_batching db2 = {.enabled = true,
+                               .priority_levels = 2,
+                               .priority_queue_policy = &pp,
+                               .n_priority_queue_policy = 1};
   err = hark_queue_new(&db2, 0, &q);
   assert_non_null(err);
   assert_non_null(strstr(hark_error_message(err), "priority_queue_policy"));
@@ -133,8 +135,11 @@ static void test_max_queue_size(void **state) {
   (void)state;
   /* Level 1 bounded by its own policy, level 2 by the server default. */
   hark_priority_policy pp = {.level = 1, .policy = {.max_queue_size = 2}};
-  hark_dynamic_batching db = {.enabled = true, .priority_levels = 2, .default_priority_level = 2,
-                              .priority_queue_policy = &pp, .n_priority_queue_policy = 1};
+  hark_dynamic_batching db = {.enabled = true,
+                              .priority_levels = 2,
+                              .default_priority_level = 2,
+                              .priority_queue_policy = &pp,
+                              .n_priority_queue_policy = 1};
   hark_queue *q = queue_make(&db, 3);
   push_ok(q, 0, 1, 0, 0);
   push_ok(q, 1, 1, 0, 0);
@@ -223,7 +228,8 @@ static void test_timeout_override(void **state) {
   hark_queue_free(q);
 
   /* Without allow_timeout_override the request's own timeout is ignored. */
-  hark_dynamic_batching deny = {.enabled = true, .default_queue_policy = {.default_timeout_us = 100}};
+  hark_dynamic_batching deny = {.enabled = true,
+                                .default_queue_policy = {.default_timeout_us = 100}};
   q = queue_make(&deny, 0);
   push_ok(q, 0, 0, 30, 0);
   assert_int_equal(hark_queue_next_deadline(q), 100 * US);
@@ -241,9 +247,9 @@ static void test_timeout_override(void **state) {
 
 static void test_delay_timeout(void **state) {
   (void)state;
-  hark_dynamic_batching db = {
-      .enabled = true,
-      .default_queue_policy = {.timeout_action = HARK_TIMEOUT_DELAY, .allow_timeout_override = true}};
+  hark_dynamic_batching db = {.enabled = true,
+                              .default_queue_policy = {.timeout_action = HARK_TIMEOUT_DELAY,
+                                                       .allow_timeout_override = true}};
   hark_queue *q = queue_make(&db, 0);
   push_ok(q, 0, 0, 10, 0); /* expires at 10 us */
   push_ok(q, 1, 0, 0, 1);  /* never */
@@ -275,8 +281,11 @@ static void test_delay_stays_in_level(void **state) {
       {.level = 1, .policy = {.timeout_action = HARK_TIMEOUT_DELAY, .default_timeout_us = 10}},
       {.level = 2, .policy = {.timeout_action = HARK_TIMEOUT_REJECT, .default_timeout_us = 50}},
   };
-  hark_dynamic_batching db = {.enabled = true, .priority_levels = 2, .default_priority_level = 2,
-                              .priority_queue_policy = pp, .n_priority_queue_policy = 2};
+  hark_dynamic_batching db = {.enabled = true,
+                              .priority_levels = 2,
+                              .default_priority_level = 2,
+                              .priority_queue_policy = pp,
+                              .n_priority_queue_policy = 2};
   hark_queue *q = queue_make(&db, 0);
   push_ok(q, 0, 1, 0, 0);
   push_ok(q, 1, 2, 0, 0);
@@ -324,9 +333,9 @@ static void test_batch_size_carried(void **state) {
 
 static void test_huge_timeout_never_expires(void **state) {
   (void)state;
-  hark_dynamic_batching db = {
-      .enabled = true,
-      .default_queue_policy = {.default_timeout_us = UINT64_MAX / 10, .allow_timeout_override = true}};
+  hark_dynamic_batching db = {.enabled = true,
+                              .default_queue_policy = {.default_timeout_us = UINT64_MAX / 10,
+                                                       .allow_timeout_override = true}};
   hark_queue *q = queue_make(&db, 0);
   push_ok(q, 0, 0, 0, UINT64_MAX / 2);
   assert_int_equal(hark_queue_next_deadline(q), UINT64_MAX);

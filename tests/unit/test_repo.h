@@ -57,8 +57,8 @@ static hark_server *server_start_with(hark_server_options opts) {
 
 /* The same with every model loaded and 4 workers. */
 static hark_server *server_start(void) {
-  return server_start_with((hark_server_options){.model_control = HARK_MODEL_CONTROL_NONE,
-                                                 .worker_threads = 4});
+  return server_start_with(
+      (hark_server_options){.model_control = HARK_MODEL_CONTROL_NONE, .worker_threads = 4});
 }
 
 #endif

@@ -5,9 +5,9 @@
 #include <stdarg.h>
 #include <stddef.h>
 #include <stdint.h>
-#include <cmocka.h>
 #include <stdlib.h>
 #include <string.h>
+#include <cmocka.h>
 
 #include "core/core.h"
 
@@ -23,7 +23,8 @@ static hark_model *fake_model(void) {
   pthread_mutex_init(&m->lock, NULL);
   pthread_cond_init(&m->released, NULL);
   m->name = strdup("m");
-  hark_error *err = hark_model_config_parse(CONFIG, strlen(CONFIG), "config.pbtxt", "m", &m->config);
+  hark_error *err =
+      hark_model_config_parse(CONFIG, strlen(CONFIG), "config.pbtxt", "m", &m->config);
   assert_null(err);
   m->stats.n_batch = 4;
   m->stats.batch = calloc(4, sizeof *m->stats.batch);

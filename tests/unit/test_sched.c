@@ -112,10 +112,10 @@ static const final *final_of(collector *c, int tag) {
 /* ---- building requests ------------------------------------------------------------- */
 
 typedef struct req_opts {
-  uint32_t batch;     /* batch dimension; 0: 1 */
+  uint32_t batch; /* batch dimension; 0: 1 */
   uint32_t priority;
   uint64_t timeout_us;
-  uint32_t elems;     /* elements per batch item; 0: 16 */
+  uint32_t elems; /* elements per batch item; 0: 16 */
 } req_opts;
 
 /* An INT32 or FP32 request on `inputs` (1 or 2 names); data i*100+k. */
@@ -162,9 +162,9 @@ static void send_identity(hark_server *s, hark_model *m, collector *c, ctx *x, i
   if (err) fail_msg("request %d refused: %s", tag, hark_error_message(err));
 }
 
-#define IDENTITY(extra)                                                      \
-  "backend: \"identity\"\n"                                                  \
-  "input [ { name: \"INPUT0\" data_type: TYPE_FP32 dims: [ 16 ] } ]\n"       \
+#define IDENTITY(extra)                                                \
+  "backend: \"identity\"\n"                                            \
+  "input [ { name: \"INPUT0\" data_type: TYPE_FP32 dims: [ 16 ] } ]\n" \
   "output [ { name: \"OUTPUT0\" data_type: TYPE_FP32 dims: [ 16 ] } ]\n" extra
 
 /* ---- dynamic batching -------------------------------------------------------------- */
@@ -254,7 +254,8 @@ static void test_inline_runs(void **state) {
       send_identity(s, m, &c, &x[i], i, (req_opts){0});
       collector_wait(&c, i + 1);
     }
-    for (int i = 0; i < 20; i++) assert_false(pthread_equal(final_of(&c, i)->thread, pthread_self()));
+    for (int i = 0; i < 20; i++)
+      assert_false(pthread_equal(final_of(&c, i)->thread, pthread_self()));
     hark_server_thread_may_inline(true);
     for (int i = 20; i < 30; i++) {
       send_identity(s, m, &c, &x[i], i, (req_opts){0});
@@ -353,7 +354,7 @@ static void test_delay_timeout(void **state) {
   collector c;
   collector_init(&c);
   ctx x[3];
-  send_identity(s, m, &c, &x[0], 0, (req_opts){0});                   /* runs at once */
+  send_identity(s, m, &c, &x[0], 0, (req_opts){0});                  /* runs at once */
   send_identity(s, m, &c, &x[1], 1, (req_opts){.timeout_us = 1000}); /* expires: delayed */
   send_identity(s, m, &c, &x[2], 2, (req_opts){0});
   collector_wait(&c, 3);
@@ -371,8 +372,7 @@ static void test_delay_timeout(void **state) {
 static void test_priority_levels(void **state) {
   (void)state;
   repo_make("sched");
-  model_write("prio", IDENTITY("max_batch_size: 1\n" SLOW
-                               "dynamic_batching { priority_levels: 2 "
+  model_write("prio", IDENTITY("max_batch_size: 1\n" SLOW "dynamic_batching { priority_levels: 2 "
                                "default_priority_level: 2 }\n"));
   model_write("noprio", IDENTITY("max_batch_size: 1\ndynamic_batching { }\n"));
   hark_server *s = server_start();
@@ -391,8 +391,8 @@ static void test_priority_levels(void **state) {
   /* A priority above the levels is refused, and the caller keeps the
    * request. */
   ctx bad_ctx = {&c, 9};
-  hark_request *bad = request_make(m, INPUT0, 1, HARK_TYPE_FP32, 9, (req_opts){.priority = 3},
-                                   &bad_ctx);
+  hark_request *bad =
+      request_make(m, INPUT0, 1, HARK_TYPE_FP32, 9, (req_opts){.priority = 3}, &bad_ctx);
   hark_error *err = hark_server_infer(s, bad);
   assert_non_null(err);
   assert_int_equal(hark_error_code(err), HARK_ERR_INVALID_ARG);
@@ -435,22 +435,21 @@ static void test_preserve_ordering(void **state) {
   repo_remove();
 }
 
-
 /* ---- ensembles ---------------------------------------------------------------------- */
 
-#define SIMPLE                                                                 \
-  "backend: \"simple\"\nmax_batch_size: 8\n"                                   \
-  "input [ { name: \"INPUT0\" data_type: TYPE_INT32 dims: [ 16 ] },\n"         \
-  "        { name: \"INPUT1\" data_type: TYPE_INT32 dims: [ 16 ] } ]\n"        \
-  "output [ { name: \"OUTPUT0\" data_type: TYPE_INT32 dims: [ 16 ] },\n"       \
-  "         { name: \"OUTPUT1\" data_type: TYPE_INT32 dims: [ 16 ] } ]\n"      \
+#define SIMPLE                                                            \
+  "backend: \"simple\"\nmax_batch_size: 8\n"                              \
+  "input [ { name: \"INPUT0\" data_type: TYPE_INT32 dims: [ 16 ] },\n"    \
+  "        { name: \"INPUT1\" data_type: TYPE_INT32 dims: [ 16 ] } ]\n"   \
+  "output [ { name: \"OUTPUT0\" data_type: TYPE_INT32 dims: [ 16 ] },\n"  \
+  "         { name: \"OUTPUT1\" data_type: TYPE_INT32 dims: [ 16 ] } ]\n" \
   "dynamic_batching { }\n"
 
-#define ENSEMBLE_IO                                                            \
-  "platform: \"ensemble\"\nmax_batch_size: 8\n"                                \
-  "input [ { name: \"INPUT0\" data_type: TYPE_INT32 dims: [ 16 ] },\n"         \
-  "        { name: \"INPUT1\" data_type: TYPE_INT32 dims: [ 16 ] } ]\n"        \
-  "output [ { name: \"OUTPUT0\" data_type: TYPE_INT32 dims: [ 16 ] },\n"       \
+#define ENSEMBLE_IO                                                      \
+  "platform: \"ensemble\"\nmax_batch_size: 8\n"                          \
+  "input [ { name: \"INPUT0\" data_type: TYPE_INT32 dims: [ 16 ] },\n"   \
+  "        { name: \"INPUT1\" data_type: TYPE_INT32 dims: [ 16 ] } ]\n"  \
+  "output [ { name: \"OUTPUT0\" data_type: TYPE_INT32 dims: [ 16 ] },\n" \
   "         { name: \"OUTPUT1\" data_type: TYPE_INT32 dims: [ 16 ] } ]\n"
 
 static void test_ensemble(void **state) {
@@ -500,23 +499,25 @@ static void test_ensemble_step_failure(void **state) {
   (void)state;
   repo_make("sched");
   model_write("simple", SIMPLE);
-  model_write("any", "backend: \"identity\"\nmax_batch_size: 8\n"
-                     "input [ { name: \"INPUT0\" data_type: TYPE_INT32 dims: [ -1 ] } ]\n"
-                     "output [ { name: \"OUTPUT0\" data_type: TYPE_INT32 dims: [ -1 ] } ]\n");
+  model_write("any",
+              "backend: \"identity\"\nmax_batch_size: 8\n"
+              "input [ { name: \"INPUT0\" data_type: TYPE_INT32 dims: [ -1 ] } ]\n"
+              "output [ { name: \"OUTPUT0\" data_type: TYPE_INT32 dims: [ -1 ] } ]\n");
   /* any(IN) → T; simple(T, T): only 16-element tensors get through step 2. */
-  model_write("picky", "platform: \"ensemble\"\nmax_batch_size: 8\n"
-                       "input [ { name: \"IN\" data_type: TYPE_INT32 dims: [ -1 ] } ]\n"
-                       "output [ { name: \"OUT0\" data_type: TYPE_INT32 dims: [ 16 ] },\n"
-                       "         { name: \"OUT1\" data_type: TYPE_INT32 dims: [ 16 ] } ]\n"
-                       "ensemble_scheduling { step [\n"
-                       " { model_name: \"any\" model_version: -1\n"
-                       "   input_map { key: \"INPUT0\" value: \"IN\" }\n"
-                       "   output_map { key: \"OUTPUT0\" value: \"T\" } },\n"
-                       " { model_name: \"simple\" model_version: -1\n"
-                       "   input_map { key: \"INPUT0\" value: \"T\" }\n"
-                       "   input_map { key: \"INPUT1\" value: \"T\" }\n"
-                       "   output_map { key: \"OUTPUT0\" value: \"OUT0\" }\n"
-                       "   output_map { key: \"OUTPUT1\" value: \"OUT1\" } } ] }\n");
+  model_write("picky",
+              "platform: \"ensemble\"\nmax_batch_size: 8\n"
+              "input [ { name: \"IN\" data_type: TYPE_INT32 dims: [ -1 ] } ]\n"
+              "output [ { name: \"OUT0\" data_type: TYPE_INT32 dims: [ 16 ] },\n"
+              "         { name: \"OUT1\" data_type: TYPE_INT32 dims: [ 16 ] } ]\n"
+              "ensemble_scheduling { step [\n"
+              " { model_name: \"any\" model_version: -1\n"
+              "   input_map { key: \"INPUT0\" value: \"IN\" }\n"
+              "   output_map { key: \"OUTPUT0\" value: \"T\" } },\n"
+              " { model_name: \"simple\" model_version: -1\n"
+              "   input_map { key: \"INPUT0\" value: \"T\" }\n"
+              "   input_map { key: \"INPUT1\" value: \"T\" }\n"
+              "   output_map { key: \"OUTPUT0\" value: \"OUT0\" }\n"
+              "   output_map { key: \"OUTPUT1\" value: \"OUT1\" } } ] }\n");
   hark_server *s = server_start();
   hark_model *m = model_get(s, "picky");
   collector c;
@@ -596,7 +597,6 @@ static void test_ensemble_bad_configs(void **state) {
   repo_remove();
 }
 
-
 /* Loading and unloading in EXPLICIT mode; `done` signals a collector. */
 typedef struct op_wait {
   pthread_mutex_t lock;
@@ -650,9 +650,11 @@ static void test_ensemble_step_reload(void **state) {
               " output_map { key: \"OUTPUT0\" value: \"OUTPUT0\" }\n"
               " output_map { key: \"OUTPUT1\" value: \"OUTPUT1\" } } ] }\n");
   const char *loads[] = {"simple", "pair"};
-  hark_server *s = server_start_with((hark_server_options){
-      .model_control = HARK_MODEL_CONTROL_EXPLICIT, .load_models = loads, .n_load_models = 2,
-      .worker_threads = 2});
+  hark_server *s =
+      server_start_with((hark_server_options){.model_control = HARK_MODEL_CONTROL_EXPLICIT,
+                                              .load_models = loads,
+                                              .n_load_models = 2,
+                                              .worker_threads = 2});
   hark_model *m = model_get(s, "pair");
   collector c;
   collector_init(&c);

@@ -392,8 +392,8 @@ static void test_many_sequences(void **state) {
 
 /* ---- the scheduler with a fake run ------------------------------------------------ */
 
-#define OLDEST(extra)                                                            \
-  "max_batch_size: 4\n"                                                          \
+#define OLDEST(extra)   \
+  "max_batch_size: 4\n" \
   "sequence_batching { " extra " oldest { max_candidate_sequences: 8 } }\n"
 
 /* The run gives each sequence a state at START: the value 1000 + tag. */
@@ -523,7 +523,6 @@ static void test_fake_drops_wait_for_the_execute(void **state) {
 }
 
 /* ---- the scheduler with the accumulate backend ------------------------------------ */
-
 
 typedef struct waiter {
   pthread_mutex_t lock;

@@ -3,8 +3,8 @@
 #include <stdarg.h>
 #include <stddef.h>
 #include <stdint.h>
-#include <cmocka.h>
 #include <string.h>
+#include <cmocka.h>
 
 #include "hark/types.h"
 

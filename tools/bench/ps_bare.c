@@ -60,18 +60,22 @@ typedef struct bare_opts {
 } bare_opts;
 
 static void usage(FILE *f) {
-  fprintf(f,
-          "usage: ps_bare [options] FILE.wav...\n"
-          "Decodes 16 kHz mono 16-bit WAV files with bare pocketsphinx, as pocketsphinx_continuous\n"
-          "does, and reports the decoding's CPU seconds per second of audio (model load excluded).\n\n"
-          "  --hmm DIR      acoustic model (default " MODEL_DIR "/en-us)\n"
-          "  --lm FILE      language model (default " MODEL_DIR "/en-us.lm.bin)\n"
-          "  --dict FILE    dictionary (default " MODEL_DIR "/cmudict-en-us.dict)\n"
-          "  --repeat K     decode the file list K times (default 1)\n"
-          "  --partial-ms N a partial hypothesis per N ms of audio in an utterance (default 0: none)\n"
-          "  --json         one JSON object on stdout\n"
-          "  --verbose      keep pocketsphinx's log on stderr\n"
-          "  -h, --help     this help\n");
+  fprintf(
+      f,
+      "usage: ps_bare [options] FILE.wav...\n"
+      "Decodes 16 kHz mono 16-bit WAV files with bare pocketsphinx, as pocketsphinx_continuous\n"
+      "does, and reports the decoding's CPU seconds per second of audio (model load excluded).\n\n"
+      "  --hmm DIR      acoustic model (default " MODEL_DIR
+      "/en-us)\n"
+      "  --lm FILE      language model (default " MODEL_DIR
+      "/en-us.lm.bin)\n"
+      "  --dict FILE    dictionary (default " MODEL_DIR
+      "/cmudict-en-us.dict)\n"
+      "  --repeat K     decode the file list K times (default 1)\n"
+      "  --partial-ms N a partial hypothesis per N ms of audio in an utterance (default 0: none)\n"
+      "  --json         one JSON object on stdout\n"
+      "  --verbose      keep pocketsphinx's log on stderr\n"
+      "  -h, --help     this help\n");
 }
 
 /* CPU time of each decoding step, in ms: blocks and utterance ends. */
@@ -168,8 +172,8 @@ static int read_wav(bare_file *bf) {
   if (hark_wav_parse(buf, len, &info, err, sizeof err) != HARK_WAV_OK)
     fprintf(stderr, "ps_bare: %s: %s\n", bf->path, err);
   else if (info.channels != 1 || info.sample_rate != DECODER_RATE)
-    fprintf(stderr, "ps_bare: %s: %u channels at %u Hz; the bare reference takes mono %d Hz only\n", bf->path,
-            info.channels, info.sample_rate, DECODER_RATE);
+    fprintf(stderr, "ps_bare: %s: %u channels at %u Hz; the bare reference takes mono %d Hz only\n",
+            bf->path, info.channels, info.sample_rate, DECODER_RATE);
   else if (!(bf->pcm = malloc(info.data_size + 2)))
     fprintf(stderr, "ps_bare: out of memory\n");
   else {
@@ -234,21 +238,30 @@ static int decode(ps_decoder_t *ps, bare_file *bf, int partial_ms) {
 /* ---- main -------------------------------------------------------------------- */
 
 static int parse_opts(int argc, char **argv, bare_opts *o, int *first_file) {
-  *o = (bare_opts){.hmm = MODEL_DIR "/en-us", .lm = MODEL_DIR "/en-us.lm.bin",
-                   .dict = MODEL_DIR "/cmudict-en-us.dict", .repeat = 1};
+  *o = (bare_opts){.hmm = MODEL_DIR "/en-us",
+                   .lm = MODEL_DIR "/en-us.lm.bin",
+                   .dict = MODEL_DIR "/cmudict-en-us.dict",
+                   .repeat = 1};
   int i = 1;
   for (; i < argc && argv[i][0] == '-'; i++) {
     const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
     if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
       usage(stdout);
       return 1;
-    } else if (!strcmp(a, "--json")) o->json = true;
-    else if (!strcmp(a, "--verbose")) o->verbose = true;
-    else if (v && !strcmp(a, "--hmm")) o->hmm = v, i++;
-    else if (v && !strcmp(a, "--lm")) o->lm = v, i++;
-    else if (v && !strcmp(a, "--dict")) o->dict = v, i++;
-    else if (v && !strcmp(a, "--repeat") && (o->repeat = atoi(v)) >= 1) i++;
-    else if (v && !strcmp(a, "--partial-ms") && (o->partial_ms = atoi(v)) >= 0) i++;
+    } else if (!strcmp(a, "--json"))
+      o->json = true;
+    else if (!strcmp(a, "--verbose"))
+      o->verbose = true;
+    else if (v && !strcmp(a, "--hmm"))
+      o->hmm = v, i++;
+    else if (v && !strcmp(a, "--lm"))
+      o->lm = v, i++;
+    else if (v && !strcmp(a, "--dict"))
+      o->dict = v, i++;
+    else if (v && !strcmp(a, "--repeat") && (o->repeat = atoi(v)) >= 1)
+      i++;
+    else if (v && !strcmp(a, "--partial-ms") && (o->partial_ms = atoi(v)) >= 0)
+      i++;
     else {
       fprintf(stderr, "ps_bare: bad option '%s'\n", a);
       usage(stderr);
@@ -264,36 +277,43 @@ static int parse_opts(int argc, char **argv, bare_opts *o, int *first_file) {
   return 0;
 }
 
-static void report(const bare_opts *o, bare_file *files, int n, double audio, double user, double sys,
-                   double wall, double load) {
+static void report(const bare_opts *o, bare_file *files, int n, double audio, double user,
+                   double sys, double wall, double load) {
   double cpu = user + sys, per = audio > 0 ? cpu / audio : 0;
   if (!o->json) {
-    for (int i = 0; i < n; i++) printf("%s: %s\n", files[i].path, files[i].transcript ? files[i].transcript : "");
-    printf("audio %.2f s (%d file%s x %d), decoding CPU %.3f s (user %.3f, sys %.3f), wall %.3f s, "
-           "model load %.2f s\n",
-           audio, n, n == 1 ? "" : "s", o->repeat, cpu, user, sys, wall, load);
+    for (int i = 0; i < n; i++)
+      printf("%s: %s\n", files[i].path, files[i].transcript ? files[i].transcript : "");
+    printf(
+        "audio %.2f s (%d file%s x %d), decoding CPU %.3f s (user %.3f, sys %.3f), wall %.3f s, "
+        "model load %.2f s\n",
+        audio, n, n == 1 ? "" : "s", o->repeat, cpu, user, sys, wall, load);
     printf("CPU seconds per audio second: %.4f (RTFX per core %.1f)\n", per, per > 0 ? 1 / per : 0);
-    printf("CPU per block in speech (%zu): p50 %.1f ms, p99 %.1f ms, max %.1f ms; per utterance end "
-           "(%zu): p50 %.1f ms, max %.1f ms\n", g_blocks.n, step_quantile(&g_blocks, 0.5),
-           step_quantile(&g_blocks, 0.99), step_quantile(&g_blocks, 1.0), g_ends.n,
-           step_quantile(&g_ends, 0.5), step_quantile(&g_ends, 1.0));
+    printf(
+        "CPU per block in speech (%zu): p50 %.1f ms, p99 %.1f ms, max %.1f ms; per utterance end "
+        "(%zu): p50 %.1f ms, max %.1f ms\n",
+        g_blocks.n, step_quantile(&g_blocks, 0.5), step_quantile(&g_blocks, 0.99),
+        step_quantile(&g_blocks, 1.0), g_ends.n, step_quantile(&g_ends, 0.5),
+        step_quantile(&g_ends, 1.0));
     return;
   }
   printf("{\"files\": [");
   for (int i = 0; i < n; i++) {
     printf("%s{\"file\": \"", i ? ", " : "");
-    for (const char *p = files[i].path; *p; p++) printf(*p == '"' || *p == '\\' ? "\\%c" : "%c", *p);
-    printf("\", \"audio_seconds\": %.3f, \"transcript\": \"%s\"}", (double)files[i].n / DECODER_RATE,
+    for (const char *p = files[i].path; *p; p++)
+      printf(*p == '"' || *p == '\\' ? "\\%c" : "%c", *p);
+    printf("\", \"audio_seconds\": %.3f, \"transcript\": \"%s\"}",
+           (double)files[i].n / DECODER_RATE,
            files[i].transcript ? files[i].transcript : ""); /* hypotheses are lower-case words */
   }
-  printf("], \"repeat\": %d, \"audio_seconds\": %.3f, \"cpu_seconds\": %.4f, \"user_seconds\": %.4f, "
-         "\"sys_seconds\": %.4f, \"wall_seconds\": %.4f, \"load_seconds\": %.3f, "
-         "\"partial_ms\": %d, \"cpu_per_audio_second\": %.6f, \"block_ms\": {\"n\": %zu, "
-         "\"p50\": %.2f, \"p99\": %.2f, \"max\": %.2f}, \"utterance_end_ms\": {\"n\": %zu, "
-         "\"p50\": %.2f, \"max\": %.2f}}\n",
-         o->repeat, audio, cpu, user, sys, wall, load, o->partial_ms, per, g_blocks.n,
-         step_quantile(&g_blocks, 0.5), step_quantile(&g_blocks, 0.99), step_quantile(&g_blocks, 1.0),
-         g_ends.n, step_quantile(&g_ends, 0.5), step_quantile(&g_ends, 1.0));
+  printf(
+      "], \"repeat\": %d, \"audio_seconds\": %.3f, \"cpu_seconds\": %.4f, \"user_seconds\": %.4f, "
+      "\"sys_seconds\": %.4f, \"wall_seconds\": %.4f, \"load_seconds\": %.3f, "
+      "\"partial_ms\": %d, \"cpu_per_audio_second\": %.6f, \"block_ms\": {\"n\": %zu, "
+      "\"p50\": %.2f, \"p99\": %.2f, \"max\": %.2f}, \"utterance_end_ms\": {\"n\": %zu, "
+      "\"p50\": %.2f, \"max\": %.2f}}\n",
+      o->repeat, audio, cpu, user, sys, wall, load, o->partial_ms, per, g_blocks.n,
+      step_quantile(&g_blocks, 0.5), step_quantile(&g_blocks, 0.99), step_quantile(&g_blocks, 1.0),
+      g_ends.n, step_quantile(&g_ends, 0.5), step_quantile(&g_ends, 1.0));
 }
 
 int main(int argc, char **argv) {
@@ -308,7 +328,8 @@ int main(int argc, char **argv) {
     if (read_wav(&files[i]) < 0) return 2;
   }
   if (!o.verbose) err_set_logfp(NULL);
-  cmd_ln_t *config = cmd_ln_init(NULL, ps_args(), TRUE, "-hmm", o.hmm, "-lm", o.lm, "-dict", o.dict, NULL);
+  cmd_ln_t *config =
+      cmd_ln_init(NULL, ps_args(), TRUE, "-hmm", o.hmm, "-lm", o.lm, "-dict", o.dict, NULL);
   double load = 0, user = 0, sys = 0, wall = 0, audio = 0;
   for (int r = 0; r < o.repeat; r++)
     for (int i = 0; i < n; i++) {

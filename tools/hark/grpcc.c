@@ -20,8 +20,12 @@ void grpcc_shutdown(void) { grpc_shutdown(); }
 
 grpc_channel *grpcc_channel(const char *target) {
   grpc_arg args[2] = {
-      {.type = GRPC_ARG_INTEGER, .key = GRPC_ARG_MAX_RECEIVE_MESSAGE_LENGTH, .value.integer = GRPCC_MAX_MESSAGE},
-      {.type = GRPC_ARG_INTEGER, .key = GRPC_ARG_MAX_SEND_MESSAGE_LENGTH, .value.integer = GRPCC_MAX_MESSAGE},
+      {.type = GRPC_ARG_INTEGER,
+       .key = GRPC_ARG_MAX_RECEIVE_MESSAGE_LENGTH,
+       .value.integer = GRPCC_MAX_MESSAGE},
+      {.type = GRPC_ARG_INTEGER,
+       .key = GRPC_ARG_MAX_SEND_MESSAGE_LENGTH,
+       .value.integer = GRPCC_MAX_MESSAGE},
   };
   grpc_channel_args ca = {.num_args = 2, .args = args};
   grpc_channel_credentials *creds = grpc_insecure_credentials_create();
@@ -44,7 +48,8 @@ ProtobufCMessage *grpcc_unpack(const ProtobufCMessageDescriptor *d, grpc_byte_bu
   if (!bb || !grpc_byte_buffer_reader_init(&r, bb)) return NULL;
   grpc_slice s = grpc_byte_buffer_reader_readall(&r);
   grpc_byte_buffer_reader_destroy(&r);
-  ProtobufCMessage *m = protobuf_c_message_unpack(d, NULL, GRPC_SLICE_LENGTH(s), GRPC_SLICE_START_PTR(s));
+  ProtobufCMessage *m =
+      protobuf_c_message_unpack(d, NULL, GRPC_SLICE_LENGTH(s), GRPC_SLICE_START_PTR(s));
   grpc_slice_unref(s);
   return m;
 }
@@ -56,10 +61,23 @@ gpr_timespec grpcc_deadline(int ms) {
 
 const char *grpcc_status_name(grpc_status_code code) {
   static const char *const names[] = {
-      "OK",          "CANCELLED",         "UNKNOWN",        "INVALID_ARGUMENT", "DEADLINE_EXCEEDED",
-      "NOT_FOUND",   "ALREADY_EXISTS",    "PERMISSION_DENIED", "RESOURCE_EXHAUSTED",
-      "FAILED_PRECONDITION", "ABORTED",   "OUT_OF_RANGE",   "UNIMPLEMENTED",    "INTERNAL",
-      "UNAVAILABLE", "DATA_LOSS",         "UNAUTHENTICATED",
+      "OK",
+      "CANCELLED",
+      "UNKNOWN",
+      "INVALID_ARGUMENT",
+      "DEADLINE_EXCEEDED",
+      "NOT_FOUND",
+      "ALREADY_EXISTS",
+      "PERMISSION_DENIED",
+      "RESOURCE_EXHAUSTED",
+      "FAILED_PRECONDITION",
+      "ABORTED",
+      "OUT_OF_RANGE",
+      "UNIMPLEMENTED",
+      "INTERNAL",
+      "UNAVAILABLE",
+      "DATA_LOSS",
+      "UNAUTHENTICATED",
   };
   return (unsigned)code < sizeof names / sizeof names[0] ? names[code] : "UNKNOWN";
 }
@@ -114,8 +132,8 @@ static void unary_batch_fini(unary_batch *b) {
 }
 
 int grpcc_unary(grpc_channel *ch, const char *method, const ProtobufCMessage *req,
-                const ProtobufCMessageDescriptor *reply_type, int timeout_ms, ProtobufCMessage **reply,
-                grpcc_status *st) {
+                const ProtobufCMessageDescriptor *reply_type, int timeout_ms,
+                ProtobufCMessage **reply, grpcc_status *st) {
   *reply = NULL;
   grpc_completion_queue *cq = grpc_completion_queue_create_for_next(NULL);
   grpc_slice path = grpc_slice_from_static_string(method);
@@ -146,7 +164,8 @@ int grpcc_unary(grpc_channel *ch, const char *method, const ProtobufCMessage *re
   grpc_byte_buffer_destroy(out);
   grpc_call_unref(call);
   grpc_completion_queue_shutdown(cq);
-  while (grpc_completion_queue_next(cq, gpr_inf_future(GPR_CLOCK_MONOTONIC), NULL).type != GRPC_QUEUE_SHUTDOWN) {
+  while (grpc_completion_queue_next(cq, gpr_inf_future(GPR_CLOCK_MONOTONIC), NULL).type !=
+         GRPC_QUEUE_SHUTDOWN) {
   }
   grpc_completion_queue_destroy(cq);
   return *reply ? 0 : -1;

@@ -55,7 +55,7 @@ typedef struct grpcc_status {
  * reads INTERNAL).
  */
 int grpcc_unary(grpc_channel *ch, const char *method, const ProtobufCMessage *req,
-                const ProtobufCMessageDescriptor *reply_type, int timeout_ms, ProtobufCMessage **reply,
-                grpcc_status *st);
+                const ProtobufCMessageDescriptor *reply_type, int timeout_ms,
+                ProtobufCMessage **reply, grpcc_status *st);
 
 #endif

@@ -25,12 +25,22 @@
 
 #include <nghttp2/nghttp2.h>
 
-#define H2GRPC_WINDOW (16 << 20)      /* flow-control window we grant, per stream and connection */
-#define H2GRPC_MAX_REPLY (64u << 20)  /* as GRPCC_MAX_MESSAGE: gRPC's receive limit here */
+#define H2GRPC_WINDOW (16 << 20)     /* flow-control window we grant, per stream and connection */
+#define H2GRPC_MAX_REPLY (64u << 20) /* as GRPCC_MAX_MESSAGE: gRPC's receive limit here */
 #define H2GRPC_READ 16384
 
-enum { GS_OK = 0, GS_CANCELLED = 1, GS_UNKNOWN = 2, GS_DEADLINE = 4, GS_UNIMPLEMENTED = 12, GS_INTERNAL = 13,
-       GS_UNAVAILABLE = 14, GS_RESOURCE_EXHAUSTED = 8, GS_PERMISSION_DENIED = 7, GS_UNAUTHENTICATED = 16 };
+enum {
+  GS_OK = 0,
+  GS_CANCELLED = 1,
+  GS_UNKNOWN = 2,
+  GS_DEADLINE = 4,
+  GS_UNIMPLEMENTED = 12,
+  GS_INTERNAL = 13,
+  GS_UNAVAILABLE = 14,
+  GS_RESOURCE_EXHAUSTED = 8,
+  GS_PERMISSION_DENIED = 7,
+  GS_UNAUTHENTICATED = 16
+};
 
 struct h2grpc {
   char host[256], port[16], authority[300], path[512], timeout[16];
@@ -46,7 +56,7 @@ struct h2grpc {
   size_t body_len, body_off;
   bool closed, got_headers, too_big;
   int http_status, grpc_status; /* -1 until seen */
-  uint32_t reset_code;           /* RST_STREAM's error code, when the stream was reset */
+  uint32_t reset_code;          /* RST_STREAM's error code, when the stream was reset */
   size_t data_len;
   char message[512];
   uint8_t in[H2GRPC_READ];
@@ -54,8 +64,8 @@ struct h2grpc {
 
 /* ---- nghttp2 callbacks ------------------------------------------------------------- */
 
-static ssize_t read_body(nghttp2_session *s, int32_t stream, uint8_t *buf, size_t len, uint32_t *flags,
-                         nghttp2_data_source *src, void *user) {
+static ssize_t read_body(nghttp2_session *s, int32_t stream, uint8_t *buf, size_t len,
+                         uint32_t *flags, nghttp2_data_source *src, void *user) {
   h2grpc *c = user;
   size_t n = c->body_len - c->body_off < len ? c->body_len - c->body_off : len;
   memcpy(buf, c->body + c->body_off, n);
@@ -77,30 +87,37 @@ static void decode_message(const uint8_t *v, size_t n, char *out, size_t cap) {
     if (v[i] == '%' && i + 2 < n && hex(v[i + 1]) >= 0 && hex(v[i + 2]) >= 0) {
       out[o++] = (char)(hex(v[i + 1]) << 4 | hex(v[i + 2]));
       i += 2;
-    } else out[o++] = (char)v[i];
+    } else
+      out[o++] = (char)v[i];
   }
   out[o] = '\0';
 }
 
-static int on_header(nghttp2_session *s, const nghttp2_frame *f, const uint8_t *name, size_t namelen,
-                     const uint8_t *value, size_t valuelen, uint8_t flags, void *user) {
+static int on_header(nghttp2_session *s, const nghttp2_frame *f, const uint8_t *name,
+                     size_t namelen, const uint8_t *value, size_t valuelen, uint8_t flags,
+                     void *user) {
   h2grpc *c = user;
   if (f->hd.stream_id != c->stream) return 0;
   c->got_headers = true;
-  if (namelen == 7 && memcmp(name, ":status", 7) == 0) c->http_status = atoi((const char *)value);
-  else if (namelen == 11 && memcmp(name, "grpc-status", 11) == 0) c->grpc_status = atoi((const char *)value);
+  if (namelen == 7 && memcmp(name, ":status", 7) == 0)
+    c->http_status = atoi((const char *)value);
+  else if (namelen == 11 && memcmp(name, "grpc-status", 11) == 0)
+    c->grpc_status = atoi((const char *)value);
   else if (namelen == 12 && memcmp(name, "grpc-message", 12) == 0)
     decode_message(value, valuelen, c->message, sizeof c->message);
   return 0;
 }
 
-static int on_data(nghttp2_session *s, uint8_t flags, int32_t stream, const uint8_t *data, size_t len, void *user) {
+static int on_data(nghttp2_session *s, uint8_t flags, int32_t stream, const uint8_t *data,
+                   size_t len, void *user) {
   h2grpc *c = user;
   if (stream != c->stream) return 0;
   c->data_len += len;
   if (c->data_len <= H2GRPC_MAX_REPLY + 5 || c->too_big) return 0;
   c->too_big = true;
-  return nghttp2_submit_rst_stream(s, NGHTTP2_FLAG_NONE, stream, NGHTTP2_CANCEL) ? NGHTTP2_ERR_CALLBACK_FAILURE : 0;
+  return nghttp2_submit_rst_stream(s, NGHTTP2_FLAG_NONE, stream, NGHTTP2_CANCEL)
+             ? NGHTTP2_ERR_CALLBACK_FAILURE
+             : 0;
 }
 
 static int on_stream_close(nghttp2_session *s, int32_t stream, uint32_t error_code, void *user) {
@@ -157,7 +174,8 @@ static int connect_now(h2grpc *c, h2grpc_status *st) {
       continue;
     }
     if (c->timeout_ms > 0) { /* on Linux SO_SNDTIMEO also bounds connect() */
-      struct timeval tv = {.tv_sec = c->timeout_ms / 1000, .tv_usec = (c->timeout_ms % 1000) * 1000};
+      struct timeval tv = {.tv_sec = c->timeout_ms / 1000,
+                           .tv_usec = (c->timeout_ms % 1000) * 1000};
       setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
       setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof tv);
     }
@@ -171,7 +189,8 @@ static int connect_now(h2grpc *c, h2grpc_status *st) {
   }
   freeaddrinfo(ai);
   if (fd < 0) {
-    snprintf(st->message, sizeof st->message, "cannot connect to %s: %s", c->authority, strerror(err));
+    snprintf(st->message, sizeof st->message, "cannot connect to %s: %s", c->authority,
+             strerror(err));
     return -1;
   }
   atomic_store(&c->fd, fd);
@@ -217,7 +236,9 @@ static ssize_t pump(h2grpc *c, h2grpc_status *st) {
     if (errno == EAGAIN || errno == EWOULDBLOCK) {
       st->code = GS_DEADLINE;
       snprintf(st->message, sizeof st->message, "no reply within %d ms", c->timeout_ms);
-    } else snprintf(st->message, sizeof st->message, "receive from %s: %s", c->authority, strerror(errno));
+    } else
+      snprintf(st->message, sizeof st->message, "receive from %s: %s", c->authority,
+               strerror(errno));
     return -1;
   }
   if (r == 0) {
@@ -226,7 +247,8 @@ static ssize_t pump(h2grpc *c, h2grpc_status *st) {
   }
   ssize_t n = nghttp2_session_mem_recv(c->session, c->in, (size_t)r);
   if (n < 0) {
-    snprintf(st->message, sizeof st->message, "HTTP/2 from %s: %s", c->authority, nghttp2_strerror((int)n));
+    snprintf(st->message, sizeof st->message, "HTTP/2 from %s: %s", c->authority,
+             nghttp2_strerror((int)n));
     return -1;
   }
   return r;
@@ -253,19 +275,23 @@ static void settle(h2grpc *c, h2grpc_status *st) {
   }
   if (c->reset_code != NGHTTP2_NO_ERROR) {
     st->code = c->reset_code == NGHTTP2_REFUSED_STREAM ? GS_UNAVAILABLE
-               : c->reset_code == NGHTTP2_CANCEL        ? GS_CANCELLED
-                                                        : GS_INTERNAL;
+               : c->reset_code == NGHTTP2_CANCEL       ? GS_CANCELLED
+                                                       : GS_INTERNAL;
     st->transport = st->code == GS_UNAVAILABLE;
     snprintf(st->message, sizeof st->message, "stream reset by %s: %s", c->authority,
              nghttp2_http2_strerror(c->reset_code));
     return;
   }
   int h = c->http_status;
-  st->code = h == 400 ? GS_INTERNAL : h == 401 ? GS_UNAUTHENTICATED : h == 403 ? GS_PERMISSION_DENIED
-             : h == 404 ? GS_UNIMPLEMENTED : h == 429 || h == 502 || h == 503 || h == 504 ? GS_UNAVAILABLE
-                                                                                          : GS_UNKNOWN;
+  st->code = h == 400                                       ? GS_INTERNAL
+             : h == 401                                     ? GS_UNAUTHENTICATED
+             : h == 403                                     ? GS_PERMISSION_DENIED
+             : h == 404                                     ? GS_UNIMPLEMENTED
+             : h == 429 || h == 502 || h == 503 || h == 504 ? GS_UNAVAILABLE
+                                                            : GS_UNKNOWN;
   st->transport = st->code == GS_UNAVAILABLE;
-  snprintf(st->message, sizeof st->message, "HTTP %d from %s, without grpc-status", h, c->authority);
+  snprintf(st->message, sizeof st->message, "HTTP %d from %s, without grpc-status", h,
+           c->authority);
 }
 
 /* One attempt on the current (or a new) connection. Returns 0 when the
@@ -309,19 +335,27 @@ h2grpc *h2grpc_new(const char *host, const char *port, const char *path, int tim
   bool v6 = strchr(host, ':') != NULL;
   snprintf(c->host, sizeof c->host, "%s", host);
   snprintf(c->port, sizeof c->port, "%s", port);
-  snprintf(c->authority, sizeof c->authority, "%s%s%s:%s", v6 ? "[" : "", host, v6 ? "]" : "", port);
+  snprintf(c->authority, sizeof c->authority, "%s%s%s:%s", v6 ? "[" : "", host, v6 ? "]" : "",
+           port);
   snprintf(c->path, sizeof c->path, "%s", path);
   c->timeout_ms = timeout_ms;
   /* gRPC's timeout: at most 8 digits, here in milliseconds */
   snprintf(c->timeout, sizeof c->timeout, "%dm", timeout_ms < 100000000 ? timeout_ms : 99999999);
   const char *hdr[][2] = {
-      {":method", "POST"},       {":scheme", "http"}, {":path", c->path},          {":authority", c->authority},
-      {"content-type", "application/grpc"}, {"te", "trailers"}, {"user-agent", "hark-perf"},
+      {":method", "POST"},
+      {":scheme", "http"},
+      {":path", c->path},
+      {":authority", c->authority},
+      {"content-type", "application/grpc"},
+      {"te", "trailers"},
+      {"user-agent", "hark-perf"},
       {"grpc-timeout", c->timeout}, /* last: left out without a timeout */
   };
   c->n_nv = sizeof hdr / sizeof hdr[0] - (timeout_ms > 0 ? 0 : 1);
-  for (size_t i = 0; i < c->n_nv; i++) /* the strings outlive the session: nghttp2 need not copy them */
-    c->nv[i] = (nghttp2_nv){(uint8_t *)hdr[i][0], (uint8_t *)hdr[i][1], strlen(hdr[i][0]), strlen(hdr[i][1]),
+  for (size_t i = 0; i < c->n_nv;
+       i++) /* the strings outlive the session: nghttp2 need not copy them */
+    c->nv[i] = (nghttp2_nv){(uint8_t *)hdr[i][0], (uint8_t *)hdr[i][1], strlen(hdr[i][0]),
+                            strlen(hdr[i][1]),
                             NGHTTP2_NV_FLAG_NO_COPY_NAME | NGHTTP2_NV_FLAG_NO_COPY_VALUE};
   return c;
 }

@@ -26,10 +26,10 @@ typedef struct h2grpc h2grpc;
 
 /* What a call ended with. */
 typedef struct h2grpc_status {
-  int code;           /* gRPC status code; 0 = OK */
-  bool transport;     /* no reply came: the connection failed or was refused */
-  char message[512];  /* grpc-message (decoded) or what went wrong */
-  size_t reply_len;   /* bytes of the reply message (without its 5-byte prefix) */
+  int code;          /* gRPC status code; 0 = OK */
+  bool transport;    /* no reply came: the connection failed or was refused */
+  char message[512]; /* grpc-message (decoded) or what went wrong */
+  size_t reply_len;  /* bytes of the reply message (without its 5-byte prefix) */
 } h2grpc_status;
 
 /* A client of HOST:PORT calling `path` ("/package.Service/Method"). No

@@ -3,8 +3,8 @@
 
 #include <string.h>
 
-int hark_split_hostport(const char *s, const char *default_port, char *host, size_t host_cap, char *port,
-                        size_t port_cap) {
+int hark_split_hostport(const char *s, const char *default_port, char *host, size_t host_cap,
+                        char *port, size_t port_cap) {
   if (strncmp(s, "http://", 7) == 0) s += 7;
   size_t n = strcspn(s, "/"); /* tolerate a trailing slash or path */
   const char *h = s, *p = NULL;

@@ -11,7 +11,7 @@
 /* Splits "HOST:PORT", "[V6]:PORT" or "HOST" (then default_port) into
  * parts; an "http://" in front and a "/..." behind are skipped. Returns 0,
  * or -1 when it does not fit (or the port is not a number). */
-int hark_split_hostport(const char *s, const char *default_port, char *host, size_t host_cap, char *port,
-                        size_t port_cap);
+int hark_split_hostport(const char *s, const char *default_port, char *host, size_t host_cap,
+                        char *port, size_t port_cap);
 
 #endif

@@ -379,8 +379,10 @@ static int read_response(httpc *c, httpc_response *resp) {
   resp->head_len = body - head_start - 4;
   resp->body = c->buf + body;
   resp->body_len = body_len;
-  if (hi.close_after) httpc_close(c);
-  else c->reused++;
+  if (hi.close_after)
+    httpc_close(c);
+  else
+    c->reused++;
   return 0;
 }
 
@@ -413,8 +415,8 @@ int httpc_simple(httpc *c, const char *method, const char *path, const char *jso
   char *req = malloc(cap);
   if (!req) return set_err(c, "out of memory");
   bool v6 = strchr(c->host, ':') != NULL;
-  int n = snprintf(req, cap, "%s %s HTTP/1.1\r\nHost: %s%s%s:%s\r\n", method, path,
-                   v6 ? "[" : "", c->host, v6 ? "]" : "", c->port);
+  int n = snprintf(req, cap, "%s %s HTTP/1.1\r\nHost: %s%s%s:%s\r\n", method, path, v6 ? "[" : "",
+                   c->host, v6 ? "]" : "", c->port);
   if (json_body)
     n += snprintf(req + n, cap - (size_t)n,
                   "Content-Type: application/json\r\nContent-Length: %zu\r\n", blen);

@@ -12,22 +12,22 @@
 #ifndef HARK_TOOLS_HTTPC_H
 #define HARK_TOOLS_HTTPC_H
 
+#include <netdb.h>
 #include <stdatomic.h>
 #include <stddef.h>
-#include <netdb.h>
 #include <sys/socket.h>
 
 typedef struct httpc {
   char host[256]; /* as given, for the Host header and messages */
   char port[16];
-  struct addrinfo *ai;             /* resolved once by httpc_init, owned */
-  const struct addrinfo *good;     /* the address that last connected */
-  int timeout_ms;   /* per send/receive call; 0 = wait forever */
-  atomic_int fd;    /* -1 when not connected; atomic for httpc_abort */
-  unsigned reused;  /* responses read on the current connection */
-  char *buf;        /* receive buffer, owned */
-  size_t cap, len;  /* its size and the bytes in it */
-  char err[256];    /* the last error, for messages */
+  struct addrinfo *ai;         /* resolved once by httpc_init, owned */
+  const struct addrinfo *good; /* the address that last connected */
+  int timeout_ms;              /* per send/receive call; 0 = wait forever */
+  atomic_int fd;               /* -1 when not connected; atomic for httpc_abort */
+  unsigned reused;             /* responses read on the current connection */
+  char *buf;                   /* receive buffer, owned */
+  size_t cap, len;             /* its size and the bytes in it */
+  char err[256];               /* the last error, for messages */
 } httpc;
 
 /* The last response; pointers into the client's buffer, valid until the

@@ -22,8 +22,10 @@ typedef struct command {
 } command;
 
 static const command commands[] = {
-    {"perf", hark_perf_main, "measure a model's throughput and latency under load (like perf_analyzer)"},
-    {"transcribe", hark_transcribe_main, "stream WAV files to the speech model; transcripts, RTFX, latency"},
+    {"perf", hark_perf_main,
+     "measure a model's throughput and latency under load (like perf_analyzer)"},
+    {"transcribe", hark_transcribe_main,
+     "stream WAV files to the speech model; transcripts, RTFX, latency"},
 };
 
 #define N_COMMANDS (sizeof commands / sizeof commands[0])
@@ -36,7 +38,8 @@ static const command *find_command(const char *name) {
 
 static void usage(FILE *f) {
   fprintf(f, "usage: hark COMMAND [ARGS...]\n\ncommands:\n");
-  for (size_t i = 0; i < N_COMMANDS; i++) fprintf(f, "  %-12s %s\n", commands[i].name, commands[i].summary);
+  for (size_t i = 0; i < N_COMMANDS; i++)
+    fprintf(f, "  %-12s %s\n", commands[i].name, commands[i].summary);
   fprintf(f, "  %-12s %s\n", "help", "show help for a command: hark help COMMAND");
   fprintf(f, "\noptions:\n  -h, --help   this help\n  --version    print the version\n");
 }

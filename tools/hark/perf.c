@@ -66,7 +66,7 @@ typedef struct first_error {
 /* What one concurrency level's threads share. */
 typedef struct level_shared {
   const perf_opts *o;
-  const perf_request *req;        /* http */
+  const perf_request *req;       /* http */
   const perf_grpc_request *greq; /* grpc */
   first_error *err;
   atomic_int phase;
@@ -76,10 +76,10 @@ typedef struct level_shared {
 typedef struct worker {
   pthread_t tid;
   level_shared *sh;
-  httpc conn;          /* http */
-  perf_grpc_conn *gc;  /* grpc */
-  stats_series lat; /* ns of each measured success */
-  uint64_t errors; /* measured failures */
+  httpc conn;         /* http */
+  perf_grpc_conn *gc; /* grpc */
+  stats_series lat;   /* ns of each measured success */
+  uint64_t errors;    /* measured failures */
 } worker;
 
 typedef struct level_result {
@@ -104,27 +104,28 @@ static void sleep_ms(int ms) {
 /* ---- options ------------------------------------------------------------- */
 
 static void usage(FILE *f) {
-  fprintf(f,
-          "usage: hark perf -m MODEL [options]\n"
-          "Sends the same inference request from N client threads in a closed loop and\n"
-          "reports throughput and latency per concurrency level, like perf_analyzer.\n\n"
-          "  -m, --model-name MODEL          model to load (required)\n"
-          "  -x, --model-version V           model version (default: the server's choice)\n"
-          "  -u, --url HOST:PORT             server (default localhost:8000 for http, :8001 for grpc)\n"
-          "  -i, --protocol http|grpc        KServe v2 over HTTP/REST or gRPC (default http)\n"
-          "      --concurrency-range S:E[:STEP]  concurrency levels S, S+STEP, ... E (default 1:1:1)\n"
-          "  -p, --measurement-interval MS   measurement window per level (default 5000)\n"
-          "      --warmup MS                 unmeasured load before each window (default interval/5)\n"
-          "  -b, --batch-size N              batch size of each request (default 1)\n"
-          "      --input-data zero|random    input values (default zero)\n"
-          "      --binary                    binary tensor extension for inputs and outputs (http;\n"
-          "                                  grpc always sends raw_input_contents)\n"
-          "      --shape NAME:D1,D2,...      shape of a variable-size input, batch dim excluded\n"
-          "      --request-timeout MS        give up on one request after MS (default 30000)\n"
-          "      --json                      print the results as one JSON object on stdout\n"
-          "  -h, --help                      this help\n\n"
-          "Exit status: 0 ok; 1 server unreachable, model unknown or request rejected;\n"
-          "2 bad usage; 3 measured, but some requests failed.\n");
+  fprintf(
+      f,
+      "usage: hark perf -m MODEL [options]\n"
+      "Sends the same inference request from N client threads in a closed loop and\n"
+      "reports throughput and latency per concurrency level, like perf_analyzer.\n\n"
+      "  -m, --model-name MODEL          model to load (required)\n"
+      "  -x, --model-version V           model version (default: the server's choice)\n"
+      "  -u, --url HOST:PORT             server (default localhost:8000 for http, :8001 for grpc)\n"
+      "  -i, --protocol http|grpc        KServe v2 over HTTP/REST or gRPC (default http)\n"
+      "      --concurrency-range S:E[:STEP]  concurrency levels S, S+STEP, ... E (default 1:1:1)\n"
+      "  -p, --measurement-interval MS   measurement window per level (default 5000)\n"
+      "      --warmup MS                 unmeasured load before each window (default interval/5)\n"
+      "  -b, --batch-size N              batch size of each request (default 1)\n"
+      "      --input-data zero|random    input values (default zero)\n"
+      "      --binary                    binary tensor extension for inputs and outputs (http;\n"
+      "                                  grpc always sends raw_input_contents)\n"
+      "      --shape NAME:D1,D2,...      shape of a variable-size input, batch dim excluded\n"
+      "      --request-timeout MS        give up on one request after MS (default 30000)\n"
+      "      --json                      print the results as one JSON object on stdout\n"
+      "  -h, --help                      this help\n\n"
+      "Exit status: 0 ok; 1 server unreachable, model unknown or request rejected;\n"
+      "2 bad usage; 3 measured, but some requests failed.\n");
 }
 
 static bool parse_int(const char *s, int lo, int hi, int *out) {
@@ -186,11 +187,17 @@ static int parse_one(perf_opts *o, int c, const char *arg) {
   case 'x': o->version = arg; return 0;
   case 'u': o->url = arg; return 0;
   case 'i': o->protocol = arg; return 0;
-  case 'p': return parse_int(arg, 1, 3600000, &o->interval_ms) ? 0 : bad("bad --measurement-interval '%s'", arg);
+  case 'p':
+    return parse_int(arg, 1, 3600000, &o->interval_ms)
+               ? 0
+               : bad("bad --measurement-interval '%s'", arg);
   case 'b': return parse_int(arg, 1, 1 << 20, &o->batch) ? 0 : bad("bad --batch-size '%s'", arg);
-  case O_RANGE: return parse_range(arg, o) ? 0 : bad("bad --concurrency-range '%s' (START:END[:STEP])", arg);
-  case O_WARMUP: return parse_int(arg, 0, 3600000, &o->warmup_ms) ? 0 : bad("bad --warmup '%s'", arg);
-  case O_TIMEOUT: return parse_int(arg, 1, 3600000, &o->timeout_ms) ? 0 : bad("bad --request-timeout '%s'", arg);
+  case O_RANGE:
+    return parse_range(arg, o) ? 0 : bad("bad --concurrency-range '%s' (START:END[:STEP])", arg);
+  case O_WARMUP:
+    return parse_int(arg, 0, 3600000, &o->warmup_ms) ? 0 : bad("bad --warmup '%s'", arg);
+  case O_TIMEOUT:
+    return parse_int(arg, 1, 3600000, &o->timeout_ms) ? 0 : bad("bad --request-timeout '%s'", arg);
   case O_BINARY: o->binary = true; return 0;
   case O_JSON: o->json = true; return 0;
   case O_INPUT_DATA:
@@ -200,15 +207,23 @@ static int parse_one(perf_opts *o, int c, const char *arg) {
     return 0;
   case O_SHAPE:
     if (o->n_shapes == PERF_MAX_SHAPES) return bad("too many --shape flags%s", "");
-    return perf_shape_parse(arg, &o->shapes[o->n_shapes++]) == 0 ? 0 : bad("bad --shape '%s' (NAME:D1,D2,...)", arg);
+    return perf_shape_parse(arg, &o->shapes[o->n_shapes++]) == 0
+               ? 0
+               : bad("bad --shape '%s' (NAME:D1,D2,...)", arg);
   case 'h': usage(stdout); return 1;
   default: return bad("%s", "unknown option");
   }
 }
 
 static int parse_opts(int argc, char **argv, perf_opts *o) {
-  *o = (perf_opts){.protocol = "http", .c_start = 1, .c_end = 1, .c_step = 1,
-                   .interval_ms = 5000, .warmup_ms = -1, .timeout_ms = 30000, .batch = 1};
+  *o = (perf_opts){.protocol = "http",
+                   .c_start = 1,
+                   .c_end = 1,
+                   .c_step = 1,
+                   .interval_ms = 5000,
+                   .warmup_ms = -1,
+                   .timeout_ms = 30000,
+                   .batch = 1};
   optind = 1;
   opterr = 0;
   int c;
@@ -225,10 +240,12 @@ static int parse_opts(int argc, char **argv, perf_opts *o) {
   bool grpc = strcmp(o->protocol, "grpc") == 0;
   if (!o->url) o->url = grpc ? "localhost:8001" : "localhost:8000";
   if (o->warmup_ms < 0) o->warmup_ms = o->interval_ms / 5;
-  if (hark_split_hostport(o->url, grpc ? "8001" : "8000", o->host, sizeof o->host, o->port, sizeof o->port) < 0)
+  if (hark_split_hostport(o->url, grpc ? "8001" : "8000", o->host, sizeof o->host, o->port,
+                          sizeof o->port) < 0)
     return bad("bad --url '%s' (HOST:PORT)", o->url);
   bool v6 = strchr(o->host, ':') != NULL;
-  snprintf(o->hostport, sizeof o->hostport, "%s%s%s:%s", v6 ? "[" : "", o->host, v6 ? "]" : "", o->port);
+  snprintf(o->hostport, sizeof o->hostport, "%s%s%s:%s", v6 ? "[" : "", o->host, v6 ? "]" : "",
+           o->port);
   return 0;
 }
 
@@ -245,16 +262,20 @@ static void model_path(const perf_opts *o, const char *suffix, char *out, size_t
       n += (size_t)snprintf(out + n, cap - n, "%%%02X", *p);
   }
   out[n] = '\0';
-  if (o->version) snprintf(out + n, cap - n, "/versions/%s%s", o->version, suffix);
-  else snprintf(out + n, cap - n, "%s", suffix);
+  if (o->version)
+    snprintf(out + n, cap - n, "/versions/%s%s", o->version, suffix);
+  else
+    snprintf(out + n, cap - n, "%s", suffix);
 }
 
 /* The "error" field of a KServe error body, else the body itself. */
 static void error_text(const httpc_response *r, char *out, size_t cap) {
   cJSON *doc = cJSON_ParseWithLength(r->body, r->body_len);
   const cJSON *e = doc ? cJSON_GetObjectItemCaseSensitive(doc, "error") : NULL;
-  if (cJSON_IsString(e)) snprintf(out, cap, "%s", e->valuestring);
-  else snprintf(out, cap, "%.*s", (int)(r->body_len < cap ? r->body_len : cap - 1), r->body);
+  if (cJSON_IsString(e))
+    snprintf(out, cap, "%s", e->valuestring);
+  else
+    snprintf(out, cap, "%.*s", (int)(r->body_len < cap ? r->body_len : cap - 1), r->body);
   cJSON_Delete(doc);
 }
 
@@ -304,7 +325,8 @@ static int probe(const perf_opts *o, httpc *c, const perf_request *req) {
   }
   if (r.status == 200) return 0;
   error_text(&r, msg, sizeof msg);
-  fprintf(stderr, "hark perf: the server rejected the inference request (HTTP %d): %s\n", r.status, msg);
+  fprintf(stderr, "hark perf: the server rejected the inference request (HTTP %d): %s\n", r.status,
+          msg);
   return -1;
 }
 
@@ -313,7 +335,8 @@ static int probe(const perf_opts *o, httpc *c, const perf_request *req) {
 static void note_error(level_shared *sh, const httpc *c, int rc, const httpc_response *r) {
   first_error *e = sh->err;
   if (atomic_flag_test_and_set(&e->taken)) return;
-  if (rc < 0) snprintf(e->msg, sizeof e->msg, "%s", c->err);
+  if (rc < 0)
+    snprintf(e->msg, sizeof e->msg, "%s", c->err);
   else
     snprintf(e->msg, sizeof e->msg, "HTTP %d: %.*s", r->status,
              (int)(r->body_len < 900 ? r->body_len : 900), r->body);
@@ -334,13 +357,15 @@ static bool one_request(worker *w, bool *dead) {
   if (sh->greq) {
     char msg[1024];
     bool ok = perf_grpc_infer(w->gc, sh->greq, dead, msg, sizeof msg) == 0;
-    if (!ok && atomic_load_explicit(&sh->phase, memory_order_relaxed) != PH_STOP) note_grpc_error(sh, msg);
+    if (!ok && atomic_load_explicit(&sh->phase, memory_order_relaxed) != PH_STOP)
+      note_grpc_error(sh, msg);
     return ok;
   }
   httpc_response r;
   int rc = httpc_request(&w->conn, sh->req->data, sh->req->len, &r);
   bool ok = rc == 0 && r.status == 200;
-  if (!ok && atomic_load_explicit(&sh->phase, memory_order_relaxed) != PH_STOP) note_error(sh, &w->conn, rc, &r);
+  if (!ok && atomic_load_explicit(&sh->phase, memory_order_relaxed) != PH_STOP)
+    note_error(sh, &w->conn, rc, &r);
   *dead = rc < 0;
   return ok;
 }
@@ -356,8 +381,10 @@ static void *worker_main(void *arg) {
     int phase = atomic_load_explicit(&sh->phase, memory_order_relaxed);
     if (phase == PH_STOP) break;
     if (phase == PH_MEASURE) {
-      if (ok) stats_series_push(&w->lat, t1 - t0);
-      else w->errors++;
+      if (ok)
+        stats_series_push(&w->lat, t1 - t0);
+      else
+        w->errors++;
     }
     if (dead) sleep_ms(PERF_ERROR_BACKOFF_MS); /* don't spin on a dead server */
   }
@@ -394,15 +421,19 @@ static void stop_workers(worker *ws, int n, level_shared *sh) {
   while (atomic_load(&sh->running) > 0 && now_ns() < deadline) sleep_ms(1);
   if (atomic_load(&sh->running) > 0)
     for (int i = 0; i < n; i++) {
-      if (ws[i].gc) perf_grpc_conn_abort(ws[i].gc);
-      else httpc_abort(&ws[i].conn);
+      if (ws[i].gc)
+        perf_grpc_conn_abort(ws[i].gc);
+      else
+        httpc_abort(&ws[i].conn);
     }
   for (int i = 0; i < n; i++) pthread_join(ws[i].tid, NULL);
 }
 
 static void worker_conn_free(worker *w) {
-  if (w->gc) perf_grpc_conn_free(w->gc);
-  else httpc_free(&w->conn);
+  if (w->gc)
+    perf_grpc_conn_free(w->gc);
+  else
+    httpc_free(&w->conn);
   w->gc = NULL;
 }
 
@@ -431,8 +462,8 @@ static int start_workers(worker *ws, int n, level_shared *sh, int *started) {
   return 0;
 }
 
-static int run_level(const perf_opts *o, const perf_request *req, const perf_grpc_request *greq, first_error *err,
-                     int concurrency, level_result *res) {
+static int run_level(const perf_opts *o, const perf_request *req, const perf_grpc_request *greq,
+                     first_error *err, int concurrency, level_result *res) {
   level_shared sh = {.o = o, .req = req, .greq = greq, .err = err};
   atomic_init(&sh.phase, PH_WARMUP);
   atomic_init(&sh.running, concurrency);
@@ -468,30 +499,34 @@ static void print_settings(FILE *f, const perf_opts *o) {
   fprintf(f, "*** Measurement Settings ***\n");
   fprintf(f, "  Model: %s%s%s at %s over %s\n", o->model, o->version ? " version " : "",
           o->version ? o->version : "", o->hostport, o->protocol);
-  fprintf(f, "  Batch size: %d\n  Input data: %s, %s tensors\n", o->batch, o->random ? "random" : "zero",
-          strcmp(o->protocol, "grpc") == 0 ? "raw" : o->binary ? "binary" : "JSON");
+  fprintf(f, "  Batch size: %d\n  Input data: %s, %s tensors\n", o->batch,
+          o->random ? "random" : "zero",
+          strcmp(o->protocol, "grpc") == 0 ? "raw"
+          : o->binary                      ? "binary"
+                                           : "JSON");
   fprintf(f, "  Measurement window: %d msec after %d msec warmup\n", o->interval_ms, o->warmup_ms);
   fprintf(f, "  Concurrency: %d to %d, step %d\n\n", o->c_start, o->c_end, o->c_step);
 }
 
 static void print_level(FILE *f, const level_result *r) {
-  fprintf(f,
-          "Concurrency: %d, throughput: %.1f infer/sec, latency p50 %.0f usec, p90 %.0f usec, "
-          "p95 %.0f usec, p99 %.0f usec, avg %.0f usec, max %.0f usec; requests %llu, errors %llu\n",
-          r->concurrency, r->throughput, r->p50, r->p90, r->p95, r->p99, r->avg, r->max,
-          (unsigned long long)r->requests, (unsigned long long)r->errors);
+  fprintf(
+      f,
+      "Concurrency: %d, throughput: %.1f infer/sec, latency p50 %.0f usec, p90 %.0f usec, "
+      "p95 %.0f usec, p99 %.0f usec, avg %.0f usec, max %.0f usec; requests %llu, errors %llu\n",
+      r->concurrency, r->throughput, r->p50, r->p90, r->p95, r->p99, r->avg, r->max,
+      (unsigned long long)r->requests, (unsigned long long)r->errors);
   fflush(f);
 }
 
 static void print_table(const level_result *rs, int n) {
   printf("\nInferences/Second vs. Client Latency (usec)\n");
-  printf("%11s %12s %9s %7s %9s %9s %9s %9s %9s %9s\n", "Concurrency", "Infer/sec", "Requests", "Errors",
-         "Avg", "p50", "p90", "p95", "p99", "Max");
+  printf("%11s %12s %9s %7s %9s %9s %9s %9s %9s %9s\n", "Concurrency", "Infer/sec", "Requests",
+         "Errors", "Avg", "p50", "p90", "p95", "p99", "Max");
   for (int i = 0; i < n; i++) {
     const level_result *r = &rs[i];
-    printf("%11d %12.1f %9llu %7llu %9.0f %9.0f %9.0f %9.0f %9.0f %9.0f\n", r->concurrency, r->throughput,
-           (unsigned long long)r->requests, (unsigned long long)r->errors, r->avg, r->p50, r->p90, r->p95,
-           r->p99, r->max);
+    printf("%11d %12.1f %9llu %7llu %9.0f %9.0f %9.0f %9.0f %9.0f %9.0f\n", r->concurrency,
+           r->throughput, (unsigned long long)r->requests, (unsigned long long)r->errors, r->avg,
+           r->p50, r->p90, r->p95, r->p99, r->max);
   }
 }
 
@@ -527,8 +562,8 @@ static void print_json(const perf_opts *o, const level_result *rs, int n) {
 
 /* ---- main ---------------------------------------------------------------- */
 
-static int run_all(const perf_opts *o, const perf_request *req, const perf_grpc_request *greq, level_result *rs,
-                   int *n) {
+static int run_all(const perf_opts *o, const perf_request *req, const perf_grpc_request *greq,
+                   level_result *rs, int *n) {
   FILE *progress = o->json ? stderr : stdout;
   first_error err = {.taken = ATOMIC_FLAG_INIT};
   uint64_t errors = 0;
@@ -538,7 +573,8 @@ static int run_all(const perf_opts *o, const perf_request *req, const perf_grpc_
     if (run_level(o, req, greq, &err, c, &rs[*n]) < 0) return 1;
     print_level(progress, &rs[*n]);
     if (rs[*n].requests == rs[*n].errors) { /* nothing measured: say so, fail the run */
-      fprintf(stderr, "hark perf: no request succeeded within the %d msec window at concurrency %d%s\n",
+      fprintf(stderr,
+              "hark perf: no request succeeded within the %d msec window at concurrency %d%s\n",
               o->interval_ms, c, rs[*n].errors ? "" : "; try a longer --measurement-interval");
       errors++;
     }
@@ -557,20 +593,27 @@ static int probe_grpc(const perf_opts *o, const perf_grpc_request *req) {
   char msg[1024];
   bool dead = false;
   int rc = c ? perf_grpc_infer(c, req, &dead, msg, sizeof msg) : -1;
-  if (!c) fprintf(stderr, "hark perf: out of memory\n");
-  else if (rc < 0 && dead) fprintf(stderr, "hark perf: server unreachable: %s\n", msg);
-  else if (rc < 0) fprintf(stderr, "hark perf: the server rejected the inference request (%s)\n", msg);
+  if (!c)
+    fprintf(stderr, "hark perf: out of memory\n");
+  else if (rc < 0 && dead)
+    fprintf(stderr, "hark perf: server unreachable: %s\n", msg);
+  else if (rc < 0)
+    fprintf(stderr, "hark perf: the server rejected the inference request (%s)\n", msg);
   perf_grpc_conn_free(c);
   return rc;
 }
 
-static int main_grpc(const perf_opts *o, perf_model *model, perf_grpc_request *req, level_result **rs, int *n) {
+static int main_grpc(const perf_opts *o, perf_model *model, perf_grpc_request *req,
+                     level_result **rs, int *n) {
   char msg[1024];
   bool unreachable;
-  if (perf_grpc_model_load(o->hostport, o->model, o->version, o->timeout_ms, model, &unreachable, msg,
-                           sizeof msg) < 0) {
-    if (unreachable) fprintf(stderr, "hark perf: server unreachable at %s: %s\n", o->hostport, msg);
-    else fprintf(stderr, "hark perf: model '%s' is not available at %s: %s\n", o->model, o->hostport, msg);
+  if (perf_grpc_model_load(o->hostport, o->model, o->version, o->timeout_ms, model, &unreachable,
+                           msg, sizeof msg) < 0) {
+    if (unreachable)
+      fprintf(stderr, "hark perf: server unreachable at %s: %s\n", o->hostport, msg);
+    else
+      fprintf(stderr, "hark perf: model '%s' is not available at %s: %s\n", o->model, o->hostport,
+              msg);
     return 1;
   }
   if (perf_model_resolve(model, o->batch, o->shapes, o->n_shapes, msg, sizeof msg) < 0) {
@@ -583,7 +626,8 @@ static int main_grpc(const perf_opts *o, perf_model *model, perf_grpc_request *r
   return run_all(o, NULL, req, *rs, n);
 }
 
-static int main_http(const perf_opts *o, perf_model *model, perf_request *req, level_result **rs, int *n) {
+static int main_http(const perf_opts *o, perf_model *model, perf_request *req, level_result **rs,
+                     int *n) {
   httpc ctl;
   if (httpc_init(&ctl, o->host, o->port, o->timeout_ms) < 0) {
     fprintf(stderr, "hark perf: %s\n", ctl.err);
@@ -593,8 +637,8 @@ static int main_http(const perf_opts *o, perf_model *model, perf_request *req, l
   if (load_model(o, &ctl, model) == 0) {
     char path[1024];
     model_path(o, "/infer", path, sizeof path);
-    perf_request_build(model, &(perf_body_opts){.binary = o->binary, .random = o->random}, o->hostport,
-                       path, req);
+    perf_request_build(model, &(perf_body_opts){.binary = o->binary, .random = o->random},
+                       o->hostport, path, req);
     *rs = calloc((size_t)((o->c_end - o->c_start) / o->c_step + 1), sizeof **rs);
     if (*rs && probe(o, &ctl, req) == 0) rc = run_all(o, req, NULL, *rs, n);
   }
@@ -615,8 +659,10 @@ int hark_perf_main(int argc, char **argv) {
   if (grpc) grpcc_init();
   rc = grpc ? main_grpc(&o, &model, &greq, &rs, &n) : main_http(&o, &model, &req, &rs, &n);
   if (n > 0 && (rc == 0 || rc == EXIT_ERRORS)) {
-    if (o.json) print_json(&o, rs, n);
-    else print_table(rs, n);
+    if (o.json)
+      print_json(&o, rs, n);
+    else
+      print_table(rs, n);
   }
   free(rs);
   free(req.data);

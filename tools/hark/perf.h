@@ -13,9 +13,9 @@
 #define PERF_MAX_DIMS 16
 
 typedef struct perf_tensor {
-  char *name;                    /* owned */
-  char datatype[16];             /* KServe name: INT32, FP16, BYTES ... */
-  int64_t shape[PERF_MAX_DIMS];  /* from metadata; -1 = variable */
+  char *name;                   /* owned */
+  char datatype[16];            /* KServe name: INT32, FP16, BYTES ... */
+  int64_t shape[PERF_MAX_DIMS]; /* from metadata; -1 = variable */
   int ndims;
 } perf_tensor;
 
@@ -96,8 +96,8 @@ int perf_grpc_model_load(const char *target, const char *model, const char *vers
 
 /* Builds the request for the resolved model: inputs in raw_input_contents
  * with the values perf_request_build would send. */
-void perf_grpc_request_build(const perf_model *m, const char *model, const char *version, bool random,
-                             perf_grpc_request *r);
+void perf_grpc_request_build(const perf_model *m, const char *model, const char *version,
+                             bool random, perf_grpc_request *r);
 void perf_grpc_request_free(perf_grpc_request *r);
 
 /* A connection to HOST:PORT (made at the first call). NULL when out of
@@ -108,7 +108,8 @@ void perf_grpc_conn_free(perf_grpc_conn *c);
 /* One ModelInfer call. Returns 0 on OK; -1 with a message in err ("STATUS:
  * details"), and *transport set when the call never reached the model
  * (UNAVAILABLE: the connection failed). */
-int perf_grpc_infer(perf_grpc_conn *c, const perf_grpc_request *r, bool *transport, char *err, size_t errcap);
+int perf_grpc_infer(perf_grpc_conn *c, const perf_grpc_request *r, bool *transport, char *err,
+                    size_t errcap);
 
 /* From another thread: fails the call in progress, if any. Shutdown only. */
 void perf_grpc_conn_abort(perf_grpc_conn *c);

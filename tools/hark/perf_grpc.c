@@ -20,7 +20,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-
 #include "grpc_service.pb-c.h"
 #include "grpcc.h"
 #include "h2grpc.h"
@@ -30,8 +29,8 @@
 
 /* ---- the model -------------------------------------------------------------- */
 
-static int copy_tensor(const Inference__ModelMetadataResponse__TensorMetadata *src, perf_tensor *t, char *err,
-                       size_t cap) {
+static int copy_tensor(const Inference__ModelMetadataResponse__TensorMetadata *src, perf_tensor *t,
+                       char *err, size_t cap) {
   if (src->n_shape > PERF_MAX_DIMS) {
     snprintf(err, cap, "input '%s': more than %d dimensions", src->name, PERF_MAX_DIMS);
     return -1;
@@ -48,8 +47,8 @@ static int copy_tensor(const Inference__ModelMetadataResponse__TensorMetadata *s
   return t->name ? 0 : -1;
 }
 
-static int metadata_to_model(const Inference__ModelMetadataResponse *md, int max_batch, perf_model *m, char *err,
-                             size_t cap) {
+static int metadata_to_model(const Inference__ModelMetadataResponse *md, int max_batch,
+                             perf_model *m, char *err, size_t cap) {
   memset(m, 0, sizeof *m);
   m->max_batch_size = max_batch;
   if (md->n_inputs == 0) {
@@ -64,7 +63,8 @@ static int metadata_to_model(const Inference__ModelMetadataResponse *md, int max
   }
   for (size_t i = 0; i < md->n_inputs; i++)
     if (copy_tensor(md->inputs[i], &m->inputs[m->n_inputs++], err, cap) < 0) return -1;
-  for (size_t i = 0; i < md->n_outputs; i++) m->outputs[m->n_outputs++] = strdup(md->outputs[i]->name);
+  for (size_t i = 0; i < md->n_outputs; i++)
+    m->outputs[m->n_outputs++] = strdup(md->outputs[i]->name);
   return 0;
 }
 
@@ -84,16 +84,18 @@ int perf_grpc_model_load(const char *target, const char *model, const char *vers
   grpcc_status st;
   int rc = -1;
   *unreachable = false;
-  if (grpcc_unary(ch, KSERVE "ModelMetadata", &mq.base, &inference__model_metadata_response__descriptor,
-                  timeout_ms, &md, &st) < 0) {
+  if (grpcc_unary(ch, KSERVE "ModelMetadata", &mq.base,
+                  &inference__model_metadata_response__descriptor, timeout_ms, &md, &st) < 0) {
     *unreachable = st.code == GRPC_STATUS_UNAVAILABLE;
     status_text("ModelMetadata", &st, err, errcap);
-  } else if (grpcc_unary(ch, KSERVE "ModelConfig", &cq.base, &inference__model_config_response__descriptor,
-                         timeout_ms, &cfg, &st) < 0) {
+  } else if (grpcc_unary(ch, KSERVE "ModelConfig", &cq.base,
+                         &inference__model_config_response__descriptor, timeout_ms, &cfg,
+                         &st) < 0) {
     status_text("ModelConfig", &st, err, errcap);
   } else {
     const Inference__ModelConfig *c = ((Inference__ModelConfigResponse *)cfg)->config;
-    rc = metadata_to_model((Inference__ModelMetadataResponse *)md, c ? c->max_batch_size : -1, m, err, errcap);
+    rc = metadata_to_model((Inference__ModelMetadataResponse *)md, c ? c->max_batch_size : -1, m,
+                           err, errcap);
   }
   if (md) protobuf_c_message_free_unpacked(md, NULL);
   if (cfg) protobuf_c_message_free_unpacked(cfg, NULL);
@@ -104,8 +106,8 @@ int perf_grpc_model_load(const char *target, const char *model, const char *vers
 
 /* ---- the request -------------------------------------------------------------- */
 
-void perf_grpc_request_build(const perf_model *m, const char *model, const char *version, bool random,
-                             perf_grpc_request *r) {
+void perf_grpc_request_build(const perf_model *m, const char *model, const char *version,
+                             bool random, perf_grpc_request *r) {
   typedef Inference__ModelInferRequest__InferInputTensor input;
   Inference__ModelInferRequest q = INFERENCE__MODEL_INFER_REQUEST__INIT;
   input *ins = calloc((size_t)m->n_inputs, sizeof *ins);
@@ -136,7 +138,8 @@ void perf_grpc_request_build(const perf_model *m, const char *model, const char 
   q.n_raw_input_contents = (size_t)m->n_inputs;
   size_t size = protobuf_c_message_get_packed_size(&q.base);
   uint8_t *packed = malloc(size ? size : 1);
-  r->framed = packed ? h2grpc_frame(packed, protobuf_c_message_pack(&q.base, packed), &r->size) : NULL;
+  r->framed =
+      packed ? h2grpc_frame(packed, protobuf_c_message_pack(&q.base, packed), &r->size) : NULL;
   if (!r->framed) {
     fprintf(stderr, "hark perf: out of memory building the request\n");
     exit(1);
@@ -164,7 +167,8 @@ void perf_grpc_conn_free(perf_grpc_conn *c) { h2grpc_free((h2grpc *)c); }
 
 void perf_grpc_conn_abort(perf_grpc_conn *c) { h2grpc_abort((h2grpc *)c); }
 
-int perf_grpc_infer(perf_grpc_conn *c, const perf_grpc_request *r, bool *transport, char *err, size_t errcap) {
+int perf_grpc_infer(perf_grpc_conn *c, const perf_grpc_request *r, bool *transport, char *err,
+                    size_t errcap) {
   h2grpc_status st;
   if (h2grpc_call((h2grpc *)c, r->framed, r->size, &st) == 0) return 0;
   *transport = st.transport;

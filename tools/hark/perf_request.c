@@ -31,9 +31,9 @@ typedef struct dtype {
 } dtype;
 
 static const dtype dtypes[] = {
-    {"BOOL", K_BOOL, 1},   {"UINT8", K_UINT, 1}, {"UINT16", K_UINT, 2}, {"UINT32", K_UINT, 4},
-    {"UINT64", K_UINT, 8}, {"INT8", K_INT, 1},   {"INT16", K_INT, 2},   {"INT32", K_INT, 4},
-    {"INT64", K_INT, 8},   {"FP16", K_FP16, 2},  {"BF16", K_BF16, 2},   {"FP32", K_FP32, 4},
+    {"BOOL", K_BOOL, 1},   {"UINT8", K_UINT, 1},  {"UINT16", K_UINT, 2}, {"UINT32", K_UINT, 4},
+    {"UINT64", K_UINT, 8}, {"INT8", K_INT, 1},    {"INT16", K_INT, 2},   {"INT32", K_INT, 4},
+    {"INT64", K_INT, 8},   {"FP16", K_FP16, 2},   {"BF16", K_BF16, 2},   {"FP32", K_FP32, 4},
     {"FP64", K_FP64, 8},   {"BYTES", K_BYTES, 0},
 };
 
@@ -95,9 +95,12 @@ static void dbuf_json_string(dbuf *b, const char *s) {
   dbuf_put(b, "\"", 1);
   for (; *s; s++) {
     unsigned char ch = (unsigned char)*s;
-    if (ch == '"' || ch == '\\') dbuf_printf(b, "\\%c", ch);
-    else if (ch < 0x20) dbuf_printf(b, "\\u%04x", ch);
-    else dbuf_put(b, s, 1);
+    if (ch == '"' || ch == '\\')
+      dbuf_printf(b, "\\%c", ch);
+    else if (ch < 0x20)
+      dbuf_printf(b, "\\u%04x", ch);
+    else
+      dbuf_put(b, s, 1);
   }
   dbuf_put(b, "\"", 1);
 }
@@ -126,7 +129,9 @@ int perf_shape_parse(const char *arg, perf_shape *out) {
   return 0;
 }
 
-static size_t shape_name_len(const perf_shape *s) { return (size_t)(strrchr(s->name, ':') - s->name); }
+static size_t shape_name_len(const perf_shape *s) {
+  return (size_t)(strrchr(s->name, ':') - s->name);
+}
 
 static int parse_tensor(const cJSON *j, perf_tensor *t, char *err, size_t cap) {
   const cJSON *name = cJSON_GetObjectItemCaseSensitive(j, "name");
@@ -135,7 +140,8 @@ static int parse_tensor(const cJSON *j, perf_tensor *t, char *err, size_t cap) {
   if (!cJSON_IsString(name) || !cJSON_IsString(dt) || !cJSON_IsArray(shape))
     return fail(err, cap, "model metadata: an input lacks name, datatype or shape");
   if (!find_dtype(dt->valuestring))
-    return fail(err, cap, "input '%s': unsupported datatype %s", name->valuestring, dt->valuestring);
+    return fail(err, cap, "input '%s': unsupported datatype %s", name->valuestring,
+                dt->valuestring);
   if (cJSON_GetArraySize(shape) > PERF_MAX_DIMS)
     return fail(err, cap, "input '%s': more than %d dimensions", name->valuestring, PERF_MAX_DIMS);
   t->name = strdup(name->valuestring);
@@ -206,7 +212,8 @@ static bool model_batches(const perf_model *m) {
 
 static const perf_shape *find_shape(const perf_shape *shapes, int n, const char *name) {
   for (int i = 0; i < n; i++)
-    if (shape_name_len(&shapes[i]) == strlen(name) && strncmp(shapes[i].name, name, strlen(name)) == 0)
+    if (shape_name_len(&shapes[i]) == strlen(name) &&
+        strncmp(shapes[i].name, name, strlen(name)) == 0)
       return &shapes[i];
   return NULL;
 }
@@ -214,13 +221,16 @@ static const perf_shape *find_shape(const perf_shape *shapes, int n, const char 
 static int resolve_input(perf_tensor *t, int first, const perf_shape *s, char *err, size_t cap) {
   int rest = t->ndims - first;
   if (s && s->ndims != rest)
-    return fail(err, cap, "--shape for '%s' gives %d dimension(s); the input has %d (batch dimension excluded)",
-                t->name, s->ndims, rest);
+    return fail(
+        err, cap,
+        "--shape for '%s' gives %d dimension(s); the input has %d (batch dimension excluded)",
+        t->name, s->ndims, rest);
   int64_t count = 1;
   for (int d = first; d < t->ndims; d++) {
     int64_t want = s ? s->dims[d - first] : t->shape[d];
     if (want < 0)
-      return fail(err, cap, "input '%s' has a variable dimension; give its shape with --shape %s:d1,d2,...",
+      return fail(err, cap,
+                  "input '%s' has a variable dimension; give its shape with --shape %s:d1,d2,...",
                   t->name, t->name);
     if (t->shape[d] >= 0 && t->shape[d] != want)
       return fail(err, cap, "--shape for '%s': dimension %d is fixed at %lld by the model", t->name,
@@ -238,7 +248,8 @@ int perf_model_resolve(perf_model *m, int batch, const perf_shape *shapes, int n
   if (!batched && batch != 1)
     return fail(err, errcap, "the model does not batch (max_batch_size 0): -b must be 1");
   if (batched && m->max_batch_size > 0 && batch > m->max_batch_size)
-    return fail(err, errcap, "-b %d is more than the model's max_batch_size %d", batch, m->max_batch_size);
+    return fail(err, errcap, "-b %d is more than the model's max_batch_size %d", batch,
+                m->max_batch_size);
   for (int i = 0; i < n_shapes; i++) {
     bool known = false;
     for (int j = 0; j < m->n_inputs; j++)
@@ -248,7 +259,8 @@ int perf_model_resolve(perf_model *m, int batch, const perf_shape *shapes, int n
   }
   for (int i = 0; i < m->n_inputs; i++) {
     perf_tensor *t = &m->inputs[i];
-    if (batched && t->ndims == 0) return fail(err, errcap, "input '%s' has no batch dimension", t->name);
+    if (batched && t->ndims == 0)
+      return fail(err, errcap, "input '%s' has no batch dimension", t->name);
     if (batched) t->shape[0] = batch;
     if (resolve_input(t, batched ? 1 : 0, find_shape(shapes, n_shapes, t->name), err, errcap) < 0)
       return -1;
@@ -339,7 +351,8 @@ static void put_input(dbuf *json, dbuf *bin, const perf_tensor *t, const perf_bo
   dbuf_printf(json, "{\"name\":");
   dbuf_json_string(json, t->name);
   dbuf_printf(json, ",\"shape\":[");
-  for (int d = 0; d < t->ndims; d++) dbuf_printf(json, "%s%lld", d ? "," : "", (long long)t->shape[d]);
+  for (int d = 0; d < t->ndims; d++)
+    dbuf_printf(json, "%s%lld", d ? "," : "", (long long)t->shape[d]);
   dbuf_printf(json, "],\"datatype\":\"%s\",", t->datatype);
   if (binary) {
     size_t before = bin->len;
@@ -387,8 +400,9 @@ void perf_request_build(const perf_model *m, const perf_body_opts *o, const char
   dbuf_printf(&json, "}");
   r->json_len = bin.len ? json.len : 0;
   r->body_len = json.len + bin.len;
-  dbuf_printf(&req, "POST %s HTTP/1.1\r\nHost: %s\r\nContent-Type: %s\r\nContent-Length: %zu\r\n", path,
-              hostport, r->json_len ? "application/octet-stream" : "application/json", r->body_len);
+  dbuf_printf(&req, "POST %s HTTP/1.1\r\nHost: %s\r\nContent-Type: %s\r\nContent-Length: %zu\r\n",
+              path, hostport, r->json_len ? "application/octet-stream" : "application/json",
+              r->body_len);
   if (r->json_len) dbuf_printf(&req, "Inference-Header-Content-Length: %zu\r\n", r->json_len);
   dbuf_printf(&req, "\r\n");
   dbuf_put(&req, json.p, json.len);

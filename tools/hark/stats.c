@@ -19,7 +19,8 @@ int stats_series_reserve(stats_series *s, size_t cap) {
 }
 
 int stats_series_push(stats_series *s, uint64_t value) {
-  if (s->n == s->cap && stats_series_reserve(s, s->cap ? 2 * s->cap : STATS_INITIAL_CAP) < 0) return -1;
+  if (s->n == s->cap && stats_series_reserve(s, s->cap ? 2 * s->cap : STATS_INITIAL_CAP) < 0)
+    return -1;
   s->v[s->n++] = value;
   return 0;
 }

@@ -28,32 +28,33 @@ enum { EXIT_FAILED = 1, EXIT_USAGE = 2 };
 /* ---- options ---------------------------------------------------------------- */
 
 static void usage(FILE *f) {
-  fprintf(f,
-          "usage: hark transcribe FILE.wav... [options]\n"
-          "Streams WAV files (16-bit PCM) to harkd's Vosk-compatible WebSocket, or to its Riva\n"
-          "StreamingRecognize over gRPC, and prints the transcripts, then a report like Riva's\n"
-          "streaming client: RTFX, per-chunk latency (chunk sent -> its reply) and final\n"
-          "latency (end of audio -> final result).\n\n"
-          "  -s, --server URL          ws://HOST:PORT[/PATH] or HOST:PORT (default localhost:8000),\n"
-          "                            or grpc://HOST:PORT (Riva's API; port 8001 when not given)\n"
-          "  -m, --model M             stream to /v2/models/M/stream, or over gRPC ask for model M\n"
-          "                            (default: the server's speech model; WebSocket: the URL's\n"
-          "                            path, else /)\n"
-          "      --language-code L     gRPC: the language asked for (default en-US)\n"
-          "      --simulate-realtime   send each chunk at real time (default: the next chunk as\n"
-          "                            soon as the previous one's reply came)\n"
-          "      --chunk-ms MS         audio per message (default 100)\n"
-          "  -p, --parallel N          streams at once, on one thread (default 1)\n"
-          "  -n, --iterations K        passes over max(N, number of files) streams (default 1)\n"
-          "      --interim             also print partial results when they change\n"
-          "      --words               ask for word times and confidences, and print them\n"
-          "      --silent-fraction F   send silence (zeros) instead of the file on this fraction\n"
-          "                            of the streams, e.g. 0.9: 10%% speaking (default 0)\n"
-          "      --timeout-secs S      fail a stream whose reply takes longer than S (default 10)\n"
-          "      --json                print one JSON object on stdout instead of the text\n"
-          "  -h, --help                this help\n\n"
-          "Exit status: 0 every stream finished; 1 some stream failed (error or timeout);\n"
-          "2 bad usage or an unreadable file.\n");
+  fprintf(
+      f,
+      "usage: hark transcribe FILE.wav... [options]\n"
+      "Streams WAV files (16-bit PCM) to harkd's Vosk-compatible WebSocket, or to its Riva\n"
+      "StreamingRecognize over gRPC, and prints the transcripts, then a report like Riva's\n"
+      "streaming client: RTFX, per-chunk latency (chunk sent -> its reply) and final\n"
+      "latency (end of audio -> final result).\n\n"
+      "  -s, --server URL          ws://HOST:PORT[/PATH] or HOST:PORT (default localhost:8000),\n"
+      "                            or grpc://HOST:PORT (Riva's API; port 8001 when not given)\n"
+      "  -m, --model M             stream to /v2/models/M/stream, or over gRPC ask for model M\n"
+      "                            (default: the server's speech model; WebSocket: the URL's\n"
+      "                            path, else /)\n"
+      "      --language-code L     gRPC: the language asked for (default en-US)\n"
+      "      --simulate-realtime   send each chunk at real time (default: the next chunk as\n"
+      "                            soon as the previous one's reply came)\n"
+      "      --chunk-ms MS         audio per message (default 100)\n"
+      "  -p, --parallel N          streams at once, on one thread (default 1)\n"
+      "  -n, --iterations K        passes over max(N, number of files) streams (default 1)\n"
+      "      --interim             also print partial results when they change\n"
+      "      --words               ask for word times and confidences, and print them\n"
+      "      --silent-fraction F   send silence (zeros) instead of the file on this fraction\n"
+      "                            of the streams, e.g. 0.9: 10%% speaking (default 0)\n"
+      "      --timeout-secs S      fail a stream whose reply takes longer than S (default 10)\n"
+      "      --json                print one JSON object on stdout instead of the text\n"
+      "  -h, --help                this help\n\n"
+      "Exit status: 0 every stream finished; 1 some stream failed (error or timeout);\n"
+      "2 bad usage or an unreadable file.\n");
 }
 
 static int bad(const char *fmt, const char *arg) {
@@ -76,34 +77,43 @@ static bool parse_int(const char *s, int lo, int hi, int *out) {
 static void model_path(const char *model, char *out, size_t cap) {
   size_t n = (size_t)snprintf(out, cap, "/v2/models/");
   for (const unsigned char *p = (const unsigned char *)model; *p && n + 4 < cap; p++) {
-    if ((*p >= 'a' && *p <= 'z') || (*p >= 'A' && *p <= 'Z') || (*p >= '0' && *p <= '9') || strchr("-._~", *p))
+    if ((*p >= 'a' && *p <= 'z') || (*p >= 'A' && *p <= 'Z') || (*p >= '0' && *p <= '9') ||
+        strchr("-._~", *p))
       out[n++] = (char)*p;
-    else n += (size_t)snprintf(out + n, cap - n, "%%%02X", *p);
+    else
+      n += (size_t)snprintf(out + n, cap - n, "%%%02X", *p);
   }
   snprintf(out + n, cap - n, "/stream");
 }
 
 static int parse_server(tr_opts *o) {
   const char *s = o->server;
-  if (strncmp(s, "wss://", 6) == 0 || strncmp(s, "https://", 8) == 0 || strncmp(s, "grpcs://", 8) == 0)
+  if (strncmp(s, "wss://", 6) == 0 || strncmp(s, "https://", 8) == 0 ||
+      strncmp(s, "grpcs://", 8) == 0)
     return bad("'%s': TLS is not supported; use ws:// or grpc://", s);
   if (strncmp(s, "grpc://", 7) == 0) {
     o->grpc = true;
     s += 7;
-    if (s[strcspn(s, "/")] || hark_split_hostport(s, "8001", o->host, sizeof o->host, o->port, sizeof o->port) < 0)
+    if (s[strcspn(s, "/")] ||
+        hark_split_hostport(s, "8001", o->host, sizeof o->host, o->port, sizeof o->port) < 0)
       return bad("bad --server '%s' (grpc://HOST:PORT)", o->server);
     bool v6 = strchr(o->host, ':') != NULL;
-    snprintf(o->hostport, sizeof o->hostport, "%s%s%s:%s", v6 ? "[" : "", o->host, v6 ? "]" : "", o->port);
+    snprintf(o->hostport, sizeof o->hostport, "%s%s%s:%s", v6 ? "[" : "", o->host, v6 ? "]" : "",
+             o->port);
     return 0;
   }
-  if (strncmp(s, "ws://", 5) == 0) s += 5;
-  else if (strncmp(s, "http://", 7) == 0) s += 7;
+  if (strncmp(s, "ws://", 5) == 0)
+    s += 5;
+  else if (strncmp(s, "http://", 7) == 0)
+    s += 7;
   if (hark_split_hostport(s, "8000", o->host, sizeof o->host, o->port, sizeof o->port) < 0)
     return bad("bad --server '%s' (ws://HOST:PORT[/PATH])", o->server);
   size_t hp = strcspn(s, "/");
   snprintf(o->hostport, sizeof o->hostport, "%.*s", (int)hp, s);
-  if (o->model) model_path(o->model, o->path, sizeof o->path);
-  else snprintf(o->path, sizeof o->path, "%s", s[hp] ? s + hp : "/");
+  if (o->model)
+    model_path(o->model, o->path, sizeof o->path);
+  else
+    snprintf(o->path, sizeof o->path, "%s", s[hp] ? s + hp : "/");
   return 0;
 }
 
@@ -132,10 +142,13 @@ static int parse_one(tr_opts *o, int c, const char *arg) {
   case 's': o->server = arg; return 0;
   case 'm': o->model = arg; return 0;
   case O_LANGUAGE: o->language = arg; return 0;
-  case 'p': return parse_int(arg, 1, TR_MAX_PARALLEL, &o->parallel) ? 0 : bad("bad --parallel '%s'", arg);
-  case 'n': return parse_int(arg, 1, 1000000, &o->iterations) ? 0 : bad("bad --iterations '%s'", arg);
+  case 'p':
+    return parse_int(arg, 1, TR_MAX_PARALLEL, &o->parallel) ? 0 : bad("bad --parallel '%s'", arg);
+  case 'n':
+    return parse_int(arg, 1, 1000000, &o->iterations) ? 0 : bad("bad --iterations '%s'", arg);
   case O_CHUNK: return parse_int(arg, 1, 60000, &o->chunk_ms) ? 0 : bad("bad --chunk-ms '%s'", arg);
-  case O_TIMEOUT: return parse_int(arg, 1, 86400, &o->timeout_s) ? 0 : bad("bad --timeout-secs '%s'", arg);
+  case O_TIMEOUT:
+    return parse_int(arg, 1, 86400, &o->timeout_s) ? 0 : bad("bad --timeout-secs '%s'", arg);
   case O_REALTIME: o->realtime = true; return 0;
   case O_INTERIM: o->interim = true; return 0;
   case O_WORDS: o->words = true; return 0;
@@ -152,7 +165,12 @@ static int parse_one(tr_opts *o, int c, const char *arg) {
 }
 
 static int parse_opts(int argc, char **argv, tr_opts *o) {
-  *o = (tr_opts){.server = "localhost:8000", .language = "en-US", .chunk_ms = 100, .parallel = 1, .iterations = 1, .timeout_s = 10};
+  *o = (tr_opts){.server = "localhost:8000",
+                 .language = "en-US",
+                 .chunk_ms = 100,
+                 .parallel = 1,
+                 .iterations = 1,
+                 .timeout_s = 10};
   optind = 1;
   opterr = 0;
   int c;
@@ -216,12 +234,14 @@ static void print_words(const cJSON *result) {
                 *end = cJSON_GetObjectItemCaseSensitive(w, "end"),
                 *conf = cJSON_GetObjectItemCaseSensitive(w, "conf");
     printf("    %-16s %7.2f %7.2f  conf %.3f\n", cJSON_IsString(word) ? word->valuestring : "?",
-           cJSON_IsNumber(start) ? start->valuedouble : 0, cJSON_IsNumber(end) ? end->valuedouble : 0,
+           cJSON_IsNumber(start) ? start->valuedouble : 0,
+           cJSON_IsNumber(end) ? end->valuedouble : 0,
            cJSON_IsNumber(conf) ? conf->valuedouble : 0);
   }
 }
 
-void tr_partial(const tr_opts *o, const tr_file *f, const tr_job *j, const char *text, char **last) {
+void tr_partial(const tr_opts *o, const tr_file *f, const tr_job *j, const char *text,
+                char **last) {
   if (!o->interim || o->json || (*last && strcmp(*last, text) == 0)) return;
   free(*last);
   *last = strdup(text);
@@ -243,12 +263,16 @@ void tr_final(const tr_opts *o, const tr_file *f, tr_job *j, const cJSON *doc) {
 
 void tr_print_end(const tr_file *f, const tr_job *j) {
   if (j->status == TR_OK) {
-    printf("%s [stream %d] transcript: %s\n", tr_file_tag(f), j->id, j->transcript ? j->transcript : "");
+    printf("%s [stream %d] transcript: %s\n", tr_file_tag(f), j->id,
+           j->transcript ? j->transcript : "");
     return;
   }
-  printf("%s [stream %d] %s: ", tr_file_tag(f), j->id, j->status == TR_TIMEOUT ? "timeout" : "error");
-  if (j->http_status || j->grpc_status) printf("%s\n", j->reason);
-  else printf("close %d: %s\n", j->close_code, j->reason);
+  printf("%s [stream %d] %s: ", tr_file_tag(f), j->id,
+         j->status == TR_TIMEOUT ? "timeout" : "error");
+  if (j->http_status || j->grpc_status)
+    printf("%s\n", j->reason);
+  else
+    printf("close %d: %s\n", j->close_code, j->reason);
 }
 
 /* ---- main ---------------------------------------------------------------------- */
@@ -260,7 +284,8 @@ static int setup_jobs(tr_run *run, const tr_opts *o) {
   run->jobs = calloc((size_t)run->n_jobs, sizeof *run->jobs);
   if (!run->jobs) return -1;
   for (int j = 0; j < run->n_jobs; j++)
-    run->jobs[j] = (tr_job){.id = j, .file = j % o->n_files, .silent = job_silent(j, o->silent_fraction)};
+    run->jobs[j] =
+        (tr_job){.id = j, .file = j % o->n_files, .silent = job_silent(j, o->silent_fraction)};
   return 0;
 }
 

@@ -42,9 +42,9 @@ typedef enum tr_status { TR_PENDING, TR_OK, TR_ERROR, TR_TIMEOUT } tr_status;
 
 /* One stream: one pass of one file over one connection. */
 typedef struct tr_job {
-  int id;       /* 0.. in start order */
-  int file;     /* index into the file table */
-  bool silent;  /* sends zeros of the file's length (--silent-fraction) */
+  int id;      /* 0.. in start order */
+  int file;    /* index into the file table */
+  bool silent; /* sends zeros of the file's length (--silent-fraction) */
   tr_status status;
   char *transcript; /* owned: the finals joined by spaces */
   cJSON *finals;    /* owned: each final reply as received (for --json) */

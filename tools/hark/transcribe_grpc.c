@@ -113,8 +113,10 @@ static void write_msg(gslot *s, const ProtobufCMessage *m, bool with_metadata) {
 static void send_config(gslot *s) {
   const tr_opts *o = s->l->o;
   Nvidia__Riva__Asr__RecognitionConfig rc = NVIDIA__RIVA__ASR__RECOGNITION_CONFIG__INIT;
-  Nvidia__Riva__Asr__StreamingRecognitionConfig sc = NVIDIA__RIVA__ASR__STREAMING_RECOGNITION_CONFIG__INIT;
-  Nvidia__Riva__Asr__StreamingRecognizeRequest q = NVIDIA__RIVA__ASR__STREAMING_RECOGNIZE_REQUEST__INIT;
+  Nvidia__Riva__Asr__StreamingRecognitionConfig sc =
+      NVIDIA__RIVA__ASR__STREAMING_RECOGNITION_CONFIG__INIT;
+  Nvidia__Riva__Asr__StreamingRecognizeRequest q =
+      NVIDIA__RIVA__ASR__STREAMING_RECOGNIZE_REQUEST__INIT;
   rc.encoding = NVIDIA__RIVA__AUDIO_ENCODING__LINEAR_PCM;
   rc.sample_rate_hertz = s->file->wav.sample_rate;
   rc.language_code = (char *)o->language;
@@ -124,7 +126,8 @@ static void send_config(gslot *s) {
   if (o->model) rc.model = (char *)o->model;
   sc.config = &rc;
   sc.interim_results = true; /* one response per audio message: chunk latency */
-  q.streaming_request_case = NVIDIA__RIVA__ASR__STREAMING_RECOGNIZE_REQUEST__STREAMING_REQUEST_STREAMING_CONFIG;
+  q.streaming_request_case =
+      NVIDIA__RIVA__ASR__STREAMING_RECOGNIZE_REQUEST__STREAMING_REQUEST_STREAMING_CONFIG;
   q.streaming_config = &sc;
   write_msg(s, &q.base, true);
 }
@@ -133,8 +136,10 @@ static void send_chunk(gslot *s, uint64_t now) {
   size_t per = tr_chunk_samples(s->l->o, s->file);
   size_t off = s->sent * per, n = s->file->wav.n - off < per ? s->file->wav.n - off : per;
   const int16_t *pcm = s->job->silent ? s->l->zeros : s->file->wav.samples + off;
-  Nvidia__Riva__Asr__StreamingRecognizeRequest q = NVIDIA__RIVA__ASR__STREAMING_RECOGNIZE_REQUEST__INIT;
-  q.streaming_request_case = NVIDIA__RIVA__ASR__STREAMING_RECOGNIZE_REQUEST__STREAMING_REQUEST_AUDIO_CONTENT;
+  Nvidia__Riva__Asr__StreamingRecognizeRequest q =
+      NVIDIA__RIVA__ASR__STREAMING_RECOGNIZE_REQUEST__INIT;
+  q.streaming_request_case =
+      NVIDIA__RIVA__ASR__STREAMING_RECOGNIZE_REQUEST__STREAMING_REQUEST_AUDIO_CONTENT;
   q.audio_content.data = (uint8_t *)pcm;
   q.audio_content.len = n * sizeof *pcm; /* host order is little-endian (transcribe.c checks) */
   s->sent_ns[s->sent++] = now;
@@ -169,7 +174,8 @@ static void pump(gslot *s, uint64_t now) {
 
 /* Reads the next response (the first read also takes the metadata). */
 static void read_next(gslot *s, bool first) {
-  grpc_op ops[2] = {{.op = GRPC_OP_RECV_INITIAL_METADATA, .data.recv_initial_metadata.recv_initial_metadata = &s->md},
+  grpc_op ops[2] = {{.op = GRPC_OP_RECV_INITIAL_METADATA,
+                     .data.recv_initial_metadata.recv_initial_metadata = &s->md},
                     {.op = GRPC_OP_RECV_MESSAGE, .data.recv_message.recv_message = &s->rbuf}};
   if (!start(s, first ? ops : ops + 1, first ? 2 : 1, &s->t_read)) s->read_done = true;
 }
@@ -220,7 +226,8 @@ static void on_read(gslot *s, bool ok, uint64_t now) {
     s->read_done = true;
     return;
   }
-  ProtobufCMessage *m = grpcc_unpack(&nvidia__riva__asr__streaming_recognize_response__descriptor, s->rbuf);
+  ProtobufCMessage *m =
+      grpcc_unpack(&nvidia__riva__asr__streaming_recognize_response__descriptor, s->rbuf);
   grpc_byte_buffer_destroy(s->rbuf);
   s->rbuf = NULL;
   if (!m) {
@@ -262,11 +269,11 @@ static void on_status(gslot *s, uint64_t now) {
   j->status = TR_ERROR;
   j->grpc_status = s->code == GRPC_STATUS_OK ? GRPC_STATUS_UNKNOWN : s->code;
   if (s->code == GRPC_STATUS_OK)
-    snprintf(j->reason, sizeof j->reason, "OK before the end: %zu of %zu audio messages answered", s->replies,
-             s->n_chunks);
+    snprintf(j->reason, sizeof j->reason, "OK before the end: %zu of %zu audio messages answered",
+             s->replies, s->n_chunks);
   else
-    snprintf(j->reason, sizeof j->reason, "%s: %.*s", grpcc_status_name(s->code), (int)GRPC_SLICE_LENGTH(s->details),
-             (const char *)GRPC_SLICE_START_PTR(s->details));
+    snprintf(j->reason, sizeof j->reason, "%s: %.*s", grpcc_status_name(s->code),
+             (int)GRPC_SLICE_LENGTH(s->details), (const char *)GRPC_SLICE_START_PTR(s->details));
 }
 
 /* ---- slots ------------------------------------------------------------------------ */
@@ -282,8 +289,9 @@ static void slot_assign(gloop *l, gslot *s, uint64_t at) {
 }
 
 static void slot_begin(gloop *l, gslot *s, uint64_t now) {
-  s->call = grpc_channel_create_registered_call(l->ch, NULL, GRPC_PROPAGATE_DEFAULTS, l->cq, l->method,
-                                                gpr_inf_future(GPR_CLOCK_MONOTONIC), NULL);
+  s->call =
+      grpc_channel_create_registered_call(l->ch, NULL, GRPC_PROPAGATE_DEFAULTS, l->cq, l->method,
+                                          gpr_inf_future(GPR_CLOCK_MONOTONIC), NULL);
   s->sent = s->replies = 0;
   s->in_flight = 0;
   s->writing = s->half_closed = s->read_done = s->status_done = s->timed_out = s->got_final = false;
@@ -292,9 +300,10 @@ static void slot_begin(gloop *l, gslot *s, uint64_t now) {
   s->details = grpc_empty_slice();
   grpc_metadata_array_init(&s->md);
   grpc_metadata_array_init(&s->trailing);
-  grpc_op st = {.op = GRPC_OP_RECV_STATUS_ON_CLIENT,
-                .data.recv_status_on_client = {.trailing_metadata = &s->trailing, .status = &s->code,
-                                               .status_details = &s->details}};
+  grpc_op st = {
+      .op = GRPC_OP_RECV_STATUS_ON_CLIENT,
+      .data.recv_status_on_client = {
+          .trailing_metadata = &s->trailing, .status = &s->code, .status_details = &s->details}};
   if (!start(s, &st, 1, &s->t_status)) { /* cannot happen on a new call */
     s->status_done = true;
     s->job->status = TR_ERROR;
@@ -308,9 +317,12 @@ static void slot_begin(gloop *l, gslot *s, uint64_t now) {
 
 /* The stream is over and nothing of it is in flight: account, free, next. */
 static void slot_recycle(gloop *l, gslot *s, uint64_t now) {
-  if (s->job->status == TR_PENDING) s->job->status = TR_ERROR; /* cannot happen; never count it ok */
-  if (s->job->status == TR_OK) l->run->audio_seconds += s->file->seconds;
-  else l->run->ended_ns = now;
+  if (s->job->status == TR_PENDING)
+    s->job->status = TR_ERROR; /* cannot happen; never count it ok */
+  if (s->job->status == TR_OK)
+    l->run->audio_seconds += s->file->seconds;
+  else
+    l->run->ended_ns = now;
   if (!l->o->json) tr_print_end(s->file, s->job);
   grpc_call_unref(s->call);
   s->call = NULL;
@@ -338,21 +350,30 @@ static void timeout(gslot *s, const char *what) {
 /* Runs the slot's due timers; lowers *wake to its next one. */
 static void slot_timers(gloop *l, gslot *s, uint64_t now, uint64_t *wake) {
   if (!s->call) {
-    if (now >= s->start_ns) slot_begin(l, s, now);
-    else return earliest(wake, s->start_ns);
+    if (now >= s->start_ns)
+      slot_begin(l, s, now);
+    else
+      return earliest(wake, s->start_ns);
   }
   if (s->status_done || s->job->status != TR_PENDING) return;
   pump(s, now);
   /* While a write is in flight its completion sends what is due. */
-  if (l->o->realtime && !s->writing && !s->half_closed && s->sent < s->n_chunks) earliest(wake, s->next_due_ns);
+  if (l->o->realtime && !s->writing && !s->half_closed && s->sent < s->n_chunks)
+    earliest(wake, s->next_due_ns);
   uint64_t since;
   const char *what;
-  if (s->replies < s->sent) since = s->sent_ns[s->replies], what = "reply to a chunk";
-  else if (s->half_closed) since = s->close_ns, what = "final result";
-  else if (s->sent == 0) since = s->phase_ns, what = "connection";
-  else return;
-  if (now >= since + l->limit_ns) timeout(s, what);
-  else earliest(wake, since + l->limit_ns);
+  if (s->replies < s->sent)
+    since = s->sent_ns[s->replies], what = "reply to a chunk";
+  else if (s->half_closed)
+    since = s->close_ns, what = "final result";
+  else if (s->sent == 0)
+    since = s->phase_ns, what = "connection";
+  else
+    return;
+  if (now >= since + l->limit_ns)
+    timeout(s, what);
+  else
+    earliest(wake, since + l->limit_ns);
 }
 
 static void dispatch(const grpc_event *ev, uint64_t now) {
@@ -374,7 +395,8 @@ static void dispatch(const grpc_event *ev, uint64_t now) {
 }
 
 static gpr_timespec until(uint64_t now, uint64_t wake) {
-  if (wake == UINT64_MAX) return gpr_time_add(gpr_now(GPR_CLOCK_MONOTONIC), gpr_time_from_millis(60000, GPR_TIMESPAN));
+  if (wake == UINT64_MAX)
+    return gpr_time_add(gpr_now(GPR_CLOCK_MONOTONIC), gpr_time_from_millis(60000, GPR_TIMESPAN));
   uint64_t ns = wake > now ? wake - now : 0;
   return gpr_time_add(gpr_now(GPR_CLOCK_MONOTONIC), gpr_time_from_nanos((int64_t)ns, GPR_TIMESPAN));
 }
@@ -422,7 +444,10 @@ static int connect_channel(gloop *l) {
 
 static int setup(gloop *l, tr_run *run, const tr_file *files) {
   const tr_opts *o = run->o;
-  *l = (gloop){.run = run, .o = o, .files = files, .chunk_ns = (uint64_t)o->chunk_ms * 1000000u,
+  *l = (gloop){.run = run,
+               .o = o,
+               .files = files,
+               .chunk_ns = (uint64_t)o->chunk_ms * 1000000u,
                .limit_ns = (uint64_t)o->timeout_s * 1000000000u};
   l->n_slots = o->parallel < run->n_jobs ? o->parallel : run->n_jobs;
   l->slots = calloc((size_t)l->n_slots, sizeof *l->slots);
@@ -457,7 +482,8 @@ static void teardown(gloop *l) {
   if (l->ch) grpc_channel_destroy(l->ch);
   if (l->cq) {
     grpc_completion_queue_shutdown(l->cq);
-    while (grpc_completion_queue_next(l->cq, gpr_inf_future(GPR_CLOCK_MONOTONIC), NULL).type != GRPC_QUEUE_SHUTDOWN) {
+    while (grpc_completion_queue_next(l->cq, gpr_inf_future(GPR_CLOCK_MONOTONIC), NULL).type !=
+           GRPC_QUEUE_SHUTDOWN) {
     }
     grpc_completion_queue_destroy(l->cq);
   }
@@ -467,11 +493,13 @@ static void teardown(gloop *l) {
 int tr_grpc_run(tr_run *run, const tr_file *files) {
   gloop l;
   int rc = -1;
-  if (setup(&l, run, files) < 0) fprintf(stderr, "hark transcribe: out of memory\n");
+  if (setup(&l, run, files) < 0)
+    fprintf(stderr, "hark transcribe: out of memory\n");
   else if (connect_channel(&l) == 0) {
     uint64_t t0 = now_ns();
     for (int i = 0; i < l.n_slots; i++) /* stagger real-time streams over one chunk period */
-      slot_assign(&l, &l.slots[i], t0 + (run->o->realtime ? l.chunk_ns * (uint64_t)i / (uint64_t)l.n_slots : 0));
+      slot_assign(&l, &l.slots[i],
+                  t0 + (run->o->realtime ? l.chunk_ns * (uint64_t)i / (uint64_t)l.n_slots : 0));
     run->started_ns = run->ended_ns = t0;
     run_loop(&l);
     rc = 0;

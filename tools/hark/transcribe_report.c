@@ -43,8 +43,8 @@ static void print_latency(const char *what, const stats_summary *s) {
     printf("  %s latency: no replies\n", what);
     return;
   }
-  printf("  %s latency (ms): p50 %.1f, p90 %.1f, p99 %.1f, max %.1f, avg %.1f (%zu replies)\n", what, s->p50, s->p90,
-         s->p99, s->max, s->avg, s->count);
+  printf("  %s latency (ms): p50 %.1f, p90 %.1f, p99 %.1f, max %.1f, avg %.1f (%zu replies)\n",
+         what, s->p50, s->p90, s->p99, s->max, s->avg, s->count);
 }
 
 static void print_failures(const tr_run *r) {
@@ -54,30 +54,41 @@ static void print_failures(const tr_run *r) {
     if (job->status == TR_OK) continue;
     if (failed++ == 0) printf("  Failures:\n");
     if (shown++ >= TR_MAX_FAILURES_SHOWN) continue;
-    printf("    %s [stream %d] %s: ", base(r->files[job->file].path), job->id, status_name(job->status));
-    if (job->http_status || job->grpc_status) printf("%s\n", job->reason);
-    else printf("close %d: %s\n", job->close_code, job->reason);
+    printf("    %s [stream %d] %s: ", base(r->files[job->file].path), job->id,
+           status_name(job->status));
+    if (job->http_status || job->grpc_status)
+      printf("%s\n", job->reason);
+    else
+      printf("close %d: %s\n", job->close_code, job->reason);
   }
-  if (failed > TR_MAX_FAILURES_SHOWN) printf("    ... and %d more\n", failed - TR_MAX_FAILURES_SHOWN);
+  if (failed > TR_MAX_FAILURES_SHOWN)
+    printf("    ... and %d more\n", failed - TR_MAX_FAILURES_SHOWN);
 }
 
 /* The server as the user would write it. */
 static void server_url(const tr_opts *o, char *out, size_t cap) {
-  if (o->grpc) snprintf(out, cap, "grpc://%s", o->hostport);
-  else snprintf(out, cap, "ws://%s%s", o->hostport, o->path);
+  if (o->grpc)
+    snprintf(out, cap, "grpc://%s", o->hostport);
+  else
+    snprintf(out, cap, "ws://%s%s", o->hostport, o->path);
 }
 
-static void print_text(const tr_run *r, double wall, const stats_summary *chunk, const stats_summary *final) {
+static void print_text(const tr_run *r, double wall, const stats_summary *chunk,
+                       const stats_summary *final) {
   const tr_opts *o = r->o;
   tr_counts c = count(r);
   char url[1400];
   server_url(o, url, sizeof url);
   printf("\n*** Run summary ***\n");
   printf("  Server: %s\n", url);
-  printf("  Streams: %d (ok %d, errors %d, timeouts %d); parallel %d, %d iteration%s, %d ms chunks, %s\n",
-         r->n_jobs, c.ok, c.errors, c.timeouts, o->parallel, o->iterations, o->iterations == 1 ? "" : "s",
-         o->chunk_ms, o->realtime ? "real-time pacing" : "next chunk on reply");
-  if (o->silent_fraction > 0) printf("  Silent streams: %.0f%% (zeros instead of the file)\n", 100 * o->silent_fraction);
+  printf(
+      "  Streams: %d (ok %d, errors %d, timeouts %d); parallel %d, %d iteration%s, %d ms chunks, "
+      "%s\n",
+      r->n_jobs, c.ok, c.errors, c.timeouts, o->parallel, o->iterations,
+      o->iterations == 1 ? "" : "s", o->chunk_ms,
+      o->realtime ? "real-time pacing" : "next chunk on reply");
+  if (o->silent_fraction > 0)
+    printf("  Silent streams: %.0f%% (zeros instead of the file)\n", 100 * o->silent_fraction);
   printf("  Audio processed: %.2f s in %.3f s wall time: RTFX %.2f\n", r->audio_seconds, wall,
          wall > 0 ? r->audio_seconds / wall : 0);
   print_latency("Chunk", chunk);
@@ -105,15 +116,18 @@ static cJSON *job_json(tr_job *job) {
   cJSON_AddItemToObject(s, "finals", job->finals ? job->finals : cJSON_CreateArray());
   job->finals = NULL; /* now the document's */
   if (job->status != TR_OK) {
-    if (job->grpc_status) cJSON_AddNumberToObject(s, "grpc_status", job->grpc_status);
-    else cJSON_AddNumberToObject(s, "close_code", job->close_code);
+    if (job->grpc_status)
+      cJSON_AddNumberToObject(s, "grpc_status", job->grpc_status);
+    else
+      cJSON_AddNumberToObject(s, "close_code", job->close_code);
     if (job->http_status) cJSON_AddNumberToObject(s, "http_status", job->http_status);
     cJSON_AddStringToObject(s, "reason", job->reason);
   }
   return s;
 }
 
-static void print_json(tr_run *r, double wall, const stats_summary *chunk, const stats_summary *final) {
+static void print_json(tr_run *r, double wall, const stats_summary *chunk,
+                       const stats_summary *final) {
   const tr_opts *o = r->o;
   tr_counts c = count(r);
   char url[1400];
@@ -156,7 +170,9 @@ void tr_report(tr_run *r) {
   stats_summarize(r->chunk_ns.v, r->chunk_ns.n, 1e6, &chunk); /* ns -> ms */
   stats_summarize(r->final_ns.v, r->final_ns.n, 1e6, &final);
   double wall = (double)(r->ended_ns - r->started_ns) / 1e9;
-  if (r->o->json) print_json(r, wall, &chunk, &final);
-  else print_text(r, wall, &chunk, &final);
+  if (r->o->json)
+    print_json(r, wall, &chunk, &final);
+  else
+    print_text(r, wall, &chunk, &final);
   fflush(stdout);
 }

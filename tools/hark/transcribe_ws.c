@@ -81,7 +81,7 @@ typedef struct slot {
   size_t n_chunks;      /* binary messages; eof is message n_chunks */
   size_t due;           /* messages (chunks, then eof) the pacing allows so far */
   size_t sent, replies;
-  uint64_t *sent_ns; /* n_chunks + 1 send times, owned */
+  uint64_t *sent_ns;  /* n_chunks + 1 send times, owned */
   unsigned char *out; /* LWS_PRE + the largest message, owned */
   char *msg;          /* the message being received, owned */
   size_t msg_len, msg_cap;
@@ -95,9 +95,9 @@ struct ws_loop {
   const tr_opts *o;
   struct lws_context *ctx;
   struct ev_loop *ev; /* owned; lws runs on it */
-  ev_timer tick;       /* the timer pass */
-  uint64_t tick_ns;    /* when the tick is set for; UINT64_MAX: not set */
-  uint64_t limit_ns;   /* --timeout-secs */
+  ev_timer tick;      /* the timer pass */
+  uint64_t tick_ns;   /* when the tick is set for; UINT64_MAX: not set */
+  uint64_t limit_ns;  /* --timeout-secs */
   slot *slots;
   int n_slots;
   int next_job;
@@ -143,7 +143,8 @@ static int resolve(ws_loop *l) {
     struct timeval tv = {.tv_sec = o->timeout_s};
     if (fd >= 0) setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof tv);
     if (fd >= 0 && connect(fd, a->ai_addr, a->ai_addrlen) == 0 &&
-        getnameinfo(a->ai_addr, a->ai_addrlen, l->address, sizeof l->address, NULL, 0, NI_NUMERICHOST) == 0) {
+        getnameinfo(a->ai_addr, a->ai_addrlen, l->address, sizeof l->address, NULL, 0,
+                    NI_NUMERICHOST) == 0) {
       close(fd);
       freeaddrinfo(ai);
       l->port = atoi(o->port);
@@ -162,16 +163,19 @@ static int resolve(ws_loop *l) {
 static void raise_fd_limit(int streams) {
   struct rlimit rl;
   if (getrlimit(RLIMIT_NOFILE, &rl) < 0 || rl.rlim_cur >= (rlim_t)streams + 64) return;
-  rl.rlim_cur = rl.rlim_max == RLIM_INFINITY || rl.rlim_max > (rlim_t)streams + 64 ? (rlim_t)streams + 64 : rl.rlim_max;
+  rl.rlim_cur = rl.rlim_max == RLIM_INFINITY || rl.rlim_max > (rlim_t)streams + 64
+                    ? (rlim_t)streams + 64
+                    : rl.rlim_max;
   setrlimit(RLIMIT_NOFILE, &rl);
 }
 
 /* ---- one stream: how it ends ---------------------------------------------------- */
 
-__attribute__((format(printf, 5, 6))) static void note_end(slot *s, int code, bool by_server, int http_status,
-                                                           const char *fmt, ...) {
+__attribute__((format(printf, 5, 6))) static void note_end(slot *s, int code, bool by_server,
+                                                           int http_status, const char *fmt, ...) {
   if (s->end.set) return;
-  s->end = (slot_end){.set = true, .code = code, .by_server = by_server, .http_status = http_status};
+  s->end =
+      (slot_end){.set = true, .code = code, .by_server = by_server, .http_status = http_status};
   va_list ap;
   va_start(ap, fmt);
   vsnprintf(s->end.reason, sizeof s->end.reason, fmt, ap);
@@ -270,8 +274,10 @@ static void on_established(slot *s) {
   s->phase = SL_STREAM;
   s->phase_ns = now_ns();
   s->next_due_ns = s->phase_ns; /* realtime: the timer pass lets chunk 0 go */
-  if (s->l->o->realtime) wake_at(s->l, s->phase_ns);
-  else s->due = 1;
+  if (s->l->o->realtime)
+    wake_at(s->l, s->phase_ns);
+  else
+    s->due = 1;
   lws_callback_on_writable(s->wsi); /* the config, and chunk 0 after it */
 }
 
@@ -281,7 +287,8 @@ static void on_established(slot *s) {
 static void handle_reply(slot *s, cJSON *doc) {
   const cJSON *partial = cJSON_GetObjectItemCaseSensitive(doc, "partial"),
               *text = cJSON_GetObjectItemCaseSensitive(doc, "text");
-  if (cJSON_IsString(partial)) tr_partial(s->l->o, s->file, s->job, partial->valuestring, &s->last_partial);
+  if (cJSON_IsString(partial))
+    tr_partial(s->l->o, s->file, s->job, partial->valuestring, &s->last_partial);
   if (!cJSON_IsString(text)) return;
   free(s->last_partial);
   s->last_partial = NULL;
@@ -305,7 +312,8 @@ static void on_message(slot *s, bool binary, const char *data, size_t len) {
     return;
   }
   size_t k = s->replies++;
-  stats_series_push(k < s->n_chunks ? &s->l->run->chunk_ns : &s->l->run->final_ns, t - s->sent_ns[k]);
+  stats_series_push(k < s->n_chunks ? &s->l->run->chunk_ns : &s->l->run->final_ns,
+                    t - s->sent_ns[k]);
   handle_reply(s, doc);
   cJSON_Delete(doc);
   if (k == s->n_chunks) { /* the final: now the server closes */
@@ -314,7 +322,8 @@ static void on_message(slot *s, bool binary, const char *data, size_t len) {
     s->job->status = TR_OK;
     s->l->run->ended_ns = t; /* the wall clock stops at the last final, not at the close */
     wake_at(s->l, t + TR_CLOSE_GRACE_NS);
-  } else if (!s->l->o->realtime) allow(s, s->replies + 1);
+  } else if (!s->l->o->realtime)
+    allow(s, s->replies + 1);
 }
 
 /* A piece of a message: joined until the last fragment's last byte. */
@@ -357,19 +366,22 @@ static void on_connection_error(slot *s, struct lws *wsi, const char *why) {
   /* lws does not read the body of a refused upgrade: the status and what
    * was asked for say it. */
   if (status && status != 101)
-    note_end(s, LWS_CLOSE_STATUS_ABNORMAL_CLOSE, false, (int)status, "upgrade refused: HTTP %u for %s", status,
-             s->l->o->path);
-  else note_end(s, LWS_CLOSE_STATUS_ABNORMAL_CLOSE, false, 0, "connect: %s", why ? why : "failed");
+    note_end(s, LWS_CLOSE_STATUS_ABNORMAL_CLOSE, false, (int)status,
+             "upgrade refused: HTTP %u for %s", status, s->l->o->path);
+  else
+    note_end(s, LWS_CLOSE_STATUS_ABNORMAL_CLOSE, false, 0, "connect: %s", why ? why : "failed");
   ended(s);
 }
 
-static int callback(struct lws *wsi, enum lws_callback_reasons reason, void *user, void *in, size_t len) {
+static int callback(struct lws *wsi, enum lws_callback_reasons reason, void *user, void *in,
+                    size_t len) {
   slot *s = lws_get_opaque_user_data(wsi);
   if (!s || !s->job || s->wsi != wsi || s->ended) return 0; /* not (or no longer) a stream's */
   switch (reason) {
   case LWS_CALLBACK_CLIENT_APPEND_HANDSHAKE_HEADER: {
     unsigned char **p = in, *end = *p + len;
-    return lws_add_http_header_by_token(wsi, WSI_TOKEN_HTTP_USER_AGENT, (const unsigned char *)"hark", 4, p, end)
+    return lws_add_http_header_by_token(wsi, WSI_TOKEN_HTTP_USER_AGENT,
+                                        (const unsigned char *)"hark", 4, p, end)
                ? -1
                : 0;
   }
@@ -405,9 +417,15 @@ static void slot_connect(ws_loop *l, slot *s, uint64_t now) {
   const tr_opts *o = l->o;
   s->phase = SL_CONNECT;
   s->phase_ns = now;
-  struct lws_client_connect_info i = {
-      .context = l->ctx, .address = l->address, .port = l->port, .path = o->path, .host = o->hostport,
-      .origin = o->hostport, .ietf_version_or_minus_one = -1, .pwsi = &s->wsi, .opaque_user_data = s};
+  struct lws_client_connect_info i = {.context = l->ctx,
+                                      .address = l->address,
+                                      .port = l->port,
+                                      .path = o->path,
+                                      .host = o->hostport,
+                                      .origin = o->hostport,
+                                      .ietf_version_or_minus_one = -1,
+                                      .pwsi = &s->wsi,
+                                      .opaque_user_data = s};
   if (!lws_client_connect_via_info(&i) && !s->ended) {
     note_end(s, LWS_CLOSE_STATUS_ABNORMAL_CLOSE, false, 0, "connect: cannot start the connection");
     ended(s);
@@ -418,7 +436,8 @@ static void slot_connect(ws_loop *l, slot *s, uint64_t now) {
 static void slot_recycle(ws_loop *l, slot *s, uint64_t now) {
   free(s->last_partial);
   s->last_partial = NULL;
-  if (s->job->status == TR_PENDING) s->job->status = TR_ERROR; /* cannot happen; never count it ok */
+  if (s->job->status == TR_PENDING)
+    s->job->status = TR_ERROR; /* cannot happen; never count it ok */
   if (s->job->status == TR_OK) l->run->audio_seconds += s->file->seconds;
   if (!l->o->json) tr_print_end(s->file, s->job);
   if (s->job->status != TR_OK) l->run->ended_ns = now;
@@ -440,8 +459,10 @@ static void earliest(uint64_t *wake, uint64_t t) {
 static void overdue(slot *s, uint64_t now, uint64_t limit, uint64_t *wake) {
   if (s->replies >= s->sent) return;
   uint64_t due = s->sent_ns[s->replies] + limit;
-  if (now < due) earliest(wake, due);
-  else timeout(s, s->replies < s->n_chunks ? "reply to a chunk" : "final result");
+  if (now < due)
+    earliest(wake, due);
+  else
+    timeout(s, s->replies < s->n_chunks ? "reply to a chunk" : "final result");
 }
 
 /* --simulate-realtime: lets every chunk whose time has come go, and the
@@ -463,13 +484,17 @@ static void slot_timers(ws_loop *l, slot *s, uint64_t now, uint64_t *wake) {
   switch (s->phase) {
   case SL_IDLE:
     if (!s->job) return;
-    if (now >= s->start_ns) slot_connect(l, s, now);
-    else earliest(wake, s->start_ns);
+    if (now >= s->start_ns)
+      slot_connect(l, s, now);
+    else
+      earliest(wake, s->start_ns);
     if (s->phase == SL_CONNECT) earliest(wake, now + limit);
     return;
   case SL_CONNECT:
-    if (now >= s->phase_ns + limit) timeout(s, "connection or handshake");
-    else earliest(wake, s->phase_ns + limit);
+    if (now >= s->phase_ns + limit)
+      timeout(s, "connection or handshake");
+    else
+      earliest(wake, s->phase_ns + limit);
     return;
   case SL_STREAM:
     if (l->o->realtime) pace(l, s, now, wake);
@@ -500,12 +525,16 @@ static void on_tick(struct ev_loop *ev, ev_timer *w, int revents) {
     if (s->job && !s->ended) slot_timers(l, s, now, &wake);
     /* Outside lws's callbacks a connection can be closed at once (lws's
      * timers would not run before its next I/O on this loop). */
-    if (s->job && !s->ended && s->kill && s->wsi) lws_set_timeout(s->wsi, PENDING_TIMEOUT_USER_OK, LWS_TO_KILL_SYNC);
-    if (s->job && s->ended) slot_recycle(l, s, now), wake = now; /* the new job's timers run next pass */
+    if (s->job && !s->ended && s->kill && s->wsi)
+      lws_set_timeout(s->wsi, PENDING_TIMEOUT_USER_OK, LWS_TO_KILL_SYNC);
+    if (s->job && s->ended)
+      slot_recycle(l, s, now), wake = now; /* the new job's timers run next pass */
     active |= s->job != NULL;
   }
-  if (!active) ev_break(ev, EVBREAK_ALL);
-  else if (wake != UINT64_MAX) wake_at(l, wake);
+  if (!active)
+    ev_break(ev, EVBREAK_ALL);
+  else if (wake != UINT64_MAX)
+    wake_at(l, wake);
 }
 
 /* ---- the run ------------------------------------------------------------------------ */
@@ -517,7 +546,10 @@ static const struct lws_protocols protocols[] = {
 
 /* Returns 0, or -1 after a message. */
 static int setup(ws_loop *l, tr_run *run, const tr_opts *o) {
-  *l = (ws_loop){.run = run, .o = o, .chunk_ns = (uint64_t)o->chunk_ms * 1000000u, .tick_ns = UINT64_MAX,
+  *l = (ws_loop){.run = run,
+                 .o = o,
+                 .chunk_ns = (uint64_t)o->chunk_ms * 1000000u,
+                 .tick_ns = UINT64_MAX,
                  .limit_ns = (uint64_t)o->timeout_s * 1000000000u};
   l->n_slots = o->parallel < run->n_jobs ? o->parallel : run->n_jobs;
   l->slots = calloc((size_t)l->n_slots, sizeof *l->slots);
@@ -529,7 +561,8 @@ static int setup(ws_loop *l, tr_run *run, const tr_opts *o) {
   }
   l->zeros = calloc(max_chunk, sizeof *l->zeros);
   bool mem = l->slots && l->zeros;
-  size_t out = LWS_PRE + (max_chunk * sizeof(int16_t) > TR_CONFIG_MAX ? max_chunk * sizeof(int16_t) : TR_CONFIG_MAX);
+  size_t out = LWS_PRE + (max_chunk * sizeof(int16_t) > TR_CONFIG_MAX ? max_chunk * sizeof(int16_t)
+                                                                      : TR_CONFIG_MAX);
   for (int i = 0; mem && i < l->n_slots; i++) {
     l->slots[i].l = l;
     l->slots[i].sent_ns = malloc((l->max_chunks + 1) * sizeof(uint64_t));
@@ -551,13 +584,19 @@ static int setup(ws_loop *l, tr_run *run, const tr_opts *o) {
   l->tick.data = l;
   void *loops[] = {l->ev};
   struct lws_context_creation_info info = {
-      .port = CONTEXT_PORT_NO_LISTEN, .protocols = protocols, .gid = -1, .uid = -1,
-      .options = LWS_SERVER_OPTION_LIBEV, .foreign_loops = loops,
+      .port = CONTEXT_PORT_NO_LISTEN,
+      .protocols = protocols,
+      .gid = -1,
+      .uid = -1,
+      .options = LWS_SERVER_OPTION_LIBEV,
+      .foreign_loops = loops,
       /* ours bound every wait; lws's own handshake timeout comes later */
       .timeout_secs = (unsigned)o->timeout_s + 5};
   l->ctx = lws_create_context(&info);
   if (!l->ctx)
-    fprintf(stderr, "hark transcribe: cannot start libwebsockets on libev (is libwebsockets-evlib-ev installed?)\n");
+    fprintf(stderr,
+            "hark transcribe: cannot start libwebsockets on libev (is libwebsockets-evlib-ev "
+            "installed?)\n");
   return l->ctx ? 0 : -1;
 }
 
@@ -582,7 +621,8 @@ int tr_ws_run(tr_run *run) {
   if (setup(&l, run, o) == 0 && resolve(&l) == 0) {
     uint64_t t0 = now_ns();
     for (int i = 0; i < l.n_slots; i++) /* stagger real-time streams over one chunk period */
-      slot_assign(&l, &l.slots[i], t0 + (o->realtime ? l.chunk_ns * (uint64_t)i / (uint64_t)l.n_slots : 0));
+      slot_assign(&l, &l.slots[i],
+                  t0 + (o->realtime ? l.chunk_ns * (uint64_t)i / (uint64_t)l.n_slots : 0));
     run->started_ns = run->ended_ns = t0;
     wake_at(&l, t0);
     ev_run(l.ev, 0);

@@ -70,7 +70,8 @@ int wavfile_read(const char *path, wavfile *w, char *err, size_t errcap) {
   for (size_t i = 0; i < frames; i++) { /* little-endian in the file; channels averaged */
     const unsigned char *p = buf + info.data_offset + i * frame;
     int32_t sum = 0;
-    for (unsigned c = 0; c < info.channels; c++) sum += (int16_t)(uint16_t)(p[2 * c] | p[2 * c + 1] << 8);
+    for (unsigned c = 0; c < info.channels; c++)
+      sum += (int16_t)(uint16_t)(p[2 * c] | p[2 * c + 1] << 8);
     w->samples[i] = (int16_t)(sum / (int32_t)info.channels);
   }
   w->n = frames;

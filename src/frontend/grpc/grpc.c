@@ -36,7 +36,8 @@ hark_error *hark_grpc_add_service(hark_grpc *g, const hark_grpc_service *svc, vo
     char *path = hark_xmalloc(len);
     snprintf(path, len, "/%s/%s", svc->name, m->name);
     if (hark_grpc_find(g, path, strlen(path))) {
-      hark_error *err = hark_error_new(HARK_ERR_ALREADY_EXISTS, "grpc: %s is registered twice", path);
+      hark_error *err =
+          hark_error_new(HARK_ERR_ALREADY_EXISTS, "grpc: %s is registered twice", path);
       free(path);
       return err;
     }

@@ -75,7 +75,7 @@ struct hark_grpc_call {
   bool forced;    /* the status goes now, whatever waits (past the deadline) */
   hark_grpc_code code;
   char details[256];
-  hark_grpc_out *uout;        /* unary: the reply's message */
+  hark_grpc_out *uout;         /* unary: the reply's message */
   hark_grpc_slot *head, *tail; /* streams: in arrival order */
   uint32_t n_slots;
   hark_http_call ev; /* the kick from another thread */

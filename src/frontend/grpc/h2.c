@@ -32,8 +32,8 @@
 #include "util/alloc.h"
 #include "util/log.h"
 
-#define STREAM_WINDOW (1u << 20)  /* per stream: a message of 1 MiB in one go */
-#define CONN_WINDOW (16u << 20)   /* per connection */
+#define STREAM_WINDOW (1u << 20) /* per stream: a message of 1 MiB in one go */
+#define CONN_WINDOW (16u << 20)  /* per connection */
 #define WRITE_GATHER (64u * 1024u)
 #define MAX_HEADER_LIST (16u * 1024u)
 /* Open streams one connection may hold; a client past it is refused
@@ -411,13 +411,13 @@ static uint64_t parse_timeout(const uint8_t *v, size_t n) {
     x = x * 10 + (v[i] - '0');
   }
   switch (v[n - 1]) {
-    case 'H': return x * 3600000000ull;
-    case 'M': return x * 60000000ull;
-    case 'S': return x * 1000000ull;
-    case 'm': return x * 1000ull;
-    case 'u': return x;
-    case 'n': return (x + 999) / 1000;
-    default: return 0;
+  case 'H': return x * 3600000000ull;
+  case 'M': return x * 60000000ull;
+  case 'S': return x * 1000000ull;
+  case 'm': return x * 1000ull;
+  case 'u': return x;
+  case 'n': return (x + 999) / 1000;
+  default: return 0;
   }
 }
 
@@ -436,8 +436,8 @@ static int on_begin_headers(nghttp2_session *s, const nghttp2_frame *f, void *us
   return 0;
 }
 
-static int on_header(nghttp2_session *s, const nghttp2_frame *f, const uint8_t *name,
-                     size_t nlen, const uint8_t *value, size_t vlen, uint8_t flags, void *user) {
+static int on_header(nghttp2_session *s, const nghttp2_frame *f, const uint8_t *name, size_t nlen,
+                     const uint8_t *value, size_t vlen, uint8_t flags, void *user) {
   (void)flags;
   h2conn *h = user;
   if (f->hd.type != NGHTTP2_HEADERS || f->headers.cat != NGHTTP2_HCAT_REQUEST) return 0;

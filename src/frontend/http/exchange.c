@@ -219,9 +219,9 @@ int hark_http_read_body(hark_http_conn *c, size_t align_at) {
   if (clen == 0) return 0;
   c->body_align = align_at;
   if (!body_alloc(c, (size_t)clen)) {
-    hark_http_reply_error(c, 0,
-                          hark_error_new(HARK_ERR_INTERNAL,
-                                         "out of memory for a request body of %llu bytes", clen));
+    hark_http_reply_error(
+        c, 0,
+        hark_error_new(HARK_ERR_INTERNAL, "out of memory for a request body of %llu bytes", clen));
     return -1;
   }
   c->state = CONN_BODY;
@@ -245,8 +245,7 @@ void *hark_http_take_body(hark_http_conn *c) {
 void hark_http_on_body(hark_http_conn *c, const char *in, size_t len) {
   if (c->state != CONN_BODY) return; /* replied early: drop the rest */
   if (len > c->body_cap - c->body_len) {
-    hark_http_reply_error(c, 413,
-                          too_large(c->loop->http, (unsigned long long)c->body_len + len));
+    hark_http_reply_error(c, 413, too_large(c->loop->http, (unsigned long long)c->body_len + len));
     return;
   }
   memcpy(c->body + c->body_len, in, len);
@@ -269,10 +268,10 @@ int hark_http_on_body_done(hark_http_conn *c) {
 
 static hark_http_method method_of(int m) {
   switch (m) {
-    case LWSHUMETH_GET: return HARK_HTTP_GET;
-    case LWSHUMETH_POST: return HARK_HTTP_POST;
-    case LWSHUMETH_HEAD: return HARK_HTTP_HEAD;
-    default: return HARK_HTTP_OTHER;
+  case LWSHUMETH_GET: return HARK_HTTP_GET;
+  case LWSHUMETH_POST: return HARK_HTTP_POST;
+  case LWSHUMETH_HEAD: return HARK_HTTP_HEAD;
+  default: return HARK_HTTP_OTHER;
   }
 }
 

@@ -51,25 +51,25 @@ static int lws_event(struct lws *wsi, enum lws_callback_reasons reason, void *us
     c->loop = loop;
   }
   switch (reason) {
-    case LWS_CALLBACK_HTTP: hark_http_on_request(c, in ? (const char *)in : ""); return 0;
-    case LWS_CALLBACK_HTTP_BODY: hark_http_on_body(c, in, len); return 0;
-    case LWS_CALLBACK_HTTP_BODY_COMPLETION: return hark_http_on_body_done(c);
-    case LWS_CALLBACK_HTTP_WRITEABLE: return hark_http_on_writable(c);
-    case LWS_CALLBACK_CLOSED_HTTP:
-      if (c) hark_http_on_closed(c);
-      return 0;
-    case LWS_CALLBACK_EVENT_WAIT_CANCELLED:
-      if (loop) hark_http_drain_calls(loop);
-      return 0;
-    case LWS_CALLBACK_HTTP_CONFIRM_UPGRADE:
-      return hark_ws_on_confirm(wsi, in ? (const char *)in : "");
-    case LWS_CALLBACK_ESTABLISHED: return hark_ws_on_established(c, wsi);
-    case LWS_CALLBACK_RECEIVE: return hark_ws_on_receive(c, in, len);
-    case LWS_CALLBACK_SERVER_WRITEABLE: return hark_ws_on_writable(c);
-    case LWS_CALLBACK_CLOSED:
-      if (c) hark_ws_on_closed(c);
-      return 0;
-    default: return lws_callback_http_dummy(wsi, reason, user, in, len);
+  case LWS_CALLBACK_HTTP: hark_http_on_request(c, in ? (const char *)in : ""); return 0;
+  case LWS_CALLBACK_HTTP_BODY: hark_http_on_body(c, in, len); return 0;
+  case LWS_CALLBACK_HTTP_BODY_COMPLETION: return hark_http_on_body_done(c);
+  case LWS_CALLBACK_HTTP_WRITEABLE: return hark_http_on_writable(c);
+  case LWS_CALLBACK_CLOSED_HTTP:
+    if (c) hark_http_on_closed(c);
+    return 0;
+  case LWS_CALLBACK_EVENT_WAIT_CANCELLED:
+    if (loop) hark_http_drain_calls(loop);
+    return 0;
+  case LWS_CALLBACK_HTTP_CONFIRM_UPGRADE:
+    return hark_ws_on_confirm(wsi, in ? (const char *)in : "");
+  case LWS_CALLBACK_ESTABLISHED: return hark_ws_on_established(c, wsi);
+  case LWS_CALLBACK_RECEIVE: return hark_ws_on_receive(c, in, len);
+  case LWS_CALLBACK_SERVER_WRITEABLE: return hark_ws_on_writable(c);
+  case LWS_CALLBACK_CLOSED:
+    if (c) hark_ws_on_closed(c);
+    return 0;
+  default: return lws_callback_http_dummy(wsi, reason, user, in, len);
   }
 }
 
@@ -91,8 +91,8 @@ static int on_lws_event(struct lws *wsi, enum lws_callback_reasons reason, void 
  * lws sets SO_REUSEPORT only in its multi-threaded builds.) */
 #define ACCEPT_BATCH 64
 
-static int on_listen_event(struct lws *wsi, enum lws_callback_reasons reason, void *user,
-                           void *in, size_t len) {
+static int on_listen_event(struct lws *wsi, enum lws_callback_reasons reason, void *user, void *in,
+                           size_t len) {
   (void)user, (void)in, (void)len;
   if (reason != LWS_CALLBACK_RAW_RX_FILE) return 0;
   hark_http_loop *loop = hark_http_loop_of(wsi);
@@ -109,9 +109,9 @@ static int on_listen_event(struct lws *wsi, enum lws_callback_reasons reason, vo
     int one = 1; /* as lws sets on the connections it accepts */
     setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
     lws_sock_file_fd_type desc = {.sockfd = fd};
-    struct lws *taken = raw ? lws_adopt_descriptor_vhost(loop->vh_raw, LWS_ADOPT_SOCKET, desc,
-                                                         "hark-raw", NULL)
-                            : lws_adopt_socket_vhost(loop->vh_http, fd);
+    struct lws *taken =
+        raw ? lws_adopt_descriptor_vhost(loop->vh_raw, LWS_ADOPT_SOCKET, desc, "hark-raw", NULL)
+            : lws_adopt_socket_vhost(loop->vh_http, fd);
     if (!taken) /* lws closed fd */
       HARK_WARN("http: cannot take a new connection (out of memory?)");
   }
@@ -161,12 +161,11 @@ static int listen_socket(const char *address, int port) {
     fd = socket(AF_INET, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
   }
   int one = 1, zero = 0;
-  if (fd >= 0 &&
-      (setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one) ||
-       setsockopt(fd, SOL_SOCKET, SO_REUSEPORT, &one, sizeof one) ||
-       (!address && res->ai_family == AF_INET6 &&
-        setsockopt(fd, IPPROTO_IPV6, IPV6_V6ONLY, &zero, sizeof zero)) ||
-       bind(fd, res->ai_addr, res->ai_addrlen) || listen(fd, SOMAXCONN))) {
+  if (fd >= 0 && (setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one) ||
+                  setsockopt(fd, SOL_SOCKET, SO_REUSEPORT, &one, sizeof one) ||
+                  (!address && res->ai_family == AF_INET6 &&
+                   setsockopt(fd, IPPROTO_IPV6, IPV6_V6ONLY, &zero, sizeof zero)) ||
+                  bind(fd, res->ai_addr, res->ai_addrlen) || listen(fd, SOMAXCONN))) {
     int e = errno;
     close(fd);
     errno = e;
@@ -412,9 +411,10 @@ static bool drained(hark_http_loop *loop, uint64_t *deadline) {
                                                   : DEFAULT_EXIT_TIMEOUT_SECS;
     *deadline = now + (uint64_t)secs * 1000000000ull;
     lws_sul_schedule(loop->ctx, 0, &loop->tick, on_tick, 100 * LWS_US_PER_MS);
-    HARK_INFO("draining: not ready, refusing new requests and streams; waiting up to %d s for "
-              "%u stream(s) and the requests in flight",
-              secs, (unsigned)atomic_load(&http->n_sockets));
+    HARK_INFO(
+        "draining: not ready, refusing new requests and streams; waiting up to %d s for "
+        "%u stream(s) and the requests in flight",
+        secs, (unsigned)atomic_load(&http->n_sockets));
   }
   if (!has_work(http) &&
       (!http->opts.drain_idle || http->opts.drain_idle(http->opts.drain_idle_userp))) {
@@ -447,8 +447,7 @@ static void loop_run(hark_http_loop *loop) {
   if (http->handler->thread_hook) http->handler->thread_hook(true);
   while (!atomic_load(&http->stop)) {
     if (lws_service(loop->ctx, 0) < 0) break;
-    if (loop->index == 0 && atomic_load(&http->draining) && drained(loop, &drain_deadline))
-      break;
+    if (loop->index == 0 && atomic_load(&http->draining) && drained(loop, &drain_deadline)) break;
   }
   uint64_t deadline =
       hark_now_ns() + (atomic_load(&http->stop_now) ? STOP_GRACE_NS : SHUTDOWN_GRACE_NS);

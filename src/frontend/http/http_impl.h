@@ -70,9 +70,9 @@ struct hark_http_loop {
   pthread_mutex_t lock;        /* guards the fields below */
   pthread_cond_t idle;
   hark_http_call *done_head, *done_tail; /* completion list */
-  uint32_t holds;       /* work that will post to this loop, or that needs it */
-  bool ctx_alive;       /* lws_cancel_service may be called */
-  bool drain_soon;      /* loop thread only: it posted a call itself without
+  uint32_t holds;                        /* work that will post to this loop, or that needs it */
+  bool ctx_alive;                        /* lws_cancel_service may be called */
+  bool drain_soon;                       /* loop thread only: it posted a call itself without
                            waking itself; drain after this callback */
   /* WebSockets (ws.c), loop thread only. */
   hark_ws *sockets;                /* open ones */
@@ -86,9 +86,9 @@ struct hark_http_loop {
 struct hark_http {
   hark_http_options opts;
   const hark_http_handler *handler;
-  atomic_bool stop;     /* every loop winds down (new requests get 503) */
-  atomic_bool stop_now; /* hark_http_stop: without the drain's grace */
-  atomic_bool draining; /* hark_http_drain was called */
+  atomic_bool stop;           /* every loop winds down (new requests get 503) */
+  atomic_bool stop_now;       /* hark_http_stop: without the drain's grace */
+  atomic_bool draining;       /* hark_http_drain was called */
   _Atomic uint32_t n_sockets; /* open WebSockets, all loops */
   unsigned n_loops;
   hark_http_loop **loops; /* each its own allocation: no false sharing */
@@ -108,7 +108,6 @@ static inline hark_http_loop *hark_http_loop_of(struct lws *wsi) {
 void hark_http_set_current_loop(hark_http_loop *loop);
 void hark_http_drain_calls(hark_http_loop *loop);
 void hark_http_drain_soon(void);
-
 
 /* LWS_CALLBACK_HTTP: a request head on `path`. */
 void hark_http_on_request(hark_http_conn *c, const char *path);

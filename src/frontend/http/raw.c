@@ -39,7 +39,9 @@ void hark_raw_pause(hark_raw *raw, bool pause) {
   lws_rx_flow_control(raw->wsi, pause ? 0 : 1);
 }
 
-void hark_raw_close(hark_raw *raw) { lws_set_timeout(raw->wsi, PENDING_TIMEOUT_CLOSE_SEND, LWS_TO_KILL_ASYNC); }
+void hark_raw_close(hark_raw *raw) {
+  lws_set_timeout(raw->wsi, PENDING_TIMEOUT_CLOSE_SEND, LWS_TO_KILL_ASYNC);
+}
 
 hark_http_loop *hark_raw_loop(const hark_raw *raw) { return raw->loop; }
 
@@ -49,34 +51,34 @@ int hark_raw_on_event(struct lws *wsi, enum lws_callback_reasons reason, void *u
   hark_http_loop *loop = wsi ? hark_http_loop_of(wsi) : NULL;
   const hark_raw_handler *h = loop ? handler_of(loop) : NULL;
   switch (reason) {
-    case LWS_CALLBACK_RAW_ADOPT:
-      if (!raw || !h) return -1;
-      raw->wsi = wsi;
-      raw->loop = loop;
-      raw->next = loop->raws;
-      if (raw->next) raw->next->prev = raw;
-      loop->raws = raw;
-      raw->conn = h->open(loop->http->handler->raw_userp, raw);
-      return raw->conn ? 0 : -1;
-    case LWS_CALLBACK_RAW_RX:
-      if (!raw || !raw->conn) return -1;
-      return h->rx(raw->conn, in, len) < 0 ? -1 : 0;
-    case LWS_CALLBACK_RAW_WRITEABLE:
-      if (!raw || !raw->conn) return 0;
-      return h->writable(raw->conn) < 0 ? -1 : 0;
-    case LWS_CALLBACK_RAW_CLOSE:
-      if (!raw || !raw->loop) return 0;
-      if (raw->prev)
-        raw->prev->next = raw->next;
-      else if (loop->raws == raw)
-        loop->raws = raw->next;
-      if (raw->next) raw->next->prev = raw->prev;
-      raw->prev = raw->next = NULL;
-      if (raw->conn) h->closed(raw->conn);
-      raw->conn = NULL;
-      raw->loop = NULL;
-      return 0;
-    default: return 0;
+  case LWS_CALLBACK_RAW_ADOPT:
+    if (!raw || !h) return -1;
+    raw->wsi = wsi;
+    raw->loop = loop;
+    raw->next = loop->raws;
+    if (raw->next) raw->next->prev = raw;
+    loop->raws = raw;
+    raw->conn = h->open(loop->http->handler->raw_userp, raw);
+    return raw->conn ? 0 : -1;
+  case LWS_CALLBACK_RAW_RX:
+    if (!raw || !raw->conn) return -1;
+    return h->rx(raw->conn, in, len) < 0 ? -1 : 0;
+  case LWS_CALLBACK_RAW_WRITEABLE:
+    if (!raw || !raw->conn) return 0;
+    return h->writable(raw->conn) < 0 ? -1 : 0;
+  case LWS_CALLBACK_RAW_CLOSE:
+    if (!raw || !raw->loop) return 0;
+    if (raw->prev)
+      raw->prev->next = raw->next;
+    else if (loop->raws == raw)
+      loop->raws = raw->next;
+    if (raw->next) raw->next->prev = raw->prev;
+    raw->prev = raw->next = NULL;
+    if (raw->conn) h->closed(raw->conn);
+    raw->conn = NULL;
+    raw->loop = NULL;
+    return 0;
+  default: return 0;
   }
 }
 

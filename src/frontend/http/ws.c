@@ -69,14 +69,14 @@ static size_t max_message(const hark_http *http) {
 
 static const char *status_text(int status) {
   switch (status) {
-    case 400: return "Bad Request";
-    case 404: return "Not Found";
-    case 409: return "Conflict";
-    case 429: return "Too Many Requests";
-    case 499: return "Client Closed Request";
-    case 503: return "Service Unavailable";
-    case 504: return "Gateway Timeout";
-    default: return "Internal Server Error";
+  case 400: return "Bad Request";
+  case 404: return "Not Found";
+  case 409: return "Conflict";
+  case 429: return "Too Many Requests";
+  case 499: return "Client Closed Request";
+  case 503: return "Service Unavailable";
+  case 504: return "Gateway Timeout";
+  default: return "Internal Server Error";
   }
 }
 
@@ -91,9 +91,10 @@ static int refuse(struct lws *wsi, int status, const char *msg) {
   b.len = LWS_PRE + sizeof head;
   size_t body = b.len;
   hark_http_put_error(&b, msg);
-  int h = snprintf(head, sizeof head,
-                   "HTTP/1.1 %d %s\r\nContent-Type: application/json\r\nContent-Length: %zu\r\n\r\n",
-                   status, status_text(status), b.len - body);
+  int h =
+      snprintf(head, sizeof head,
+               "HTTP/1.1 %d %s\r\nContent-Type: application/json\r\nContent-Length: %zu\r\n\r\n",
+               status, status_text(status), b.len - body);
   char *start = b.data + body - (size_t)h;
   memcpy(start, head, (size_t)h);
   size_t total = b.len - (body - (size_t)h);
@@ -135,10 +136,10 @@ int hark_ws_on_confirm(struct lws *wsi, const char *upgrade) {
 /* A close code for a service's refusal after the upgrade. */
 static int close_code(const hark_error *err) {
   switch (hark_error_code(err)) {
-    case HARK_ERR_UNAVAILABLE:
-    case HARK_ERR_RESOURCE_EXHAUSTED: return HARK_WS_CLOSE_TRY_LATER;
-    case HARK_ERR_INTERNAL: return HARK_WS_CLOSE_INTERNAL;
-    default: return HARK_WS_CLOSE_POLICY;
+  case HARK_ERR_UNAVAILABLE:
+  case HARK_ERR_RESOURCE_EXHAUSTED: return HARK_WS_CLOSE_TRY_LATER;
+  case HARK_ERR_INTERNAL: return HARK_WS_CLOSE_INTERNAL;
+  default: return HARK_WS_CLOSE_POLICY;
   }
 }
 
@@ -342,8 +343,8 @@ static void on_sweep(lws_sorted_usec_list_t *sul) {
   hark_http_loop *loop = lws_container_of(sul, hark_http_loop, ws_sweep);
   const hark_http *http = loop->http;
   const hark_ws_handler *h = handler_of(loop);
-  int secs = http->opts.ws_idle_timeout_secs > 0 ? http->opts.ws_idle_timeout_secs
-                                                 : DEFAULT_IDLE_SECS;
+  int secs =
+      http->opts.ws_idle_timeout_secs > 0 ? http->opts.ws_idle_timeout_secs : DEFAULT_IDLE_SECS;
   uint64_t now = hark_now_ns(), limit = (uint64_t)secs * 1000000000ull;
   for (hark_ws *ws = loop->sockets; ws; ws = ws->next) {
     /* Waiting on the service or on our output is not the client's idling. */

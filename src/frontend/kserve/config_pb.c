@@ -13,7 +13,6 @@
 
 /* ---- configuration ------------------------------------------------------------ */
 
-
 /* n zeroed bytes in the arena: small, internal (util/alloc.h). */
 static void *cfg_new(hark_arena *p, size_t n) {
   void *m = hark_arena_alloc(p, n ? n : 1);
@@ -32,7 +31,8 @@ static void *cfg_copy(hark_arena *p, const void *init, size_t n) {
 
 static Inference__DataType cfg_dtype(hark_datatype dt) {
   /* hark's enum follows Triton's DataType numbering. */
-  return (unsigned)dt < HARK_TYPE_COUNT_ ? (Inference__DataType)dt : INFERENCE__DATA_TYPE__TYPE_INVALID;
+  return (unsigned)dt < HARK_TYPE_COUNT_ ? (Inference__DataType)dt
+                                         : INFERENCE__DATA_TYPE__TYPE_INVALID;
 }
 
 static int64_t *cfg_dims(hark_arena *p, const int64_t *dims, uint32_t n) {
@@ -47,12 +47,14 @@ static int32_t *cfg_sizes(hark_arena *p, const uint32_t *v, uint32_t n) {
   return d;
 }
 
-static Inference__ModelVersionPolicy *cfg_version_policy(hark_arena *p, const hark_version_policy *vp) {
+static Inference__ModelVersionPolicy *cfg_version_policy(hark_arena *p,
+                                                         const hark_version_policy *vp) {
   Inference__ModelVersionPolicy *m =
       CFG_MSG(p, Inference__ModelVersionPolicy, INFERENCE__MODEL_VERSION_POLICY__INIT);
   if (vp->kind == HARK_VERSION_ALL) {
     m->policy_choice_case = INFERENCE__MODEL_VERSION_POLICY__POLICY_CHOICE_ALL;
-    m->all = CFG_MSG(p, Inference__ModelVersionPolicy__All, INFERENCE__MODEL_VERSION_POLICY__ALL__INIT);
+    m->all =
+        CFG_MSG(p, Inference__ModelVersionPolicy__All, INFERENCE__MODEL_VERSION_POLICY__ALL__INIT);
   } else if (vp->kind == HARK_VERSION_SPECIFIC) {
     m->policy_choice_case = INFERENCE__MODEL_VERSION_POLICY__POLICY_CHOICE_SPECIFIC;
     m->specific = CFG_MSG(p, Inference__ModelVersionPolicy__Specific,
@@ -61,8 +63,8 @@ static Inference__ModelVersionPolicy *cfg_version_policy(hark_arena *p, const ha
     m->specific->n_versions = vp->n_versions;
   } else {
     m->policy_choice_case = INFERENCE__MODEL_VERSION_POLICY__POLICY_CHOICE_LATEST;
-    m->latest =
-        CFG_MSG(p, Inference__ModelVersionPolicy__Latest, INFERENCE__MODEL_VERSION_POLICY__LATEST__INIT);
+    m->latest = CFG_MSG(p, Inference__ModelVersionPolicy__Latest,
+                        INFERENCE__MODEL_VERSION_POLICY__LATEST__INIT);
     m->latest->num_versions = vp->latest_num_versions;
   }
   return m;
@@ -90,7 +92,8 @@ static void cfg_ios(hark_arena *p, const hark_model_config *cfg, Inference__Mode
   }
 }
 
-static void cfg_instance_groups(hark_arena *p, const hark_model_config *cfg, Inference__ModelConfig *m) {
+static void cfg_instance_groups(hark_arena *p, const hark_model_config *cfg,
+                                Inference__ModelConfig *m) {
   /* Triton numbers the kinds AUTO, GPU, CPU, MODEL; hark AUTO, CPU, GPU, MODEL. */
   static const Inference__ModelInstanceGroup__Kind kinds[] = {
       [HARK_KIND_AUTO] = INFERENCE__MODEL_INSTANCE_GROUP__KIND__KIND_AUTO,
@@ -122,7 +125,8 @@ static Inference__ModelQueuePolicy *cfg_queue_policy(hark_arena *p, const hark_q
   return m;
 }
 
-static Inference__ModelDynamicBatching *cfg_dynamic(hark_arena *p, const hark_dynamic_batching *db) {
+static Inference__ModelDynamicBatching *cfg_dynamic(hark_arena *p,
+                                                    const hark_dynamic_batching *db) {
   typedef Inference__ModelDynamicBatching__PriorityQueuePolicyEntry entry;
   Inference__ModelDynamicBatching *m =
       CFG_MSG(p, Inference__ModelDynamicBatching, INFERENCE__MODEL_DYNAMIC_BATCHING__INIT);
@@ -135,7 +139,8 @@ static Inference__ModelDynamicBatching *cfg_dynamic(hark_arena *p, const hark_dy
   m->default_queue_policy = cfg_queue_policy(p, &db->default_queue_policy);
   m->priority_queue_policy = CFG_PTRS(p, entry, db->n_priority_queue_policy);
   for (uint32_t i = 0; i < db->n_priority_queue_policy; i++) {
-    entry *e = CFG_MSG(p, entry, INFERENCE__MODEL_DYNAMIC_BATCHING__PRIORITY_QUEUE_POLICY_ENTRY__INIT);
+    entry *e =
+        CFG_MSG(p, entry, INFERENCE__MODEL_DYNAMIC_BATCHING__PRIORITY_QUEUE_POLICY_ENTRY__INIT);
     e->key = db->priority_queue_policy[i].level;
     e->value = cfg_queue_policy(p, &db->priority_queue_policy[i].policy);
     m->priority_queue_policy[m->n_priority_queue_policy++] = e;
@@ -176,8 +181,8 @@ static Inference__ModelSequenceBatching__ControlInput *cfg_control(hark_arena *p
 
 static Inference__ModelSequenceBatching__State *cfg_state(hark_arena *p, const hark_seq_state *st) {
   typedef Inference__ModelSequenceBatching__InitialState initial;
-  Inference__ModelSequenceBatching__State *m = CFG_MSG(p, Inference__ModelSequenceBatching__State,
-                                                       INFERENCE__MODEL_SEQUENCE_BATCHING__STATE__INIT);
+  Inference__ModelSequenceBatching__State *m = CFG_MSG(
+      p, Inference__ModelSequenceBatching__State, INFERENCE__MODEL_SEQUENCE_BATCHING__STATE__INIT);
   m->input_name = st->input_name;
   m->output_name = st->output_name;
   m->data_type = cfg_dtype(st->datatype);
@@ -196,7 +201,8 @@ static Inference__ModelSequenceBatching__State *cfg_state(hark_arena *p, const h
   return m;
 }
 
-static Inference__ModelSequenceBatching *cfg_sequence(hark_arena *p, const hark_sequence_batching *sb) {
+static Inference__ModelSequenceBatching *cfg_sequence(hark_arena *p,
+                                                      const hark_sequence_batching *sb) {
   Inference__ModelSequenceBatching *m =
       CFG_MSG(p, Inference__ModelSequenceBatching, INFERENCE__MODEL_SEQUENCE_BATCHING__INIT);
   m->max_sequence_idle_microseconds = sb->max_sequence_idle_us;
@@ -249,7 +255,8 @@ static void cfg_string_map(hark_arena *p, const ProtobufCMessageDescriptor *d, c
 
 static Inference__ModelEnsembling *cfg_ensemble(hark_arena *p, const hark_model_config *cfg) {
   typedef Inference__ModelEnsembling__Step step;
-  Inference__ModelEnsembling *m = CFG_MSG(p, Inference__ModelEnsembling, INFERENCE__MODEL_ENSEMBLING__INIT);
+  Inference__ModelEnsembling *m =
+      CFG_MSG(p, Inference__ModelEnsembling, INFERENCE__MODEL_ENSEMBLING__INIT);
   m->step = CFG_PTRS(p, step, cfg->n_ensemble_steps);
   for (uint32_t i = 0; i < cfg->n_ensemble_steps; i++) {
     const hark_ensemble_step *s = &cfg->ensemble_steps[i];
@@ -258,8 +265,8 @@ static Inference__ModelEnsembling *cfg_ensemble(hark_arena *p, const hark_model_
     t->model_version = s->model_version;
     cfg_string_map(p, &inference__model_ensembling__step__input_map_entry__descriptor, s->input_map,
                    s->n_input_map, &t->n_input_map, (void ***)&t->input_map);
-    cfg_string_map(p, &inference__model_ensembling__step__output_map_entry__descriptor, s->output_map,
-                   s->n_output_map, &t->n_output_map, (void ***)&t->output_map);
+    cfg_string_map(p, &inference__model_ensembling__step__output_map_entry__descriptor,
+                   s->output_map, s->n_output_map, &t->n_output_map, (void ***)&t->output_map);
     m->step[m->n_step++] = t;
   }
   return m;
@@ -270,14 +277,14 @@ static void cfg_parameters(hark_arena *p, const hark_model_config *cfg, Inferenc
   m->parameters = CFG_PTRS(p, entry, cfg->n_parameters);
   for (uint32_t i = 0; i < cfg->n_parameters; i++) {
     entry *e = CFG_MSG(p, entry, INFERENCE__MODEL_CONFIG__PARAMETERS_ENTRY__INIT);
-    Inference__ModelParameter *v = CFG_MSG(p, Inference__ModelParameter, INFERENCE__MODEL_PARAMETER__INIT);
+    Inference__ModelParameter *v =
+        CFG_MSG(p, Inference__ModelParameter, INFERENCE__MODEL_PARAMETER__INIT);
     e->key = cfg->parameters[i].key;
     v->string_value = cfg->parameters[i].value;
     e->value = v;
     m->parameters[m->n_parameters++] = e;
   }
 }
-
 
 Inference__ModelConfig *hark_kserve_config_pb(hark_arena *p, const hark_model_config *cfg) {
   Inference__ModelConfig *m = CFG_MSG(p, Inference__ModelConfig, INFERENCE__MODEL_CONFIG__INIT);

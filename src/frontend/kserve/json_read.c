@@ -131,22 +131,22 @@ const char *hark_jr_decode_string(const char *s, const char *end, char *dst, siz
     char e = s[1];
     s += 2;
     switch (e) {
-      case '"': *w++ = '"'; break;
-      case '\\': *w++ = '\\'; break;
-      case '/': *w++ = '/'; break;
-      case 'b': *w++ = '\b'; break;
-      case 'f': *w++ = '\f'; break;
-      case 'n': *w++ = '\n'; break;
-      case 'r': *w++ = '\r'; break;
-      case 't': *w++ = '\t'; break;
-      case 'u': {
-        uint32_t cp;
-        s = read_u_escape(s, end, &cp);
-        if (!s) return NULL;
-        w += put_utf8(w, cp);
-        break;
-      }
-      default: return NULL;
+    case '"': *w++ = '"'; break;
+    case '\\': *w++ = '\\'; break;
+    case '/': *w++ = '/'; break;
+    case 'b': *w++ = '\b'; break;
+    case 'f': *w++ = '\f'; break;
+    case 'n': *w++ = '\n'; break;
+    case 'r': *w++ = '\r'; break;
+    case 't': *w++ = '\t'; break;
+    case 'u': {
+      uint32_t cp;
+      s = read_u_escape(s, end, &cp);
+      if (!s) return NULL;
+      w += put_utf8(w, cp);
+      break;
+    }
+    default: return NULL;
     }
   }
   return NULL;
@@ -274,22 +274,22 @@ bool hark_jr_skip(hark_jr *r) {
   hark_jr_skip_ws(r);
   if (r->p >= r->end) return hark_jr_syntax(r, "expected a value");
   switch (*r->p) {
-    case '{': return skip_container(r, '}');
-    case '[': return skip_container(r, ']');
-    case '"': {
-      size_t n;
-      const char *after = hark_jr_scan_string(r->p, r->end, &n);
-      if (!after) return hark_jr_syntax(r, "bad string");
-      r->p = (char *)after;
-      return true;
-    }
-    case 't': return hark_jr_literal(r, "true");
-    case 'f': return hark_jr_literal(r, "false");
-    case 'n': return hark_jr_literal(r, "null");
-    default: {
-      hark_jr_num num;
-      return hark_jr_number(r, &num);
-    }
+  case '{': return skip_container(r, '}');
+  case '[': return skip_container(r, ']');
+  case '"': {
+    size_t n;
+    const char *after = hark_jr_scan_string(r->p, r->end, &n);
+    if (!after) return hark_jr_syntax(r, "bad string");
+    r->p = (char *)after;
+    return true;
+  }
+  case 't': return hark_jr_literal(r, "true");
+  case 'f': return hark_jr_literal(r, "false");
+  case 'n': return hark_jr_literal(r, "null");
+  default: {
+    hark_jr_num num;
+    return hark_jr_number(r, &num);
+  }
   }
 }
 

@@ -16,11 +16,10 @@
 
 #include "frontend/kserve/kserve.h"
 #include "frontend/kserve/kserve_grpc.h"
-#include "health.pb-c.h"
 #include "hark/backend.h"
 #include "hark/config.h"
+#include "health.pb-c.h"
 #include "util/alloc.h"
-
 
 static hark_server *server_of(hark_grpc_call *c) { return hark_grpc_call_service(c); }
 
@@ -158,9 +157,7 @@ static void model_metadata(hark_grpc_call *c, ProtobufCMessage *msg) {
   r.name = (char *)hark_model_name(model);
   r.versions = w.versions;
   r.n_versions = w.n;
-  r.platform = cfg->platform && *cfg->platform ? cfg->platform
-               : cfg->backend                  ? cfg->backend
-                                               : "";
+  r.platform = cfg->platform && *cfg->platform ? cfg->platform : cfg->backend ? cfg->backend : "";
   r.inputs = io_metadata(a, cfg->inputs, cfg->n_inputs, batch);
   r.n_inputs = cfg->n_inputs;
   r.outputs = io_metadata(a, cfg->outputs, cfg->n_outputs, batch);
@@ -214,8 +211,8 @@ static stats_block *stats_block_new(hark_arena *a, const hark_model *model) {
   sb->ms.last_inference = st.last_inference_ms;
   sb->ms.inference_count = st.inference_count;
   sb->ms.execution_count = st.execution_count;
-  hark_stat all[8] = {st.success, st.fail, st.queue, st.compute_input,
-                      st.compute_infer, st.compute_output, none, none};
+  hark_stat all[8] = {st.success,       st.fail,           st.queue, st.compute_input,
+                      st.compute_infer, st.compute_output, none,     none};
   for (int i = 0; i < 8; i++) put_duration(&sb->d[i], all[i]);
   sb->is.success = &sb->d[0];
   sb->is.fail = &sb->d[1];
@@ -274,12 +271,11 @@ static void model_statistics(hark_grpc_call *c, ProtobufCMessage *msg) {
   if (!err) {
     hark_server_model_foreach(server_of(c), add_stats, &w);
     if (w.name && !w.n)
-      err = w.version >= 0 ? hark_error_new(HARK_ERR_NOT_FOUND,
-                                            "requested model '%s' version %" PRId64
-                                            " is not found",
-                                            w.name, w.version)
-                           : hark_error_new(HARK_ERR_NOT_FOUND,
-                                            "requested model '%s' is not found", w.name);
+      err = w.version >= 0
+                ? hark_error_new(HARK_ERR_NOT_FOUND,
+                                 "requested model '%s' version %" PRId64 " is not found", w.name,
+                                 w.version)
+                : hark_error_new(HARK_ERR_NOT_FOUND, "requested model '%s' is not found", w.name);
   }
   if (err) {
     hark_grpc_reply_error(c, err);
@@ -331,16 +327,20 @@ static void repository_index(hark_grpc_call *c, ProtobufCMessage *msg) {
 static void load_done(hark_error *err, void *userp) {
   hark_grpc_call *c = userp;
   Inference__RepositoryModelLoadResponse r = INFERENCE__REPOSITORY_MODEL_LOAD_RESPONSE__INIT;
-  if (err) hark_grpc_reply_error(c, err);
-  else hark_grpc_reply(c, &r.base, HARK_GRPC_OK, NULL);
+  if (err)
+    hark_grpc_reply_error(c, err);
+  else
+    hark_grpc_reply(c, &r.base, HARK_GRPC_OK, NULL);
   hark_grpc_call_unref(c);
 }
 
 static void unload_done(hark_error *err, void *userp) {
   hark_grpc_call *c = userp;
   Inference__RepositoryModelUnloadResponse r = INFERENCE__REPOSITORY_MODEL_UNLOAD_RESPONSE__INIT;
-  if (err) hark_grpc_reply_error(c, err);
-  else hark_grpc_reply(c, &r.base, HARK_GRPC_OK, NULL);
+  if (err)
+    hark_grpc_reply_error(c, err);
+  else
+    hark_grpc_reply(c, &r.base, HARK_GRPC_OK, NULL);
   hark_grpc_call_unref(c);
 }
 
@@ -348,8 +348,7 @@ static void repository_load(hark_grpc_call *c, ProtobufCMessage *msg) {
   Inference__RepositoryModelLoadRequest *q = (Inference__RepositoryModelLoadRequest *)msg;
   hark_error *err = NULL;
   if (q->n_parameters)
-    err = hark_error_new(HARK_ERR_UNSUPPORTED,
-                         "load parameters (such as '%s') are not supported",
+    err = hark_error_new(HARK_ERR_UNSUPPORTED, "load parameters (such as '%s') are not supported",
                          q->parameters[0]->key);
   if (!err) {
     hark_grpc_call_ref(c);
@@ -387,15 +386,15 @@ static const hark_grpc_method kserve_methods[] = {
      NULL},
     {"ModelInfer", &inference__model_infer_request__descriptor, hark_kserve_grpc_infer, REFUSE,
      NULL, NULL},
-    {"ModelStreamInfer", &inference__model_infer_request__descriptor,
-     hark_kserve_grpc_stream_infer, HARK_GRPC_STREAMING | REFUSE, NULL, NULL},
+    {"ModelStreamInfer", &inference__model_infer_request__descriptor, hark_kserve_grpc_stream_infer,
+     HARK_GRPC_STREAMING | REFUSE, NULL, NULL},
     {"ModelConfig", &inference__model_config_request__descriptor, model_config, 0, NULL, NULL},
-    {"ModelStatistics", &inference__model_statistics_request__descriptor, model_statistics, 0,
-     NULL, NULL},
-    {"RepositoryIndex", &inference__repository_index_request__descriptor, repository_index, 0,
-     NULL, NULL},
-    {"RepositoryModelLoad", &inference__repository_model_load_request__descriptor,
-     repository_load, 0, NULL, NULL},
+    {"ModelStatistics", &inference__model_statistics_request__descriptor, model_statistics, 0, NULL,
+     NULL},
+    {"RepositoryIndex", &inference__repository_index_request__descriptor, repository_index, 0, NULL,
+     NULL},
+    {"RepositoryModelLoad", &inference__repository_model_load_request__descriptor, repository_load,
+     0, NULL, NULL},
     {"RepositoryModelUnload", &inference__repository_model_unload_request__descriptor,
      repository_unload, 0, NULL, NULL},
 };
@@ -404,11 +403,10 @@ static const hark_grpc_method health_methods[] = {
     {"Check", &grpc__health__v1__health_check_request__descriptor, health_check, 0, NULL, NULL},
 };
 
-static const hark_grpc_service kserve_service = {
-    "inference.GRPCInferenceService", kserve_methods,
-    sizeof kserve_methods / sizeof kserve_methods[0]};
-static const hark_grpc_service health_service = {
-    "grpc.health.v1.Health", health_methods, sizeof health_methods / sizeof health_methods[0]};
+static const hark_grpc_service kserve_service = {"inference.GRPCInferenceService", kserve_methods,
+                                                 sizeof kserve_methods / sizeof kserve_methods[0]};
+static const hark_grpc_service health_service = {"grpc.health.v1.Health", health_methods,
+                                                 sizeof health_methods / sizeof health_methods[0]};
 
 hark_error *hark_kserve_grpc_register(hark_grpc *g, hark_server *server) {
   hark_error *err = hark_grpc_add_service(g, &kserve_service, server);

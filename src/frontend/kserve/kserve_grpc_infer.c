@@ -62,8 +62,8 @@ static hark_error *contents_to_raw(const input_tensor *in, hark_datatype dt, int
   if (have < 0) return bad(in->name, "FP16 and BF16 data must be sent in raw_input_contents");
   if (have != count) {
     char msg[128];
-    snprintf(msg, sizeof msg, "%" PRId64 " elements in contents, the shape expects %" PRId64,
-             have, count);
+    snprintf(msg, sizeof msg, "%" PRId64 " elements in contents, the shape expects %" PRId64, have,
+             count);
     return bad(in->name, msg);
   }
   size_t n = (size_t)count, bytes;
@@ -197,9 +197,7 @@ static hark_error *apply_param(hark_request *req, const char *key,
     case INFERENCE__INFER_PARAMETER__PARAMETER_CHOICE_DOUBLE_PARAM:
       snprintf(buf, sizeof buf, "%.17g", p->double_param);
       break;
-    case INFERENCE__INFER_PARAMETER__PARAMETER_CHOICE_STRING_PARAM:
-      value = p->string_param;
-      break;
+    case INFERENCE__INFER_PARAMETER__PARAMETER_CHOICE_STRING_PARAM: value = p->string_param; break;
     default: return NULL; /* no value set */
     }
     hark_request_set_parameter(req, key, value);
@@ -217,8 +215,7 @@ hark_error *hark_kserve_grpc_to_request(const infer_request *q, hark_request *re
     if (err) return err;
   }
   if (q->n_raw_input_contents && q->n_raw_input_contents != q->n_inputs)
-    return hark_error_new(HARK_ERR_INVALID_ARG,
-                          "raw_input_contents has %zu entries for %zu inputs",
+    return hark_error_new(HARK_ERR_INVALID_ARG, "raw_input_contents has %zu entries for %zu inputs",
                           q->n_raw_input_contents, q->n_inputs);
   for (size_t i = 0; i < q->n_inputs; i++) {
     hark_error *err = add_input(req, q, i);
@@ -394,7 +391,8 @@ static hark_error *submit(job *j, ProtobufCMessage *msg, hark_response_fn fn) {
   int64_t version;
   hark_model *model = NULL;
   hark_error *err = hark_kserve_parse_version(q->model_version, true, &version);
-  if (!err) err = hark_server_model_acquire(hark_grpc_call_service(c), q->model_name, version, &model);
+  if (!err)
+    err = hark_server_model_acquire(hark_grpc_call_service(c), q->model_name, version, &model);
   if (err) return err;
   j->model_name = hark_xstrdup(hark_model_name(model));
   j->model_version = hark_model_version(model);
@@ -457,8 +455,7 @@ static void stream_push(job *j, const hark_response *resp, const char *error) {
 }
 
 /* The engine's callback for a stream job, on a worker thread. */
-static void on_stream_response(hark_response *resp, uint32_t flags, hark_error *err,
-                               void *userp) {
+static void on_stream_response(hark_response *resp, uint32_t flags, hark_error *err, void *userp) {
   job *j = userp;
   hark_grpc_call *c = j->c;
   if (resp) stream_push(j, resp, NULL);

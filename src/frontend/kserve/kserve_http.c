@@ -188,8 +188,8 @@ static void on_infer_response(hark_response *resp, uint32_t flags, hark_error *e
     size_t json_len;
     bool binary;
     hark_http_body_begin(&k->out);
-    hark_error *werr = hark_kserve_write_response(&k->out, resp, k->model_name,
-                                                  k->model_version, &k->parsed, &json_len, &binary);
+    hark_error *werr = hark_kserve_write_response(&k->out, resp, k->model_name, k->model_version,
+                                                  &k->parsed, &json_len, &binary);
     if (werr) {
       call_set_error(k, werr);
       hark_error_free(werr);
@@ -369,8 +369,10 @@ static void get_model_doc(hark_server *server, hark_http_conn *c, const hark_kse
     hark_kserve_write_model_metadata(&b, server, model);
   } else {
     char *json = hark_model_config_to_json(hark_model_get_config(model));
-    if (!json) err = hark_error_new(HARK_ERR_INTERNAL, "cannot write the model config");
-    else hark_buf_puts(&b, json);
+    if (!json)
+      err = hark_error_new(HARK_ERR_INTERNAL, "cannot write the model config");
+    else
+      hark_buf_puts(&b, json);
     free(json);
   }
   hark_model_release(model);
@@ -380,35 +382,34 @@ static void get_model_doc(hark_server *server, hark_http_conn *c, const hark_kse
 static void handle_get(hark_server *server, hark_http_conn *c, const hark_kserve_route *rt) {
   hark_buf b = {0};
   switch (rt->kind) {
-    case HARK_ROUTE_LIVE:
-      hark_http_reply_text(c, hark_server_is_live(server) ? 200 : 400, NULL, NULL, 0);
-      return;
-    case HARK_ROUTE_READY:
-      hark_http_reply_text(c, hark_server_is_ready(server) ? 200 : 400, NULL, NULL, 0);
-      return;
-    case HARK_ROUTE_METRICS: {
-      char *text = hark_server_metrics_render(server);
-      if (!text) {
-        hark_http_reply_error(c, 0, hark_error_new(HARK_ERR_INTERNAL, "cannot render metrics"));
-        return;
-      }
-      hark_http_reply_text(c, 200, "text/plain; version=0.0.4; charset=utf-8", text,
-                           strlen(text));
-      free(text);
+  case HARK_ROUTE_LIVE:
+    hark_http_reply_text(c, hark_server_is_live(server) ? 200 : 400, NULL, NULL, 0);
+    return;
+  case HARK_ROUTE_READY:
+    hark_http_reply_text(c, hark_server_is_ready(server) ? 200 : 400, NULL, NULL, 0);
+    return;
+  case HARK_ROUTE_METRICS: {
+    char *text = hark_server_metrics_render(server);
+    if (!text) {
+      hark_http_reply_error(c, 0, hark_error_new(HARK_ERR_INTERNAL, "cannot render metrics"));
       return;
     }
-    case HARK_ROUTE_MODEL_META:
-    case HARK_ROUTE_MODEL_READY:
-    case HARK_ROUTE_MODEL_CONFIG: get_model_doc(server, c, rt); return;
-    case HARK_ROUTE_SERVER_META:
-      hark_http_body_begin(&b);
-      hark_kserve_write_server_metadata(&b);
-      reply_doc(c, &b, NULL);
-      return;
-    default:
-      hark_http_body_begin(&b);
-      reply_doc(c, &b, hark_kserve_write_stats(&b, server, rt->model, rt->version));
-      return;
+    hark_http_reply_text(c, 200, "text/plain; version=0.0.4; charset=utf-8", text, strlen(text));
+    free(text);
+    return;
+  }
+  case HARK_ROUTE_MODEL_META:
+  case HARK_ROUTE_MODEL_READY:
+  case HARK_ROUTE_MODEL_CONFIG: get_model_doc(server, c, rt); return;
+  case HARK_ROUTE_SERVER_META:
+    hark_http_body_begin(&b);
+    hark_kserve_write_server_metadata(&b);
+    reply_doc(c, &b, NULL);
+    return;
+  default:
+    hark_http_body_begin(&b);
+    reply_doc(c, &b, hark_kserve_write_stats(&b, server, rt->model, rt->version));
+    return;
   }
 }
 
@@ -416,11 +417,11 @@ static void handle_get(hark_server *server, hark_http_conn *c, const hark_kserve
 
 static void handle_post(hark_server *server, hark_http_conn *c, exchange *x) {
   switch (x->rt.kind) {
-    case HARK_ROUTE_INFER: start_infer(server, c, x); return;
-    case HARK_ROUTE_REPO_INDEX: repo_index(server, c); return;
-    case HARK_ROUTE_REPO_LOAD: repo_load_unload(server, c, x, true); return;
-    case HARK_ROUTE_REPO_UNLOAD: repo_load_unload(server, c, x, false); return;
-    default: return;
+  case HARK_ROUTE_INFER: start_infer(server, c, x); return;
+  case HARK_ROUTE_REPO_INDEX: repo_index(server, c); return;
+  case HARK_ROUTE_REPO_LOAD: repo_load_unload(server, c, x, true); return;
+  case HARK_ROUTE_REPO_UNLOAD: repo_load_unload(server, c, x, false); return;
+  default: return;
   }
 }
 
@@ -493,9 +494,7 @@ static void on_head(void *userp, hark_http_conn *c, const hark_http_request *req
   if (rc == 0) handle_post(server, c, x);
 }
 
-static void on_body(void *userp, hark_http_conn *c) {
-  handle_post(userp, c, hark_http_state(c));
-}
+static void on_body(void *userp, hark_http_conn *c) { handle_post(userp, c, hark_http_state(c)); }
 
 void hark_kserve_http_handler(hark_server *server, hark_http_handler *h) {
   h->head = on_head;

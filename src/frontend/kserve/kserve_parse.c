@@ -538,8 +538,9 @@ void hark_kserve_request_clear(hark_kserve_request *r) {
 hark_error *hark_kserve_parse_version(const char *s, bool empty_ok, int64_t *out) {
   *out = -1;
   if (!s || !*s)
-    return empty_ok ? NULL
-                    : hark_error_new(HARK_ERR_INVALID_ARG, "invalid model version '%s'", s ? s : "");
+    return empty_ok
+               ? NULL
+               : hark_error_new(HARK_ERR_INVALID_ARG, "invalid model version '%s'", s ? s : "");
   int64_t v = 0;
   for (const char *p = s; *p; p++) {
     if (*p < '0' || *p > '9' || v > (INT64_MAX - 9) / 10)

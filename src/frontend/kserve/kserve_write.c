@@ -56,22 +56,22 @@ static float bf16_to_float(uint16_t h) {
 /* Widest text of one element plus its comma. */
 static size_t element_width(hark_datatype dt) {
   switch (dt) {
-    case HARK_TYPE_BOOL: return 6;
-    case HARK_TYPE_FP16:
-    case HARK_TYPE_BF16:
-    case HARK_TYPE_FP32: return 33;
-    case HARK_TYPE_FP64: return 33;
-    default: return 22;
+  case HARK_TYPE_BOOL: return 6;
+  case HARK_TYPE_FP16:
+  case HARK_TYPE_BF16:
+  case HARK_TYPE_FP32: return 33;
+  case HARK_TYPE_FP64: return 33;
+  default: return 22;
   }
 }
 
 /* Writes element i of a fixed-size tensor; returns its length. */
 static size_t fmt_element(char *w, const unsigned char *d, hark_datatype dt, size_t i) {
   switch (dt) {
-    case HARK_TYPE_BOOL: return d[i] ? (memcpy(w, "true", 4), 4) : (memcpy(w, "false", 5), 5);
-    case HARK_TYPE_UINT8: return hark_fmt_u64(w, d[i]);
-    case HARK_TYPE_INT8: return hark_fmt_i64(w, (int8_t)d[i]);
-    default: break;
+  case HARK_TYPE_BOOL: return d[i] ? (memcpy(w, "true", 4), 4) : (memcpy(w, "false", 5), 5);
+  case HARK_TYPE_UINT8: return hark_fmt_u64(w, d[i]);
+  case HARK_TYPE_INT8: return hark_fmt_i64(w, (int8_t)d[i]);
+  default: break;
   }
   union {
     uint16_t u16;
@@ -86,17 +86,17 @@ static size_t fmt_element(char *w, const unsigned char *d, hark_datatype dt, siz
   size_t es = hark_datatype_size(dt);
   memcpy(&v, d + i * es, es);
   switch (dt) {
-    case HARK_TYPE_UINT16: return hark_fmt_u64(w, v.u16);
-    case HARK_TYPE_INT16: return hark_fmt_i64(w, v.i16);
-    case HARK_TYPE_UINT32: return hark_fmt_u64(w, v.u32);
-    case HARK_TYPE_INT32: return hark_fmt_i64(w, v.i32);
-    case HARK_TYPE_UINT64: return hark_fmt_u64(w, v.u64);
-    case HARK_TYPE_INT64: return hark_fmt_i64(w, v.i64);
-    case HARK_TYPE_FP16: return fmt_float(w, half_to_float(v.u16));
-    case HARK_TYPE_BF16: return fmt_float(w, bf16_to_float(v.u16));
-    case HARK_TYPE_FP32: return fmt_float(w, v.f);
-    case HARK_TYPE_FP64: return fmt_double(w, v.g);
-    default: return 0;
+  case HARK_TYPE_UINT16: return hark_fmt_u64(w, v.u16);
+  case HARK_TYPE_INT16: return hark_fmt_i64(w, v.i16);
+  case HARK_TYPE_UINT32: return hark_fmt_u64(w, v.u32);
+  case HARK_TYPE_INT32: return hark_fmt_i64(w, v.i32);
+  case HARK_TYPE_UINT64: return hark_fmt_u64(w, v.u64);
+  case HARK_TYPE_INT64: return hark_fmt_i64(w, v.i64);
+  case HARK_TYPE_FP16: return fmt_float(w, half_to_float(v.u16));
+  case HARK_TYPE_BF16: return fmt_float(w, bf16_to_float(v.u16));
+  case HARK_TYPE_FP32: return fmt_float(w, v.f);
+  case HARK_TYPE_FP64: return fmt_double(w, v.g);
+  default: return 0;
   }
 }
 

@@ -61,10 +61,10 @@ struct hark_riva {
 
 /* What a RecognitionConfig asks for, checked against the model. */
 typedef struct riva_config {
-  hark_model *model;         /* a reference */
-  hark_speech_settings st;   /* what the session sends the model */
-  uint32_t alternatives;     /* >= 1: how many a result carries */
-  char *request_id;          /* echoed; NULL when none */
+  hark_model *model;       /* a reference */
+  hark_speech_settings st; /* what the session sends the model */
+  uint32_t alternatives;   /* >= 1: how many a result carries */
+  char *request_id;        /* echoed; NULL when none */
 } riva_config;
 
 static void config_fini(riva_config *rc) {
@@ -114,18 +114,17 @@ static hark_error *check_endpointing(const Nvidia__Riva__Asr__EndpointingConfig 
 
 static hark_error *check_audio(const recognition_config *rc, hark_speech_settings *st) {
   switch (rc->encoding) {
-    case NVIDIA__RIVA__AUDIO_ENCODING__ENCODING_UNSPECIFIED:
-    case NVIDIA__RIVA__AUDIO_ENCODING__LINEAR_PCM: st->encoding = HARK_SPEECH_PCM16; break;
-    case NVIDIA__RIVA__AUDIO_ENCODING__MULAW: st->encoding = HARK_SPEECH_MULAW; break;
-    case NVIDIA__RIVA__AUDIO_ENCODING__ALAW: st->encoding = HARK_SPEECH_ALAW; break;
-    default:
-      return hark_error_new(HARK_ERR_INVALID_ARG,
-                            "encoding %s (%d) is not supported: send LINEAR_PCM, MULAW or ALAW, "
-                            "or leave it unspecified and start the audio with a WAV header",
-                            encoding_name(rc->encoding), (int)rc->encoding);
+  case NVIDIA__RIVA__AUDIO_ENCODING__ENCODING_UNSPECIFIED:
+  case NVIDIA__RIVA__AUDIO_ENCODING__LINEAR_PCM: st->encoding = HARK_SPEECH_PCM16; break;
+  case NVIDIA__RIVA__AUDIO_ENCODING__MULAW: st->encoding = HARK_SPEECH_MULAW; break;
+  case NVIDIA__RIVA__AUDIO_ENCODING__ALAW: st->encoding = HARK_SPEECH_ALAW; break;
+  default:
+    return hark_error_new(HARK_ERR_INVALID_ARG,
+                          "encoding %s (%d) is not supported: send LINEAR_PCM, MULAW or ALAW, "
+                          "or leave it unspecified and start the audio with a WAV header",
+                          encoding_name(rc->encoding), (int)rc->encoding);
   }
-  if (rc->sample_rate_hertz != 0 &&
-      (rc->sample_rate_hertz < 8000 || rc->sample_rate_hertz > 48000))
+  if (rc->sample_rate_hertz != 0 && (rc->sample_rate_hertz < 8000 || rc->sample_rate_hertz > 48000))
     return hark_error_new(HARK_ERR_INVALID_ARG,
                           "sample_rate_hertz %d is out of range: 8000..48000 Hz are supported",
                           (int)rc->sample_rate_hertz);
@@ -186,7 +185,7 @@ static hark_error *config_parse(const hark_riva *r, const recognition_config *rc
     config_fini(out);
     return err;
   }
-  out->alternatives = rc->max_alternatives == 0                  ? 1
+  out->alternatives = rc->max_alternatives == 0                 ? 1
                       : rc->max_alternatives > MAX_ALTERNATIVES ? MAX_ALTERNATIVES
                                                                 : (uint32_t)rc->max_alternatives;
   out->st.max_alternatives = out->alternatives > 1 ? out->alternatives : 0;
@@ -445,7 +444,9 @@ static void streaming_closed(hark_grpc_call *c) {
   bool cancelled = hark_grpc_call_cancelled(c), failed = hark_grpc_stream_over(c);
   HARK_LOG_STREAM(HARK_LOG_VERBOSE, hark_speech_id(rs->session),
                   "riva: stream over after %u audio messages: %s", rs->n_audio,
-                  cancelled ? "cancelled" : failed && !rs->ended ? "failed" : "ok");
+                  cancelled              ? "cancelled"
+                  : failed && !rs->ended ? "failed"
+                                         : "ok");
   hark_speech_close(rs->session);
   rs->session = NULL;
 }
@@ -465,7 +466,8 @@ static void recognize_reply(recognize_job *rj) {
   alt_set a;
   alt_set_build(&a, &r, rj->cfg.alternatives, rj->cfg.st.words);
   Nvidia__Riva__Asr__RecognizeResponse msg = NVIDIA__RIVA__ASR__RECOGNIZE_RESPONSE__INIT;
-  Nvidia__Riva__Asr__SpeechRecognitionResult res = NVIDIA__RIVA__ASR__SPEECH_RECOGNITION_RESULT__INIT;
+  Nvidia__Riva__Asr__SpeechRecognitionResult res =
+      NVIDIA__RIVA__ASR__SPEECH_RECOGNITION_RESULT__INIT;
   Nvidia__Riva__Asr__SpeechRecognitionResult *res_p = &res;
   Nvidia__Riva__RequestId id = NVIDIA__RIVA__REQUEST_ID__INIT;
   res.alternatives = a.alt_p;
@@ -512,8 +514,8 @@ static void recognize(hark_grpc_call *c, ProtobufCMessage *m) {
   hark_request *req = NULL;
   hark_error *err = config_parse(r, q->config, false, q->id, &rj->cfg);
   if (!err)
-    err = hark_speech_request_oneshot(rj->cfg.model, &rj->cfg.st, q->audio.data, q->audio.len,
-                                      &req);
+    err =
+        hark_speech_request_oneshot(rj->cfg.model, &rj->cfg.st, q->audio.data, q->audio.len, &req);
   if (!err) {
     if (q->id && *q->id->value) hark_request_set_id(req, q->id->value);
     hark_request_set_callback(req, on_recognize_response, rj);
@@ -558,8 +560,8 @@ static char *take_str(hark_arena *a, const char *s) {
 
 static void add_param(hark_arena *a, pb_model_config *mc, size_t *cap, const char *key,
                       const char *value) {
-  mc->parameters = hark_arena_grow(a, mc->parameters, mc->n_parameters, cap,
-                                   sizeof *mc->parameters);
+  mc->parameters =
+      hark_arena_grow(a, mc->parameters, mc->n_parameters, cap, sizeof *mc->parameters);
   if (!mc->parameters) hark_oom("reply", *cap);
   pb_param *p = take(a, sizeof *p);
   nvidia__riva__asr__riva_speech_recognition_config_response__config__parameters_entry__init(p);
@@ -619,8 +621,7 @@ static void get_config(hark_grpc_call *c, ProtobufCMessage *m) {
 
 #define REFUSE HARK_GRPC_REFUSE_DRAINING
 static const hark_grpc_method methods[] = {
-    {"Recognize", &nvidia__riva__asr__recognize_request__descriptor, recognize, REFUSE, NULL,
-     NULL},
+    {"Recognize", &nvidia__riva__asr__recognize_request__descriptor, recognize, REFUSE, NULL, NULL},
     {"StreamingRecognize", &nvidia__riva__asr__streaming_recognize_request__descriptor,
      streaming_recognize, HARK_GRPC_STREAMING | REFUSE, streaming_half_close, streaming_closed},
     {"GetRivaSpeechRecognitionConfig",

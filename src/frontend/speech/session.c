@@ -147,9 +147,8 @@ static hark_request *audio_request(hark_model *model, char *mem, size_t len) {
   hark_request_attach(req, mem, free);
   bool batched = hark_model_get_config(model)->max_batch_size > 0;
   static const int64_t shape1[1] = {1}, shape2[2] = {1, 1};
-  hark_error *err = hark_request_add_input(req, "AUDIO", HARK_TYPE_BYTES,
-                                           batched ? shape2 : shape1, batched ? 2 : 1, mem,
-                                           len + HARK_BYTES_PREFIX);
+  hark_error *err = hark_request_add_input(req, "AUDIO", HARK_TYPE_BYTES, batched ? shape2 : shape1,
+                                           batched ? 2 : 1, mem, len + HARK_BYTES_PREFIX);
   hark_error_free(err); /* only a second AUDIO could fail, and there is one */
   return req;
 }
@@ -158,8 +157,8 @@ hark_error *hark_speech_request_oneshot(hark_model *model, const hark_speech_set
                                         const void *audio, size_t n, hark_request **out) {
   size_t len;
   char *mem = audio_element(settings->encoding, audio, n, &len);
-  if (!mem) return hark_error_new(HARK_ERR_RESOURCE_EXHAUSTED,
-                                  "out of memory for %zu bytes of audio", n);
+  if (!mem)
+    return hark_error_new(HARK_ERR_RESOURCE_EXHAUSTED, "out of memory for %zu bytes of audio", n);
   hark_request *req = audio_request(model, mem, len);
   put_settings(req, settings);
   if (!settings->partials) hark_request_set_parameter(req, "partial", "false");
@@ -353,8 +352,8 @@ void hark_speech_submit(hark_speech_session *s, hark_speech_item_kind kind, cons
   if (kind == HARK_SPEECH_AUDIO) {
     it->mem = audio_element(s->st.encoding, audio, n, &it->len);
     if (!it->mem)
-      it->err = hark_error_new(HARK_ERR_RESOURCE_EXHAUSTED,
-                               "out of memory for %zu bytes of audio", n);
+      it->err =
+          hark_error_new(HARK_ERR_RESOURCE_EXHAUSTED, "out of memory for %zu bytes of audio", n);
   }
   pthread_mutex_lock(&s->mu);
   append_locked(s, it);

@@ -56,13 +56,13 @@ typedef struct vosk_stream {
   hark_speech_session *session; /* NULL once closed */
   char id[32];                  /* the session's, for lines after it closed */
   char *model;
-  int64_t version;              /* as asked for; -1: the newest */
-  hark_speech_settings st;      /* the config's; the session's from the first item */
-  bool bound;                   /* the session has its model (the first item came) */
+  int64_t version;         /* as asked for; -1: the newest */
+  hark_speech_settings st; /* the config's; the session's from the first item */
+  bool bound;              /* the session has its model (the first item came) */
   bool eof_seen;
-  uint32_t max_alternatives;    /* for the replies */
+  uint32_t max_alternatives; /* for the replies */
   bool words;
-  uint32_t pending;             /* items not yet answered on the loop */
+  uint32_t pending; /* items not yet answered on the loop */
 } vosk_stream;
 
 /* One item's answer, from the worker to the loop. */
@@ -106,8 +106,9 @@ static hark_error *stream_route(const hark_vosk *v, const char *path, char **mod
   if (err) return err;
   if (rt.kind != HARK_ROUTE_STREAM) {
     hark_kserve_route_clear(&rt);
-    return hark_error_new(HARK_ERR_NOT_FOUND,
-                          "Not Found: stream on / or /v2/models/{model}[/versions/{version}]/stream");
+    return hark_error_new(
+        HARK_ERR_NOT_FOUND,
+        "Not Found: stream on / or /v2/models/{model}[/versions/{version}]/stream");
   }
   *model = rt.model;
   *version = rt.version;
@@ -337,8 +338,7 @@ static void on_item_done(hark_http_call *call, hark_http_conn *c) {
       stream_close(s, error_close_code(it->err), hark_error_message(it->err));
     } else if (it->status == HARK_SPEECH_OK) {
       hark_buf b = {0};
-      format_reply(&b, s, it->resp,
-                   it->kind == HARK_SPEECH_END || it->kind == HARK_SPEECH_RESET);
+      format_reply(&b, s, it->resp, it->kind == HARK_SPEECH_END || it->kind == HARK_SPEECH_RESET);
       hark_ws_send_text(s->ws, b.data, b.len);
       hark_buf_free(&b);
       if (it->kind == HARK_SPEECH_END) stream_close(s, HARK_WS_CLOSE_NORMAL, "");
@@ -357,29 +357,28 @@ static void on_text(vosk_stream *s, const char *data, size_t len) {
   hark_vosk_text t;
   hark_vosk_text_parse(data, len, &t);
   switch (t.kind) {
-    case HARK_VOSK_TEXT_CONFIG:
-      /* Vosk reads the config when it makes the recogniser, at the first
+  case HARK_VOSK_TEXT_CONFIG:
+    /* Vosk reads the config when it makes the recogniser, at the first
        * audio; a later one would be silently ignored there. Say so here. */
-      if (s->bound) {
-        stream_close(s, HARK_WS_CLOSE_POLICY, "config must come before the first audio message");
-        break;
-      }
-      if (t.config.has_sample_rate) s->st.sample_rate = (uint32_t)t.config.sample_rate;
-      if (t.config.has_words) s->st.words = t.config.words;
-      if (t.config.has_max_alternatives)
-        s->st.max_alternatives = (uint32_t)t.config.max_alternatives;
-      if (t.config.phrase_list) {
-        free(s->st.phrase_list);
-        s->st.phrase_list = t.config.phrase_list;
-        t.config.phrase_list = NULL;
-      }
+    if (s->bound) {
+      stream_close(s, HARK_WS_CLOSE_POLICY, "config must come before the first audio message");
       break;
-    case HARK_VOSK_TEXT_EOF:
-      s->eof_seen = true;
-      submit(s, HARK_SPEECH_END, NULL, 0);
-      break;
-    case HARK_VOSK_TEXT_RESET: submit(s, HARK_SPEECH_RESET, NULL, 0); break;
-    default: stream_close(s, t.close_code, t.reason); break;
+    }
+    if (t.config.has_sample_rate) s->st.sample_rate = (uint32_t)t.config.sample_rate;
+    if (t.config.has_words) s->st.words = t.config.words;
+    if (t.config.has_max_alternatives) s->st.max_alternatives = (uint32_t)t.config.max_alternatives;
+    if (t.config.phrase_list) {
+      free(s->st.phrase_list);
+      s->st.phrase_list = t.config.phrase_list;
+      t.config.phrase_list = NULL;
+    }
+    break;
+  case HARK_VOSK_TEXT_EOF:
+    s->eof_seen = true;
+    submit(s, HARK_SPEECH_END, NULL, 0);
+    break;
+  case HARK_VOSK_TEXT_RESET: submit(s, HARK_SPEECH_RESET, NULL, 0); break;
+  default: stream_close(s, t.close_code, t.reason); break;
   }
   hark_vosk_text_clear(&t);
 }

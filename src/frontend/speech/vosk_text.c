@@ -53,7 +53,8 @@ static void parse_config(const cJSON *cfg, hark_vosk_text *t) {
       return;
     }
     if (!int_in(v, HARK_VOSK_MIN_SAMPLE_RATE, HARK_VOSK_MAX_SAMPLE_RATE, &c->sample_rate)) {
-      invalid(t, HARK_WS_CLOSE_INVALID, "config: 'sample_rate' must be a whole number of Hz in [%d, %d]",
+      invalid(t, HARK_WS_CLOSE_INVALID,
+              "config: 'sample_rate' must be a whole number of Hz in [%d, %d]",
               HARK_VOSK_MIN_SAMPLE_RATE, HARK_VOSK_MAX_SAMPLE_RATE);
       return;
     }

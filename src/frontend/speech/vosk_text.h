@@ -40,9 +40,9 @@ typedef struct hark_vosk_config {
 
 typedef struct hark_vosk_text {
   hark_vosk_text_kind kind;
-  hark_vosk_config config;                /* CONFIG */
-  int close_code;                       /* INVALID */
-  char reason[HARK_WS_REASON_MAX + 1];  /* INVALID, NUL-terminated */
+  hark_vosk_config config;             /* CONFIG */
+  int close_code;                      /* INVALID */
+  char reason[HARK_WS_REASON_MAX + 1]; /* INVALID, NUL-terminated */
 } hark_vosk_text;
 
 /* Parses one complete text message of `len` bytes (not NUL-terminated).
