@@ -321,6 +321,7 @@ static const hark_sched_ops dyn_ops = {
     .stop = dyn_stop,
     .free = dyn_free,
     .queued = hark_skel_queued,
+    .busy = hark_skel_busy,
 };
 
 static const hark_skel_ops dyn_skel_ops = {

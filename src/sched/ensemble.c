@@ -313,6 +313,11 @@ static uint32_t ens_queued(const hark_sched *base) {
   return 0; /* the steps wait in their own models' queues */
 }
 
+static uint32_t ens_busy(const hark_sched *base) {
+  (void)base;
+  return 0; /* the steps run on their own models' instances */
+}
+
 static void steps_release(ens_sched *s) {
   for (uint32_t i = 0; s->steps && i < s->n_steps; i++)
     if (s->steps[i].model) {
@@ -343,6 +348,7 @@ static const hark_sched_ops ens_ops = {
     .stop = ens_stop,
     .free = ens_free,
     .queued = ens_queued,
+    .busy = ens_busy,
 };
 
 /* ---- building and checking the DAG ------------------------------------------------ */

@@ -35,6 +35,7 @@ void hark_sched_free(hark_sched *sched) {
 }
 
 uint32_t hark_sched_queued(const hark_sched *sched) { return sched->ops->queued(sched); }
+uint32_t hark_sched_busy(const hark_sched *sched) { return sched->ops->busy(sched); }
 
 /* A comma-separated list of ids in a fixed buffer; "..." once full. */
 typedef struct id_list {

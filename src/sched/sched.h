@@ -78,5 +78,8 @@ void hark_sched_stop(hark_sched *sched);
 void hark_sched_free(hark_sched *sched);
 /* Requests waiting in the queue (not yet executing). */
 uint32_t hark_sched_queued(const hark_sched *sched);
+/* Instances executing a batch now (an ensemble's steps count in their own
+ * models). */
+uint32_t hark_sched_busy(const hark_sched *sched);
 
 #endif

@@ -35,6 +35,7 @@ typedef struct hark_sched_ops {
   void (*stop)(hark_sched *sched); /* idempotent */
   void (*free)(hark_sched *sched); /* called after stop */
   uint32_t (*queued)(const hark_sched *sched);
+  uint32_t (*busy)(const hark_sched *sched);
 } hark_sched_ops;
 
 /* Every scheduler struct starts with this. */

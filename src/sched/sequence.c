@@ -442,6 +442,7 @@ static const hark_sched_ops seq_ops = {
     .stop = seq_stop,
     .free = seq_free,
     .queued = hark_skel_queued,
+    .busy = hark_skel_busy,
 };
 
 static const hark_skel_ops seq_skel_ops = {

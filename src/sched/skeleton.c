@@ -155,3 +155,11 @@ void hark_skel_stop(hark_skel *sk) {
 uint32_t hark_skel_queued(const hark_sched *base) {
   return atomic_load(&((hark_skel *)base)->queued);
 }
+
+uint32_t hark_skel_busy(const hark_sched *base) {
+  hark_skel *sk = (hark_skel *)base;
+  pthread_mutex_lock(&sk->lock);
+  uint32_t n = sk->n_busy;
+  pthread_mutex_unlock(&sk->lock);
+  return n;
+}

@@ -101,5 +101,6 @@ hark_error *hark_skel_enqueue(hark_skel *sk, hark_request *req, void *arg);
 void hark_skel_stop(hark_skel *sk);
 /* hark_sched_queued for any skeleton scheduler. */
 uint32_t hark_skel_queued(const hark_sched *base);
+uint32_t hark_skel_busy(const hark_sched *base);
 
 #endif

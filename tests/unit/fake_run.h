@@ -283,6 +283,16 @@ static inline int fake_count(fake *f, const int *what) {
   return n;
 }
 
+/* Waits (up to 30 s) until no instance is executing: a worker that sent a
+ * FINAL may still be returning from its execution. */
+static inline void fake_wait_quiet(fake *f) {
+  for (int i = 0; i < 30000 && hark_sched_busy(f->sched); i++) {
+    struct timespec ms = {0, 1000000};
+    nanosleep(&ms, NULL);
+  }
+  if (hark_sched_busy(f->sched)) fail_msg("an instance stayed busy for 30 s");
+}
+
 /* Lets held batches go (and stops holding new ones). */
 static inline void fake_release(fake *f) {
   pthread_mutex_lock(&f->lock);

@@ -202,10 +202,9 @@ static void test_preserve_ordering(void **state) {
 }
 
 /* Inline runs: once warmed up, a cheap model's batch runs on an enqueuing
- * thread that allowed it, before hark_sched_enqueue returns; otherwise on
- * a worker. Two instances, as in test_sched.c: a request sent once the
- * previous one's FINAL arrived finds one free, though the other may still
- * be returning from that execution. */
+ * thread that allowed it, before hark_sched_enqueue returns, when an
+ * instance is free; otherwise on a worker. (A worker that sent a FINAL may
+ * still be returning from its execution: each send waits until none is.) */
 static void test_inline_runs(void **state) {
   (void)state;
   fake *f = fake_start("max_batch_size: 1\ndynamic_batching { }\n", 2, 2);
@@ -218,6 +217,7 @@ static void test_inline_runs(void **state) {
   }
   hark_pool_thread_may_inline(true);
   for (int i = 20; i < 24; i++) {
+    fake_wait_quiet(f);
     fake_send(f, i, 0, 0);
     assert_int_equal(fake_count(f, &f->n_finals), i + 1); /* done in place */
     assert_true(pthread_equal(f->batches[i].thread, pthread_self()));

@@ -25,7 +25,9 @@
 
 #include <cmocka.h>
 
+#include "core/core.h"
 #include "hark/server.h"
+#include "sched/sched.h"
 #include "test_repo.h"
 
 /* ---- the repository's models -------------------------------------------------- */
@@ -228,11 +230,20 @@ static void test_default_scheduler_one_per_execution(void **state) {
  * (its callback has run, on that thread, when hark_server_infer returns);
  * a model slower than the bound always goes to a worker, and so does
  * everything on a thread that did not allow it. */
+/* Waits (up to 30 s) until none of the model's instances is executing. */
+static void wait_quiet(hark_model *m) {
+  for (int i = 0; i < 30000 && hark_sched_busy(m->sched); i++) {
+    struct timespec ms = {0, 1000000};
+    nanosleep(&ms, NULL);
+  }
+  assert_int_equal(hark_sched_busy(m->sched), 0);
+}
+
 static void test_inline_runs(void **state) {
   (void)state;
   repo_make("sched");
-  /* Two instances: a request sent as the previous one's callback runs finds
-   * one free (the other may still be returning from that execution). */
+  /* Two instances. A worker that sent a FINAL may still be returning from
+   * its execution: each inline send first waits until no instance is busy. */
   model_write("cheap", IDENTITY("max_batch_size: 8\n"
                                 "instance_group [ { count: 2 kind: KIND_CPU } ]\n"
                                 "dynamic_batching { }\n"));
@@ -258,6 +269,7 @@ static void test_inline_runs(void **state) {
       assert_false(pthread_equal(final_of(&c, i)->thread, pthread_self()));
     hark_server_thread_may_inline(true);
     for (int i = 20; i < 30; i++) {
+      wait_quiet(m);
       send_identity(s, m, &c, &x[i], i, (req_opts){0});
       pthread_mutex_lock(&c.lock);
       int had = c.n;
