@@ -370,6 +370,10 @@ static hark_error *run_one(asr_model *m, hark_request *req) {
     st = stream_new(m, rate, &ep, why, sizeof why);
     if (!st) err = hark_error_new(HARK_ERR_INVALID_ARG, "asr: %s", why);
   }
+  /* A stream's n-best count comes with its first request; the finals of
+   * its later requests carry as many. */
+  if (!err && alt) ps_stream_set_alternatives(st, want_alt);
+  if (!err) want_alt = ps_stream_alternatives(st);
   int end = (flags & HARK_REQUEST_SEQUENCE_END) != 0;
   hark_response *resp = NULL;
   if (!err) {

@@ -143,6 +143,10 @@ ps_stream *ps_stream_new(ps_pool *pool, uint32_t client_rate, const ps_endpointi
 /* Gives back the decoder if it holds one. */
 void ps_stream_free(ps_stream *st);
 uint32_t ps_stream_client_rate(const ps_stream *st);
+/* The n-best count the stream's results carry (0: none), set from its
+ * first request: later requests of a stream carry no settings. */
+uint32_t ps_stream_alternatives(const ps_stream *st);
+void ps_stream_set_alternatives(ps_stream *st, uint32_t n);
 
 /*
  * Feeds little-endian 16-bit mono PCM bytes (len must be even) at the

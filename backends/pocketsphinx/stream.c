@@ -38,6 +38,7 @@ struct ps_stream {
   ps_pool *pool;
   const ps_settings *set;
   uint32_t client_rate, model_rate;
+  uint32_t alternatives; /* n-best count of the stream's results */
   hark_resampler *rs;
   fe_t *fe;
   int ncep, frame_shift, frame_size;
@@ -410,6 +411,9 @@ void ps_stream_free(ps_stream *st) {
 
 uint32_t ps_stream_client_rate(const ps_stream *st) { return st->client_rate; }
 int ps_stream_has_decoder(const ps_stream *st) { return st->ps != NULL; }
+uint32_t ps_stream_alternatives(const ps_stream *st) { return st->alternatives; }
+void ps_stream_set_alternatives(ps_stream *st, uint32_t n) { st->alternatives = n; }
+
 double ps_stream_audio_processed(const ps_stream *st) {
   return (double)st->samples_fed / st->model_rate;
 }

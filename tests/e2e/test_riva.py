@@ -154,6 +154,8 @@ class Riva(harness.ServerTest):
             self.assertLessEqual(w.start_time, w.end_time)
             self.assertGreater(w.confidence, 0.0)
             self.assertLessEqual(w.confidence, 1.0)
+        # the n-best of every final, though only the config asked for it
+        self.assertTrue(any(len(f.alternatives) > 1 for f in fs), fs)
         for f in fs:
             self.assertTrue(1 <= len(f.alternatives) <= 3)
             self.assertGreater(f.alternatives[0].confidence, 0.0)

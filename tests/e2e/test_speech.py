@@ -173,6 +173,40 @@ class Speech(ServerTest):
             self.assertEqual(len(got), 1, (path, got))
             self.assertTrue(next(iter(got)), path)
 
+    def test_streaming_finals_carry_n_best(self):
+        # max_alternatives comes with the config only, yet every final of
+        # the stream carries the n-best (as offline recognition does); a
+        # final with no audio keeps the shape clients index into.
+        rate, audio = pcm(FILES[1])
+
+        async def go():
+            out = []
+            async with websockets.connect(self.uri) as ws:
+                await ws.send(json.dumps({"config": {"sample_rate": rate,
+                                                     "max_alternatives": 3}}))
+                for off in range(0, len(audio), CHUNK):
+                    await ws.send(audio[off:off + CHUNK])
+                    doc = json.loads(await ws.recv())
+                    if "partial" not in doc:
+                        out.append(doc)
+                await ws.send('{"eof": 1}')
+                out.append(json.loads(await ws.recv()))
+            async with websockets.connect(self.uri) as ws:
+                await ws.send(json.dumps({"config": {"max_alternatives": 2}}))
+                await ws.send('{"eof": 1}')
+                empty = json.loads(await ws.recv())
+            return out, empty
+        finals, empty = self.run_async(go())
+        texts = " ".join(f["alternatives"][0]["text"] for f in finals
+                         if f["alternatives"][0]["text"])
+        self.assertEqual(texts, self.refs[FILES[1]])
+        self.assertTrue(any(len(f["alternatives"]) > 1 for f in finals), finals)
+        for f in finals:
+            self.assertLessEqual(len(f["alternatives"]), 3)
+            texts = [a["text"] for a in f["alternatives"]]
+            self.assertEqual(len(texts), len(set(texts)), texts)
+        self.assertEqual(empty, {"alternatives": [{"confidence": 1.0, "text": ""}]})
+
     def test_words_off_and_reset(self):
         rate, audio = pcm(FILES[1])
 

@@ -275,12 +275,14 @@ static void put_words(hark_buf *b, const hark_asr_result *r) {
 
 /* Vosk's alternatives: the n-best texts (ALTERNATIVES, best first; the
  * transcript alone when absent), each with its confidence, the best with
- * its words. */
+ * its words. With nothing recognised, one empty alternative of confidence
+ * 1, as Vosk answers: clients index alternatives[0]. */
 static void put_alternatives(hark_buf *b, const vosk_stream *s, const hark_asr_result *r) {
   uint32_t n = r->alts ? r->n_alternatives : 1;
   if (n > s->max_alternatives) n = s->max_alternatives;
   hark_buf_puts(b, "{\"alternatives\": [");
-  for (uint32_t i = 0; i < n; i++) {
+  uint32_t i = 0;
+  for (; i < n; i++) {
     const char *p;
     uint32_t len;
     float conf;
@@ -296,6 +298,7 @@ static void put_alternatives(hark_buf *b, const vosk_stream *s, const hark_asr_r
     if (!hark_buf_put_jstr(b, p, len)) hark_oom("reply", len);
     hark_buf_puts(b, "}");
   }
+  if (i == 0) hark_buf_puts(b, "{\"confidence\": 1.000000, \"text\": \"\"}");
   hark_buf_puts(b, "]}");
 }
 
@@ -312,7 +315,7 @@ static void format_reply(hark_buf *b, const vosk_stream *s, const hark_response 
     hark_buf_puts(b, "}");
     return;
   }
-  if (s->max_alternatives > 0 && resp) {
+  if (s->max_alternatives > 0) {
     put_alternatives(b, s, &r);
     return;
   }
