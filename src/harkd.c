@@ -65,6 +65,10 @@ static void usage(FILE *f) {
           "                              gRPC); more get 503 / RESOURCE_EXHAUSTED (1024)\n"
           "  --stream-backlog-limit N    refuse new streams (503) while the model has more\n"
           "                              than N requests waiting (default 4 per instance)\n"
+          "  --speech-sample-rate HZ     the rate of a speech stream that names none (a\n"
+          "                              Vosk stream without a config message, Riva PCM\n"
+          "                              without sample_rate_hertz): 8000..48000; default:\n"
+          "                              the model's default_sample_rate (asr: 16000)\n"
           "  --ws-max-message-bytes N    largest WebSocket message (default 1048576)\n"
           "  --ws-idle-timeout-secs N    close a stream that sends nothing this long (60)\n"
           "  --log-verbose N             1 = verbose logging\n"
@@ -111,6 +115,7 @@ int main(int argc, char **argv) {
     O_GRPC_ADDR,
     O_GRPC_MAX,
     O_BACKLOG,
+    O_SPEECH_RATE,
     O_HELP,
     O_LOG_INFO,
     O_LOG_WARN,
@@ -150,6 +155,7 @@ int main(int argc, char **argv) {
       {"speech-model", required_argument, 0, O_SPEECH},
       {"max-streams", required_argument, 0, O_STREAMS},
       {"stream-backlog-limit", required_argument, 0, O_BACKLOG},
+      {"speech-sample-rate", required_argument, 0, O_SPEECH_RATE},
       {"ws-max-message-bytes", required_argument, 0, O_WSMAX},
       {"ws-idle-timeout-secs", required_argument, 0, O_WSIDLE},
       {"grpc-address", required_argument, 0, O_GRPC_ADDR},
@@ -256,6 +262,9 @@ int main(int argc, char **argv) {
       break;
     }
     case O_SPEECH: fo.speech.speech_model = optarg; break;
+    case O_SPEECH_RATE:
+      fo.speech.sample_rate = (uint32_t)parse_num("--speech-sample-rate", optarg, 8000, 48000);
+      break;
     case O_STREAMS:
       fo.speech.max_streams = (uint32_t)parse_num("--max-streams", optarg, 1, 1 << 20);
       break;

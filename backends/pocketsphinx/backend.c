@@ -215,9 +215,9 @@ static hark_error *audio_bytes(const hark_tensor *t, const uint8_t **out, size_t
   return NULL;
 }
 
-static hark_error *parse_rate(hark_request *req, uint32_t *rate) {
+static hark_error *parse_rate(const asr_model *m, hark_request *req, uint32_t *rate) {
   const char *v = hark_request_parameter(req, "sample_rate");
-  *rate = 16000;
+  *rate = ps_pool_settings(m->pool)->default_sample_rate;
   if (!v) return NULL;
   char *end;
   double r = strtod(v, &end);
@@ -351,8 +351,8 @@ static hark_error *run_one(asr_model *m, hark_request *req) {
   size_t len;
   uint8_t *owned;
   hark_error *err = audio_bytes(hark_request_input_by_name(req, "AUDIO"), &pcm, &len, &owned);
-  uint32_t rate = 16000;
-  if (!err) err = parse_rate(req, &rate);
+  uint32_t rate = 0;
+  if (!err) err = parse_rate(m, req, &rate);
   uint32_t want_alt = 0;
   const char *alt = hark_request_parameter(req, "max_alternatives");
   if (!err && alt) {

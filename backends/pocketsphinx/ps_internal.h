@@ -30,13 +30,14 @@
 typedef struct ps_settings {
   char *argv[PS_MAX_ARGS]; /* "-hmm", "/usr/share/...", ... (owned) */
   int argc;
-  uint32_t pool_size;        /* decoders at most */
-  uint32_t pool_preload;     /* decoders made at load (at least 1, at most pool_size) */
-  uint32_t decoder_wait_ms;  /* how long a stream waits for a free decoder */
-  uint32_t max_buffered_ms;  /* audio a stream may hold unprocessed */
-  uint32_t block_samples;    /* samples per front-end block (continuous: 2048) */
-  uint32_t max_alternatives; /* cap on request max_alternatives */
-  int verbose;               /* keep the library's log on stderr */
+  uint32_t pool_size;           /* decoders at most */
+  uint32_t pool_preload;        /* decoders made at load (at least 1, at most pool_size) */
+  uint32_t decoder_wait_ms;     /* how long a stream waits for a free decoder */
+  uint32_t max_buffered_ms;     /* audio a stream may hold unprocessed */
+  uint32_t block_samples;       /* samples per front-end block (continuous: 2048) */
+  uint32_t max_alternatives;    /* cap on request max_alternatives */
+  uint32_t default_sample_rate; /* of audio that names no rate */
+  int verbose;                  /* keep the library's log on stderr */
 } ps_settings;
 
 typedef const char *(*ps_param_fn)(void *ctx, uint32_t i, const char **key);

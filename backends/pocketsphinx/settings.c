@@ -16,6 +16,8 @@
  *   max_buffered_ms          unprocessed audio a stream may hold
  *   block_samples            front-end block (2048, as pocketsphinx_continuous)
  *   max_alternatives         cap on a request's max_alternatives
+ *   default_sample_rate      the rate of audio whose stream or request names
+ *                            none (16000; Vosk's servers assume 8000)
  *   language_code            informational (e.g. "en-US"): what the model recognises
  *   verbose                  "true": keep the library's log
  * Any other key is an error naming it (a typo must not pass silently).
@@ -27,6 +29,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
+#include "hark/audio.h"
 
 #define PS_MODEL_DIR "/usr/share/pocketsphinx/model/en-us"
 
@@ -74,6 +77,7 @@ int ps_settings_init(ps_settings *s, ps_param_fn get, void *ctx, char *err, size
   s->max_buffered_ms = 10000;
   s->block_samples = 2048;
   s->max_alternatives = 10;
+  s->default_sample_rate = 16000;
   if (set_arg(s, "-hmm", PS_MODEL_DIR "/en-us") ||
       set_arg(s, "-lm", PS_MODEL_DIR "/en-us.lm.bin") ||
       set_arg(s, "-dict", PS_MODEL_DIR "/cmudict-en-us.dict"))
@@ -109,6 +113,8 @@ int ps_settings_init(ps_settings *s, ps_param_fn get, void *ctx, char *err, size
       bad = parse_u32(v, 160, 1u << 20, &s->block_samples);
     } else if (!strcmp(key, "max_alternatives")) {
       bad = parse_u32(v, 0, 100, &s->max_alternatives);
+    } else if (!strcmp(key, "default_sample_rate")) {
+      bad = parse_u32(v, HARK_RESAMPLE_MIN_RATE, HARK_RESAMPLE_MAX_RATE, &s->default_sample_rate);
     } else if (!strcmp(key, "language_code")) {
       /* what the model recognises, for clients that ask (Riva's config) */
     } else if (!strcmp(key, "verbose")) {

@@ -8,13 +8,15 @@ import glob
 import io
 import json
 import os
+import shutil
 import struct
 import subprocess
+import time
 import wave
 
 import websockets
 
-from harness import ServerTest, main, metric_value
+from harness import MODELS, Harkd, ServerTest, main, make_repo, metric_value
 
 LIBRIVOX = "/usr/share/pocketsphinx/test/data/librivox"
 FILES = sorted(glob.glob(os.path.join(LIBRIVOX, "*.wav")))
@@ -206,6 +208,52 @@ class Speech(ServerTest):
             texts = [a["text"] for a in f["alternatives"]]
             self.assertEqual(len(texts), len(set(texts)), texts)
         self.assertEqual(empty, {"alternatives": [{"confidence": 1.0, "text": ""}]})
+
+    def test_default_sample_rate_for_streams_without_config(self):
+        # Vosk's servers assume 8 kHz and its browser samples send raw PCM
+        # with no config: --speech-sample-rate, or the model's
+        # default_sample_rate, says what such a stream is.
+        rate, audio = pcm(FILES[2])
+        low, _ = audioop.ratecv(audio, 2, 1, rate, 8000, None)
+        want, _ = self.run_async(stream(self.uri, low, 8000, chunk=1600))
+        want = joined(want)
+        self.assertTrue(want)
+        with open(os.path.join(MODELS, "asr", "config.pbtxt")) as f:
+            asr = f.read()
+        asr8 = asr.replace('name: "asr"', 'name: "asr8"').replace(
+            "parameters [", 'parameters [\n  { key: "default_sample_rate" '
+            'value: { string_value: "8000" } },', 1)
+        repo = make_repo({"asr": asr, "asr8": asr8})
+        try:
+            for args, path in ((["--speech-sample-rate", "8000"], "/"),
+                               ([], "/v2/models/asr8/stream")):
+                server = Harkd(repo, ["--model-control-mode", "explicit",
+                                      "--load-model", "asr", "--load-model", "asr8", *args])
+                try:
+                    uri = f"ws://127.0.0.1:{server.http_port}{path}"
+                    got, _ = self.run_async(stream(uri, low, 8000, chunk=1600, config=False))
+                    self.assertEqual(joined(got), want, args)
+                finally:
+                    server.stop()
+        finally:
+            shutil.rmtree(repo, ignore_errors=True)
+        bad = make_repo({"asr": asr.replace(
+            "parameters [", 'parameters [\n  { key: "default_sample_rate" '
+            'value: { string_value: "4000" } },', 1)})
+        try:
+            server = Harkd(bad, wait_ready=False)
+            try:
+                deadline = time.time() + 30
+                while "default_sample_rate" not in server.output() and time.time() < deadline:
+                    time.sleep(0.2)
+                self.assertIn("bad value '4000' for parameter 'default_sample_rate'",
+                              server.output())
+            finally:
+                server.proc.kill()
+                server.proc.wait()
+                server.log.close()
+        finally:
+            shutil.rmtree(bad, ignore_errors=True)
 
     def test_words_off_and_reset(self):
         rate, audio = pcm(FILES[1])

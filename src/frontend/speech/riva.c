@@ -54,6 +54,7 @@ typedef Nvidia__Riva__Asr__WordInfo pb_word;
 struct hark_riva {
   hark_server *server;
   const char *speech_model;
+  uint32_t sample_rate; /* of PCM that names none; 0: the model's */
   hark_speech_admission adm;
 };
 
@@ -190,6 +191,7 @@ static hark_error *config_parse(const hark_riva *r, const recognition_config *rc
                                                                 : (uint32_t)rc->max_alternatives;
   out->st.max_alternatives = out->alternatives > 1 ? out->alternatives : 0;
   out->st.words = rc->enable_word_time_offsets;
+  if (!out->st.sample_rate) out->st.sample_rate = r->sample_rate;
   if (id && id->value && *id->value) out->request_id = hark_xstrdup(id->value);
   return NULL;
 }
@@ -638,6 +640,7 @@ hark_riva *hark_riva_new(hark_server *server, const hark_speech_options *opts) {
   r->speech_model =
       opts->speech_model && *opts->speech_model ? opts->speech_model : DEFAULT_SPEECH_MODEL;
   atomic_init(&r->adm.streams, 0);
+  r->sample_rate = opts->sample_rate;
   r->adm.max_streams = opts->max_streams;
   r->adm.backlog_limit = opts->backlog_limit;
   r->adm.protocol = "gRPC";

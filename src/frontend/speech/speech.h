@@ -20,6 +20,8 @@ typedef struct hark_speech_options {
   uint32_t backlog_limit;   /* refuse new streams while the model has more
                                requests waiting; 0: 4 per instance */
   size_t ws_max_message;    /* the WebSocket transport's message limit */
+  uint32_t sample_rate;     /* of a PCM stream that names none; 0: the model's
+                               default_sample_rate */
 } hark_speech_options;
 
 /* Vosk over WebSocket: the service state and its handler table for the

@@ -33,13 +33,13 @@
 #include "util/log.h"
 
 #define DEFAULT_SPEECH_MODEL "asr"
-#define DEFAULT_SAMPLE_RATE 16000
 #define DEFAULT_MAX_MESSAGE (1u << 20)
 
 struct hark_vosk {
   hark_server *server;
   const char *speech_model;
   size_t max_message;
+  uint32_t sample_rate; /* of a stream without a config; 0: the model's */
   hark_speech_admission adm;
 };
 
@@ -168,7 +168,7 @@ static void *on_open(void *userp, hark_ws *ws, void *p) {
   s->ws = ws;
   s->model = t->model;
   s->version = t->version;
-  s->st.sample_rate = DEFAULT_SAMPLE_RATE;
+  s->st.sample_rate = v->sample_rate;
   s->st.words = true; /* Vosk's server shows words unless told otherwise */
   s->st.partials = true;
   free(t);
@@ -438,6 +438,7 @@ hark_vosk *hark_vosk_new(hark_server *server, const hark_speech_options *opts) {
       opts->speech_model && *opts->speech_model ? opts->speech_model : DEFAULT_SPEECH_MODEL;
   v->max_message = opts->ws_max_message ? opts->ws_max_message : DEFAULT_MAX_MESSAGE;
   atomic_init(&v->adm.streams, 0);
+  v->sample_rate = opts->sample_rate;
   v->adm.max_streams = opts->max_streams;
   v->adm.backlog_limit = opts->backlog_limit;
   v->adm.protocol = "WebSocket";
