@@ -24,6 +24,7 @@
  */
 #include "ps_internal.h"
 
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -42,7 +43,8 @@ struct ps_stream {
   hark_resampler *rs;
   fe_t *fe;
   int ncep, frame_shift, frame_size;
-  int got_audio; /* a non-empty request was seen (WAV header check done) */
+  int got_audio;              /* a non-empty request was seen (WAV header check done) */
+  hark_wav_encoding encoding; /* of the bytes sent: PCM, or G.711 from a WAV header */
   /* model-rate audio waiting for a complete block: fifo[head..len) */
   int16_t *fifo;
   size_t head, len, cap, max;
@@ -474,8 +476,9 @@ static ps_status strip_wav(ps_stream *st, const uint8_t **pcm, size_t *len, char
     st->rs = rs;
     st->client_rate = info.sample_rate;
   }
+  st->encoding = info.encoding;
   *pcm += info.data_offset;
-  *len = info.data_size & ~(size_t)1;
+  *len = info.encoding == HARK_WAV_PCM16 ? info.data_size & ~(size_t)1 : info.data_size;
   return PS_OK;
 }
 
@@ -507,15 +510,16 @@ static ps_status run_blocks(ps_stream *st, unsigned flags, ps_result *r, char *e
 ps_status ps_stream_feed(ps_stream *st, const uint8_t *pcm, size_t len, unsigned flags,
                          ps_result *r, char *err, size_t errlen) {
   ps_status s;
-  if (len % 2) {
-    snprintf(err, errlen, "AUDIO: %zu bytes is not a whole number of 16-bit samples", len);
-    return PS_INVALID;
-  }
   if (!st->got_audio && len > 0) {
     if ((s = strip_wav(st, &pcm, &len, err, errlen)) != PS_OK) return s;
     st->got_audio = 1;
   }
-  size_t n = len / 2;
+  bool g711 = st->encoding != HARK_WAV_PCM16;
+  if (!g711 && len % 2) {
+    snprintf(err, errlen, "AUDIO: %zu bytes is not a whole number of 16-bit samples", len);
+    return PS_INVALID;
+  }
+  size_t n = g711 ? len : len / 2;
   if (n > st->conv_cap) {
     int16_t *c = realloc(st->conv, n * sizeof *c);
     if (!c) {
@@ -525,8 +529,13 @@ ps_status ps_stream_feed(ps_stream *st, const uint8_t *pcm, size_t len, unsigned
     st->conv = c;
     st->conv_cap = n;
   }
-  for (size_t i = 0; i < n; i++) /* little-endian on any host */
-    st->conv[i] = (int16_t)(uint16_t)(pcm[2 * i] | pcm[2 * i + 1] << 8);
+  if (st->encoding == HARK_WAV_MULAW)
+    for (size_t i = 0; i < n; i++) st->conv[i] = hark_audio_mulaw_sample(pcm[i]);
+  else if (st->encoding == HARK_WAV_ALAW)
+    for (size_t i = 0; i < n; i++) st->conv[i] = hark_audio_alaw_sample(pcm[i]);
+  else
+    for (size_t i = 0; i < n; i++) /* little-endian on any host */
+      st->conv[i] = (int16_t)(uint16_t)(pcm[2 * i] | pcm[2 * i + 1] << 8);
   const int16_t *x;
   size_t nx;
   if (hark_resampler_process(st->rs, st->conv, n, (flags & PS_FEED_END) != 0, &x, &nx) != 0) {

@@ -24,7 +24,14 @@ extern "C" {
 
 /* ---- WAV ------------------------------------------------------------------ */
 
+typedef enum hark_wav_encoding {
+  HARK_WAV_PCM16 = 0, /* 16-bit little-endian linear PCM */
+  HARK_WAV_MULAW,     /* 8-bit G.711 mu-law (WAVE_FORMAT_MULAW, 7) */
+  HARK_WAV_ALAW,      /* 8-bit G.711 A-law (WAVE_FORMAT_ALAW, 6) */
+} hark_wav_encoding;
+
 typedef struct hark_wav_info {
+  hark_wav_encoding encoding;
   uint32_t sample_rate;
   uint16_t channels;
   uint16_t bits_per_sample;
@@ -36,7 +43,7 @@ typedef enum hark_wav_status {
   HARK_WAV_OK = 0,
   HARK_WAV_NOT_WAV,     /* does not start with "RIFF....WAVE": raw PCM */
   HARK_WAV_TRUNCATED,   /* a WAV header that ends before its data chunk */
-  HARK_WAV_UNSUPPORTED, /* a WAV, but not 16-bit integer PCM */
+  HARK_WAV_UNSUPPORTED, /* a WAV, but not 16-bit PCM, mu-law or A-law */
   HARK_WAV_MALFORMED,   /* inconsistent chunk sizes or fields */
 } hark_wav_status;
 

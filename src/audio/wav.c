@@ -11,6 +11,8 @@
 #include <string.h>
 
 #define WAVE_FORMAT_PCM 1u
+#define WAVE_FORMAT_ALAW 6u
+#define WAVE_FORMAT_MULAW 7u
 #define WAVE_FORMAT_EXTENSIBLE 0xfffeu
 
 static uint32_t rd32(const uint8_t *p) {
@@ -36,15 +38,22 @@ static hark_wav_status parse_fmt(const uint8_t *p, uint32_t size, hark_wav_info 
   info->sample_rate = rd32(p + 4);
   info->bits_per_sample = rd16(p + 14);
   if (format == WAVE_FORMAT_EXTENSIBLE && size >= 26) format = rd16(p + 24); /* sub-format GUID */
-  if (format != WAVE_FORMAT_PCM) {
-    char msg[96];
-    snprintf(msg, sizeof msg, "unsupported WAV format %u (only 16-bit PCM)", format);
+  unsigned want_bits = 16;
+  switch (format) {
+  case WAVE_FORMAT_PCM: info->encoding = HARK_WAV_PCM16; break;
+  case WAVE_FORMAT_MULAW: info->encoding = HARK_WAV_MULAW, want_bits = 8; break;
+  case WAVE_FORMAT_ALAW: info->encoding = HARK_WAV_ALAW, want_bits = 8; break;
+  default: {
+    char msg[112];
+    snprintf(msg, sizeof msg,
+             "unsupported WAV format %u (16-bit PCM, 8-bit mu-law or A-law are supported)", format);
     return fail(HARK_WAV_UNSUPPORTED, err, errlen, msg);
   }
-  if (info->bits_per_sample != 16) {
-    char msg[96];
-    snprintf(msg, sizeof msg, "unsupported WAV sample width %u bits (only 16-bit PCM)",
-             info->bits_per_sample);
+  }
+  if (info->bits_per_sample != want_bits) {
+    char msg[112];
+    snprintf(msg, sizeof msg, "unsupported WAV sample width %u bits (%s is %u-bit)",
+             info->bits_per_sample, want_bits == 16 ? "PCM" : "G.711", want_bits);
     return fail(HARK_WAV_UNSUPPORTED, err, errlen, msg);
   }
   if (info->channels == 0)

@@ -255,6 +255,36 @@ class Speech(ServerTest):
         finally:
             shutil.rmtree(bad, ignore_errors=True)
 
+    def test_g711_wav_files(self):
+        # mu-law and A-law WAV files (telephone recordings) are decoded as
+        # raw G.711 is: their words equal those of the same samples sent as
+        # 16-bit PCM, offline and streamed.
+        rate, audio = pcm(FILES[2])
+        low, _ = audioop.ratecv(audio, 2, 1, rate, 8000, None)
+        for fmt, encode, decode in ((7, audioop.lin2ulaw, audioop.ulaw2lin),
+                                    (6, audioop.lin2alaw, audioop.alaw2lin)):
+            g711 = encode(low, 2)
+            data = (b"RIFF" + struct.pack("<I", 36 + len(g711)) + b"WAVE"
+                    + b"fmt " + struct.pack("<IHHIIHH", 16, fmt, 1, 8000, 8000, 1, 8)
+                    + b"data" + struct.pack("<I", len(g711)) + g711)
+            want, _ = self.run_async(stream(self.uri, decode(g711, 2), 8000, chunk=1600))
+            want = joined(want)
+            self.assertTrue(want)
+            header = json.dumps({
+                "inputs": [{"name": "AUDIO", "datatype": "BYTES", "shape": [1],
+                            "parameters": {"binary_data_size": len(data) + 4}}],
+            }).encode()
+            status, _, raw = self.server.request(
+                "POST", "/v2/models/asr/infer", header + struct.pack("<I", len(data)) + data,
+                {"Inference-Header-Content-Length": str(len(header))})
+            self.assertEqual(status, 200, raw[:300])
+            outputs = {o["name"]: o for o in json.loads(raw)["outputs"]}
+            self.assertEqual(outputs["TRANSCRIPT"]["data"][0], want, fmt)
+            self.assertAlmostEqual(outputs["AUDIO_PROCESSED"]["data"][0], len(g711) / 8000,
+                                   delta=0.05)
+            got, _ = self.run_async(stream(self.uri, data, config=False, chunk=801))
+            self.assertEqual(joined(got), want, fmt)
+
     def test_words_off_and_reset(self):
         rate, audio = pcm(FILES[1])
 

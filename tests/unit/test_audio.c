@@ -57,6 +57,25 @@ static void test_wav_plain_and_extra_chunks(void **state) {
   assert_int_equal(info.channels, 2);
 }
 
+/* G.711 WAV files (format 7 mu-law, 6 A-law; 8 bits) are recognised. */
+static void test_wav_g711(void **state) {
+  (void)state;
+  uint8_t b[256] = {0};
+  hark_wav_info info;
+  char err[128];
+  size_t off = make_wav(b, 7, 1, 8000, 8, 0, 50);
+  assert_int_equal(hark_wav_parse(b, off + 50, &info, err, sizeof err), HARK_WAV_OK);
+  assert_int_equal(info.encoding, HARK_WAV_MULAW);
+  assert_int_equal(info.sample_rate, 8000);
+  assert_int_equal(info.data_size, 50);
+  off = make_wav(b, 6, 1, 8000, 8, 0, 0);
+  assert_int_equal(hark_wav_parse(b, off, &info, err, sizeof err), HARK_WAV_OK);
+  assert_int_equal(info.encoding, HARK_WAV_ALAW);
+  off = make_wav(b, 1, 1, 16000, 16, 0, 0);
+  assert_int_equal(hark_wav_parse(b, off, &info, err, sizeof err), HARK_WAV_OK);
+  assert_int_equal(info.encoding, HARK_WAV_PCM16);
+}
+
 static void test_wav_errors(void **state) {
   (void)state;
   uint8_t b[256] = {0};
@@ -69,6 +88,9 @@ static void test_wav_errors(void **state) {
   assert_non_null(strstr(err, "16-bit PCM"));
   off = make_wav(b, 1, 1, 16000, 8, 0, 0);
   assert_int_equal(hark_wav_parse(b, off, &info, err, sizeof err), HARK_WAV_UNSUPPORTED);
+  off = make_wav(b, 7, 1, 8000, 16, 0, 0); /* mu-law is 8-bit */
+  assert_int_equal(hark_wav_parse(b, off, &info, err, sizeof err), HARK_WAV_UNSUPPORTED);
+  assert_non_null(strstr(err, "G.711 is 8-bit"));
   off = make_wav(b, 1, 1, 16000, 16, 1, 0);
   for (size_t n = 12; n < off; n++) /* every truncation is refused cleanly */
     assert_int_equal(hark_wav_parse(b, n, &info, err, sizeof err), HARK_WAV_TRUNCATED);
@@ -182,6 +204,7 @@ static void test_resample_is_deterministic(void **state) {
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_wav_plain_and_extra_chunks),
+      cmocka_unit_test(test_wav_g711),
       cmocka_unit_test(test_wav_errors),
       cmocka_unit_test(test_resample_passthrough_is_exact),
       cmocka_unit_test(test_resample_streaming_lengths_and_tone),

@@ -28,6 +28,7 @@
 #include "frontend/speech/session.h"
 #include "frontend/speech/speech.h"
 #include "frontend/speech/vosk_text.h"
+#include "hark/audio.h"
 #include "hark/backend.h"
 #include "util/alloc.h"
 #include "util/log.h"
@@ -60,6 +61,8 @@ typedef struct vosk_stream {
   hark_speech_settings st; /* the config's; the session's from the first item */
   bool bound;              /* the session has its model (the first item came) */
   bool eof_seen;
+  bool got_audio;            /* a non-empty binary message came */
+  bool g711;                 /* ... and began with a mu-law or A-law WAV header */
   uint32_t max_alternatives; /* for the replies */
   bool words;
   uint32_t pending; /* items not yet answered on the loop */
@@ -393,7 +396,14 @@ static void on_message(void *stream, const char *data, size_t len, bool binary) 
     on_text(s, data, len);
     return;
   }
-  if (len % 2) {
+  if (!s->got_audio && len) {
+    /* A G.711 WAV file has a byte a sample: the model reads its header. */
+    hark_wav_info info;
+    s->got_audio = true;
+    s->g711 = hark_wav_parse((const uint8_t *)data, len, &info, NULL, 0) == HARK_WAV_OK &&
+              info.encoding != HARK_WAV_PCM16;
+  }
+  if (len % 2 && !s->g711) {
     char reason[HARK_WS_REASON_MAX + 1];
     snprintf(reason, sizeof reason,
              "audio must be 16-bit little-endian PCM: got a binary message of %zu bytes (odd)",
