@@ -626,7 +626,7 @@ hark_error *hark_repository_acquire(hark_repository *r, const char *name, int64_
   hark_error *err = NULL;
   hark_model *found = NULL;
   if (!e || (!e->n_versions && strcmp(e->state, "UNAVAILABLE") != 0 && !e->busy)) {
-    err = hark_error_new(HARK_ERR_NOT_FOUND, "Request for unknown model: '%s' is not found",
+    err = hark_error_new(HARK_ERR_INVALID_ARG, "Request for unknown model: '%s' is not found",
                          name ? name : "");
   } else if (!e->n_versions) {
     err = hark_error_new(HARK_ERR_UNAVAILABLE,
@@ -639,7 +639,7 @@ hark_error *hark_repository_acquire(hark_repository *r, const char *name, int64_
     for (uint32_t i = 0; i < e->n_versions && !found; i++)
       if (e->versions[i]->version == version) found = e->versions[i];
     if (!found)
-      err = hark_error_new(HARK_ERR_NOT_FOUND,
+      err = hark_error_new(HARK_ERR_INVALID_ARG,
                            "Request for unknown model: '%s' version %lld is not found", name,
                            (long long)version);
   }

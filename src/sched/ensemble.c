@@ -383,6 +383,14 @@ static hark_error *resolve_outputs(ens_sched *s) {
     st->cfg = &s->cfg->ensemble_steps[i];
     hark_error *err = hark_server_model_acquire(s->server, st->cfg->model_name,
                                                 st->cfg->model_version, &st->model);
+    /* A step not loaded (yet) is NOT_FOUND: the repository loads the
+     * ensemble again once its steps are (an unknown model is a client's
+     * INVALID_ARGUMENT elsewhere). */
+    if (err && hark_error_code(err) == HARK_ERR_INVALID_ARG) {
+      hark_error *nf = hark_error_new(HARK_ERR_NOT_FOUND, "%s", hark_error_message(err));
+      hark_error_free(err);
+      err = nf;
+    }
     if (err) return step_error(s, i, err);
     const hark_model_config *mc = hark_model_get_config(st->model);
     st->in_tensor = hark_xcalloc(st->cfg->n_input_map, sizeof(uint32_t));

@@ -184,7 +184,8 @@ class TestHealthAndMetadata(GrpcTest):
             self.assertEqual([(t.name, t.datatype, list(t.shape)) for t in got],
                              [(t["name"], t["datatype"], t["shape"]) for t in want])
         self.assertEqual(list(r.inputs[0].shape), [-1, 16])
-        self.assertCode(grpc.StatusCode.NOT_FOUND, self.stub.ModelMetadata,
+        # an unknown model is INVALID_ARGUMENT, as in Triton
+        self.assertCode(grpc.StatusCode.INVALID_ARGUMENT, self.stub.ModelMetadata,
                         pb.ModelMetadataRequest(name="nope"))
         self.assertCode(grpc.StatusCode.INVALID_ARGUMENT, self.stub.ModelMetadata,
                         pb.ModelMetadataRequest(name="simple", version="x1"))
@@ -234,9 +235,9 @@ class TestHealthAndMetadata(GrpcTest):
         self.assertEqual(imp.state[0].initial_state[0].WhichOneof("state_data"), "zero_data")
 
     def test_model_config_errors(self):
-        self.assertCode(grpc.StatusCode.NOT_FOUND, self.stub.ModelConfig,
+        self.assertCode(grpc.StatusCode.INVALID_ARGUMENT, self.stub.ModelConfig,
                         pb.ModelConfigRequest(name="nope"))
-        self.assertCode(grpc.StatusCode.NOT_FOUND, self.stub.ModelConfig,
+        self.assertCode(grpc.StatusCode.INVALID_ARGUMENT, self.stub.ModelConfig,
                         pb.ModelConfigRequest(name="simple", version="9"))
         self.assertCode(grpc.StatusCode.INVALID_ARGUMENT, self.stub.ModelConfig,
                         pb.ModelConfigRequest(name="simple", version="x1"))
@@ -333,12 +334,12 @@ class TestInfer(GrpcTest):
         t.contents.fp32_contents.append(1.0)
         self.assertCode(grpc.StatusCode.INVALID_ARGUMENT, self.stub.ModelInfer, req)
 
-    def test_unknown_model_not_found(self):
+    def test_unknown_model_is_invalid_argument(self):
         req = simple_request([0] * 16, [0] * 16)
         req.model_name = "nope"
-        self.assertCode(grpc.StatusCode.NOT_FOUND, self.stub.ModelInfer, req)
+        self.assertCode(grpc.StatusCode.INVALID_ARGUMENT, self.stub.ModelInfer, req)
         req = simple_request([0] * 16, [0] * 16, model_version="9")
-        self.assertCode(grpc.StatusCode.NOT_FOUND, self.stub.ModelInfer, req)
+        self.assertCode(grpc.StatusCode.INVALID_ARGUMENT, self.stub.ModelInfer, req)
 
     def test_bad_tensors_invalid_argument(self):
         # shape disagrees with the model
@@ -410,9 +411,9 @@ class TestInfer(GrpcTest):
         self.assertTrue(st.batch_stats)
         everything = self.stub.ModelStatistics(pb.ModelStatisticsRequest(), timeout=30)
         self.assertIn("identity", {m.name for m in everything.model_stats})
-        self.assertCode(grpc.StatusCode.NOT_FOUND, self.stub.ModelStatistics,
+        self.assertCode(grpc.StatusCode.INVALID_ARGUMENT, self.stub.ModelStatistics,
                         pb.ModelStatisticsRequest(name="nope"))
-        self.assertCode(grpc.StatusCode.NOT_FOUND, self.stub.ModelStatistics,
+        self.assertCode(grpc.StatusCode.INVALID_ARGUMENT, self.stub.ModelStatistics,
                         pb.ModelStatisticsRequest(name="simple", version="7"))
 
     def test_concurrent_and_cancelled_calls(self):
@@ -637,7 +638,7 @@ class TestExplicitControl(GrpcTest):
         with self.assertRaises(grpc.RpcError) as ctx:
             self.stub.ModelInfer(simple_request([0] * 16, [0] * 16), timeout=30)
         self.assertIn(ctx.exception.code(),
-                      (grpc.StatusCode.NOT_FOUND, grpc.StatusCode.UNAVAILABLE))
+                      (grpc.StatusCode.INVALID_ARGUMENT, grpc.StatusCode.UNAVAILABLE))
         self.stub.RepositoryModelLoad(pb.RepositoryModelLoadRequest(model_name="simple"),
                                       timeout=30)
         self.assertTrue(ready())

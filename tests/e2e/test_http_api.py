@@ -167,13 +167,14 @@ class HttpApi(ServerTest):
         return status, json.loads(data)
 
     def test_unknown_model_and_version(self):
+        # 400, as Triton answers a request for an unknown model
         status, doc = self.server.json("POST", "/v2/models/nope/infer", simple_request(A, B))
-        self.assert_error(status, doc, 404, "nope")
+        self.assert_error(status, doc, 400, "nope")
         status, doc = self.server.json("GET", "/v2/models/nope")
-        self.assert_error(status, doc, 404, "nope")
+        self.assert_error(status, doc, 400, "nope")
         status, doc = self.server.json("POST", "/v2/models/simple/versions/7/infer",
                                        simple_request(A, B))
-        self.assert_error(status, doc, 404, "version 7")
+        self.assert_error(status, doc, 400, "version 7")
         status, doc = self.server.json("GET", "/v2/models/simple/versions/abc")
         self.assertEqual(status, 400, doc)
 

@@ -141,7 +141,7 @@ class PerfCli(ServerTest):
         p = self.grpc("-m", "no_such_model")
         self.assertEqual(p.returncode, 1)
         self.assertIn("no_such_model", p.stderr)
-        self.assertIn("NOT_FOUND", p.stderr)
+        self.assertIn("INVALID_ARGUMENT", p.stderr)
         self.assertEqual(p.stdout, "")
         p = self.grpc("-m", "simple", "-b", "9")
         self.assertEqual(p.returncode, 1)

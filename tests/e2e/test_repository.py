@@ -89,7 +89,7 @@ class Repository(unittest.TestCase):
         self.assertEqual(len(results), 8)
         for status, doc in results:
             # In flight when unload began: served. Arrived after: refused.
-            self.assertIn(status, (200, 404, 503), doc)
+            self.assertIn(status, (200, 400, 503), doc)
         self.assertGreaterEqual(sum(1 for s, _ in results if s == 200), 1)
         status, doc = self.server.json("GET", "/v2/models/slow/ready")
         self.assertNotEqual(status, 200)

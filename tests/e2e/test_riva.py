@@ -303,7 +303,7 @@ class Riva(harness.ServerTest):
             ([rasr.StreamingRecognizeRequest(streaming_config=config(language_code="de-DE"))],
              C.INVALID_ARGUMENT, "de-DE"),
             ([rasr.StreamingRecognizeRequest(streaming_config=config(model="nope"))],
-             C.NOT_FOUND, "nope"),
+             C.INVALID_ARGUMENT, "nope"),
             ([rasr.StreamingRecognizeRequest(streaming_config=config(model="simple"))],
              C.INVALID_ARGUMENT, "not a speech model"),
             ([cfg, rasr.StreamingRecognizeRequest(audio_content=b"\0" * (5 << 20))],

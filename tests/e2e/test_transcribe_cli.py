@@ -130,7 +130,7 @@ class TranscribeCli(ServerTest):
         p = self.run_cli("--json", "--model", "nope", self.wavs["a"][0])
         self.assertEqual(p.returncode, 1)
         s = json.loads(p.stdout)["files"][0]["streams"][0]
-        self.assertEqual((s["status"], s["http_status"]), ("error", 404))
+        self.assertEqual((s["status"], s["http_status"]), ("error", 400))
         self.assertIn("nope", s["reason"])
 
     def test_grpc_transcripts_and_figures(self):
@@ -196,7 +196,7 @@ class TranscribeCli(ServerTest):
         p = self.run_cli("--json", "--model", "nope", self.wavs["a"][0], server=self.grpc_url())
         self.assertEqual(p.returncode, 1)
         s = json.loads(p.stdout)["files"][0]["streams"][0]
-        self.assertEqual((s["status"], s["grpc_status"]), ("error", 5))  # NOT_FOUND
+        self.assertEqual((s["status"], s["grpc_status"]), ("error", 3))  # INVALID_ARGUMENT
         self.assertIn("nope", s["reason"])
         p = self.run_cli(self.wavs["a"][0], server=f"grpc://127.0.0.1:{free_port()}")
         self.assertEqual(p.returncode, 1)

@@ -205,12 +205,14 @@ class Protocol(WsTest):
                     self.assertEqual(json.loads(await good.recv()), {"partial": f"{total} samples"})
         run(go())
 
-    def test_unknown_model_refused_with_404(self):
+    def test_unknown_model_refused_with_400(self):
+        # 400 as every /v2/models/{model} route answers for an unknown model
+        # (Triton's code); an unknown route is 404.
         async def go():
             with self.assertRaises(websockets.InvalidStatusCode) as cm:
                 async with websockets.connect(self.url("/v2/models/nope/stream")):
                     pass
-            self.assertEqual(cm.exception.status_code, 404)
+            self.assertEqual(cm.exception.status_code, 400)
             with self.assertRaises(websockets.InvalidStatusCode) as cm:
                 async with websockets.connect(self.url("/v2/nothing/here")):
                     pass
@@ -229,7 +231,7 @@ class Protocol(WsTest):
             data += chunk
         s.close()
         head, _, body = data.partition(b"\r\n\r\n")
-        self.assertTrue(head.startswith(b"HTTP/1.1 404"), head)
+        self.assertTrue(head.startswith(b"HTTP/1.1 400"), head)
         self.assertIn("nope", json.loads(body)["error"])
 
     def test_plain_get_on_stream_route(self):

@@ -906,10 +906,10 @@ static void test_real_server(void **state) {
   cJSON_Delete(doc);
   b.len = 0;
   hark_error *err = hark_kserve_write_stats(&b, server, "nope", -1);
-  assert_int_equal(hark_error_code(err), HARK_ERR_NOT_FOUND);
+  assert_int_equal(hark_error_code(err), HARK_ERR_INVALID_ARG);
   hark_error_free(err);
   err = hark_kserve_write_stats(&b, server, "simple", 9);
-  assert_int_equal(hark_error_code(err), HARK_ERR_NOT_FOUND);
+  assert_int_equal(hark_error_code(err), HARK_ERR_INVALID_ARG);
   hark_error_free(err);
   b.len = 0;
   assert_null(hark_kserve_write_stats(&b, server, NULL, -1));

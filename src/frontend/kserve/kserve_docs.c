@@ -175,9 +175,9 @@ hark_error *hark_kserve_write_stats(hark_buf *out, hark_server *server, const ch
   if (!name || w.n) return NULL;
   out->len = start;
   if (version >= 0)
-    return hark_error_new(HARK_ERR_NOT_FOUND, "requested model '%s' version %lld is not found",
+    return hark_error_new(HARK_ERR_INVALID_ARG, "requested model '%s' version %lld is not found",
                           name, (long long)version);
-  return hark_error_new(HARK_ERR_NOT_FOUND, "requested model '%s' is not found", name);
+  return hark_error_new(HARK_ERR_INVALID_ARG, "requested model '%s' is not found", name);
 }
 
 /* ---- repository index ------------------------------------------------------ */

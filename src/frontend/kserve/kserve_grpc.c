@@ -43,13 +43,13 @@ static void model_ready(hark_grpc_call *c, ProtobufCMessage *msg) {
   Inference__ModelReadyResponse r = INFERENCE__MODEL_READY_RESPONSE__INIT;
   int64_t version;
   hark_error *err = hark_kserve_parse_version(q->version, true, &version);
-  hark_model *model = NULL;
-  if (!err) err = hark_server_model_acquire(server_of(c), q->name, version, &model);
-  if (err && hark_error_code(err) == HARK_ERR_INVALID_ARG) {
+  if (err) {
     hark_grpc_reply_error(c, err);
     return;
   }
-  hark_error_free(err);
+  /* An unknown model or version is not ready (as Triton: no error). */
+  hark_model *model = NULL;
+  hark_error_free(hark_server_model_acquire(server_of(c), q->name, version, &model));
   if (model) {
     r.ready = hark_model_is_ready(model);
     hark_model_release(model);
@@ -272,10 +272,10 @@ static void model_statistics(hark_grpc_call *c, ProtobufCMessage *msg) {
     hark_server_model_foreach(server_of(c), add_stats, &w);
     if (w.name && !w.n)
       err = w.version >= 0
-                ? hark_error_new(HARK_ERR_NOT_FOUND,
+                ? hark_error_new(HARK_ERR_INVALID_ARG,
                                  "requested model '%s' version %" PRId64 " is not found", w.name,
                                  w.version)
-                : hark_error_new(HARK_ERR_NOT_FOUND, "requested model '%s' is not found", w.name);
+                : hark_error_new(HARK_ERR_INVALID_ARG, "requested model '%s' is not found", w.name);
   }
   if (err) {
     hark_grpc_reply_error(c, err);
