@@ -3,6 +3,7 @@
 Used by every end-to-end test. Only the Python standard library: the client
 side must be independent of hark's own code.
 """
+import atexit
 import ctypes
 import http.client
 import json
@@ -18,7 +19,23 @@ import unittest
 SOURCE_DIR = os.environ.get("HARK_SOURCE_DIR",
                             os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
 BIN_DIR = os.environ.get("HARK_BIN_DIR", os.path.join(SOURCE_DIR, "build", "bin"))
-MODELS = os.path.join(SOURCE_DIR, "models")
+SHIPPED_MODELS = os.path.join(SOURCE_DIR, "models")
+TEST_MODELS = os.path.join(SOURCE_DIR, "tests", "models")
+
+
+def _test_repository():
+    """The shipped repository plus the test-only models (tests/models, e.g.
+    echo_asr), as one folder of links: what the tests serve by default."""
+    root = tempfile.mkdtemp(prefix="hark-models-")
+    atexit.register(shutil.rmtree, root, True)
+    for top in (SHIPPED_MODELS, TEST_MODELS):
+        for name in os.listdir(top):
+            if os.path.isfile(os.path.join(top, name, "config.pbtxt")):
+                os.symlink(os.path.join(top, name), os.path.join(root, name))
+    return root
+
+
+MODELS = _test_repository()
 
 
 def die_with_parent():

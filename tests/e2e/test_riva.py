@@ -266,14 +266,19 @@ class Riva(harness.ServerTest):
     def test_speech_recognition_config(self):
         resp = self.stub.GetRivaSpeechRecognitionConfig(
             rasr.RivaSpeechRecognitionConfigRequest(), timeout=30)
-        by_name = {m.model_name: dict(m.parameters) for m in resp.model_config}
-        self.assertIn("asr", by_name)
-        self.assertNotIn("simple", by_name)
-        self.assertEqual(by_name["asr"]["type"], "online")
-        self.assertEqual(by_name["asr"]["language_code"], "en-US")
+        # A streaming model serves Recognize too: listed once per type, so
+        # a client choosing a model by type finds it for either.
+        by_type = {(m.model_name, m.parameters["type"]): dict(m.parameters)
+                   for m in resp.model_config}
+        self.assertEqual(by_type[("asr", "online")]["streaming"], "true")
+        self.assertEqual(by_type[("asr", "offline")]["streaming"], "false")
+        self.assertEqual(by_type[("asr", "online")]["language_code"], "en-US")
+        self.assertNotIn("simple", {m.model_name for m in resp.model_config})
+        self.assertEqual(len(resp.model_config), len(by_type))
         one = self.stub.GetRivaSpeechRecognitionConfig(
             rasr.RivaSpeechRecognitionConfigRequest(model_name="asr"), timeout=30)
-        self.assertEqual([m.model_name for m in one.model_config], ["asr"])
+        self.assertEqual(sorted((m.model_name, m.parameters["type"]) for m in one.model_config),
+                         [("asr", "offline"), ("asr", "online")])
         with self.assertRaises(grpc.RpcError) as ctx:
             self.stub.GetRivaSpeechRecognitionConfig(
                 rasr.RivaSpeechRecognitionConfigRequest(model_name="simple"), timeout=30)

@@ -18,11 +18,10 @@ import unittest
 
 import websockets
 
-from harness import Harkd, ServerTest, main, make_repo, simple_request
+from harness import MODELS, Harkd, ServerTest, main, make_repo, simple_request
 
 MODEL = os.environ.get("HARK_WS_MODEL", "echo_asr")
-ECHO_CONFIG = open(os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..",
-                                "models", "echo_asr", "config.pbtxt")).read()
+ECHO_CONFIG = open(os.path.join(MODELS, "echo_asr", "config.pbtxt")).read()
 
 
 def pcm(samples, fill=b"\x01\x00"):

@@ -77,7 +77,7 @@ static hark_speech_admission adm = {.protocol = "test"};
 static int setup(void **state) {
   (void)state;
   repo_make("session");
-  /* models/echo_asr's inputs and outputs, one sequence at a time. */
+  /* tests/models/echo_asr's inputs and outputs, one sequence at a time. */
   model_write("echo",
               "backend: \"echo_asr\"\nmax_batch_size: 0\n"
               "input [ { name: \"AUDIO\" data_type: TYPE_STRING dims: [ 1 ] } ]\n"

@@ -572,32 +572,43 @@ static void add_param(hark_arena *a, pb_model_config *mc, size_t *cap, const cha
   mc->parameters[mc->n_parameters++] = p;
 }
 
-static void collect_model(hark_model *model, void *userp) {
-  config_list *l = userp;
+/* One entry of the list: `model` as Riva describes a deployment of type
+ * "online" (streaming) or "offline". */
+static void add_entry(config_list *l, hark_model *model, bool online) {
   const hark_model_config *cfg = hark_model_get_config(model);
-  const char *name = hark_model_name(model);
-  if (!is_speech_model(cfg) || (*l->want && strcmp(l->want, name))) return;
-  for (size_t i = 0; i < l->n; i++) /* versions come oldest first: keep the newest */
-    if (!strcmp(l->models[i]->model_name, name)) {
-      l->models[i] = l->models[--l->n];
-      break;
-    }
   l->models = hark_arena_grow(l->a, l->models, l->n, &l->cap, sizeof *l->models);
   if (!l->models) hark_oom("reply", l->cap);
   pb_model_config *mc = take(l->a, sizeof *mc);
   nvidia__riva__asr__riva_speech_recognition_config_response__config__init(mc);
   l->models[l->n++] = mc;
-  mc->model_name = take_str(l->a, name);
+  mc->model_name = take_str(l->a, hark_model_name(model));
   size_t cap = 0;
   char num[32];
-  bool streaming = cfg->sequence_batching.enabled;
-  add_param(l->a, mc, &cap, "type", streaming ? "online" : "offline");
-  add_param(l->a, mc, &cap, "streaming", streaming ? "true" : "false");
+  add_param(l->a, mc, &cap, "type", online ? "online" : "offline");
+  add_param(l->a, mc, &cap, "streaming", online ? "true" : "false");
   snprintf(num, sizeof num, "%lld", (long long)hark_model_version(model));
   add_param(l->a, mc, &cap, "version", num);
   add_param(l->a, mc, &cap, "backend", cfg->backend ? cfg->backend : "");
   for (uint32_t i = 0; i < cfg->n_parameters; i++)
     add_param(l->a, mc, &cap, cfg->parameters[i].key, cfg->parameters[i].value);
+}
+
+/* Riva lists a deployment per mode: a streaming model (sequence batching)
+ * serves Recognize too, so it is listed as "online" and as "offline", and
+ * a client choosing by type finds it for either. */
+static void collect_model(hark_model *model, void *userp) {
+  config_list *l = userp;
+  const hark_model_config *cfg = hark_model_get_config(model);
+  const char *name = hark_model_name(model);
+  if (!is_speech_model(cfg) || (*l->want && strcmp(l->want, name))) return;
+  /* Versions come oldest first: the newest replaces an older one's entries. */
+  for (size_t i = 0; i < l->n;)
+    if (!strcmp(l->models[i]->model_name, name))
+      l->models[i] = l->models[--l->n];
+    else
+      i++;
+  if (cfg->sequence_batching.enabled) add_entry(l, model, true);
+  add_entry(l, model, false);
 }
 
 static void get_config(hark_grpc_call *c, ProtobufCMessage *m) {
