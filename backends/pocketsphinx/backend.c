@@ -14,6 +14,15 @@
  * to the partial or the final histogram, and the worker's CPU time in the
  * recogniser to hark_asr_compute_seconds_total, so that
  * rate(compute) / rate(hark_audio_seconds_total) is the real-time factor.
+ *
+ * Latency profiles: a stream decodes each utterance with the model's
+ * default profile (parameter profile) or its own (request parameter
+ * profile on its first request). Degradation (parameter degrade): when
+ * the model's reply latency p99 stays over degrade_p99_ms for
+ * degrade_windows windows (degrade.c), new utterances of every stream
+ * decode fast until as many windows pass within it; and a stream one of
+ * whose replies ran past breaker_ms decodes fast from its next utterance
+ * on (its breaker), so one late stream does not hold the others back.
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -25,6 +34,10 @@
 
 typedef struct asr_model {
   ps_pool *pool;
+  ps_degrade degrade;
+  /* degradation: state, switches, streams decoding fast without asking,
+   * breaker trips */
+  hark_metric *degraded, *degrade_transitions, *streams_degraded, *breaker_trips;
   /* /metrics: the pool's size and use, streams with state, audio consumed */
   hark_metric *decoders_max, *decoders_created, *decoders_in_use, *decoder_timeouts;
   hark_metric *streams, *audio_seconds;
@@ -33,9 +46,11 @@ typedef struct asr_model {
 } asr_model;
 
 static void free_metrics(asr_model *m) {
-  hark_metric *all[] = {m->decoders_max,     m->decoders_created, m->decoders_in_use,
-                        m->decoder_timeouts, m->streams,          m->audio_seconds,
-                        m->partial_latency,  m->final_latency,    m->compute_seconds};
+  hark_metric *all[] = {
+      m->decoders_max,    m->decoders_created, m->decoders_in_use,     m->decoder_timeouts,
+      m->streams,         m->audio_seconds,    m->partial_latency,     m->final_latency,
+      m->compute_seconds, m->degraded,         m->degrade_transitions, m->streams_degraded,
+      m->breaker_trips};
   for (size_t i = 0; i < sizeof all / sizeof *all; i++) hark_metric_free(all[i]);
 }
 
@@ -61,6 +76,16 @@ static hark_error *make_metrics(hark_model *model, asr_model *m) {
       {&m->compute_seconds, HARK_METRIC_COUNTER, "hark_asr_compute_seconds_total",
        "CPU seconds workers spent recognising audio; real-time factor = "
        "rate(hark_asr_compute_seconds_total) / rate(hark_audio_seconds_total)"},
+      {&m->degraded, HARK_METRIC_GAUGE, "hark_asr_degraded",
+       "1 while new utterances decode with the fast profile because reply latency p99 stayed "
+       "over degrade_p99_ms for degrade_windows windows"},
+      {&m->degrade_transitions, HARK_METRIC_COUNTER, "hark_asr_degrade_transitions_total",
+       "Switches into and out of the degraded state"},
+      {&m->streams_degraded, HARK_METRIC_GAUGE, "hark_asr_streams_degraded",
+       "Streams decoding with the fast profile without having asked for it (degraded state "
+       "or their breaker)"},
+      {&m->breaker_trips, HARK_METRIC_COUNTER, "hark_asr_breaker_trips_total",
+       "Streams switched to the fast profile by a reply later than breaker_ms"},
   };
   for (size_t i = 0; i < sizeof defs / sizeof *defs; i++) {
     hark_error *err = hark_metric_new(model, defs[i].kind, defs[i].name, defs[i].help, defs[i].out);
@@ -100,17 +125,80 @@ static void publish(asr_model *m) {
   hark_metric_set(m->decoder_timeouts, (double)s.timeouts);
 }
 
-static ps_stream *stream_new(asr_model *m, uint32_t rate, const ps_endpointing *ep, char *why,
-                             size_t len) {
-  ps_stream *st = ps_stream_new(m->pool, rate, ep, why, len);
-  if (st) hark_metric_add(m->streams, 1);
-  return st;
+/* A stream's recogniser and its profile policy: the sequence's state. */
+typedef struct asr_stream {
+  ps_stream *st;
+  ps_profile requested; /* the stream's own profile, or the model's default */
+  bool breaker;         /* a reply ran past breaker_ms */
+  bool degraded;        /* decoding fast without asking (counted in streams_degraded) */
+} asr_stream;
+
+static asr_stream *stream_new(asr_model *m, uint32_t rate, const ps_endpointing *ep,
+                              ps_profile requested, char *why, size_t len) {
+  asr_stream *as = calloc(1, sizeof *as);
+  if (!as) {
+    snprintf(why, len, "out of memory");
+    return NULL;
+  }
+  as->st = ps_stream_new(m->pool, rate, ep, why, len);
+  if (!as->st) {
+    free(as);
+    return NULL;
+  }
+  as->requested = requested;
+  hark_metric_add(m->streams, 1);
+  return as;
 }
 
-static void stream_free(asr_model *m, ps_stream *st) {
-  if (!st) return;
-  ps_stream_free(st);
+static void stream_free(asr_model *m, asr_stream *as) {
+  if (!as) return;
+  ps_stream_free(as->st);
+  if (as->degraded) hark_metric_add(m->streams_degraded, -1);
+  free(as);
   hark_metric_add(m->streams, -1);
+}
+
+/* The profile of the stream's next utterance: its own, unless the model is
+ * degraded or its breaker tripped. */
+static void choose_profile(asr_model *m, asr_stream *as) {
+  bool forced = as->requested != PS_PROFILE_FAST && (as->breaker || ps_degrade_active(&m->degrade));
+  ps_stream_set_profile(as->st, forced ? PS_PROFILE_FAST : as->requested);
+  if (forced != as->degraded) {
+    as->degraded = forced;
+    hark_metric_add(m->streams_degraded, forced ? 1 : -1);
+  }
+}
+
+/* One streaming reply's latency: the model's windows and the stream's
+ * breaker. */
+static void judge_latency(asr_model *m, asr_stream *as, double latency) {
+  const ps_degrade_settings *ds = &ps_pool_settings(m->pool)->degrade;
+  int change = ps_degrade_observe(&m->degrade, hark_now_ns(), latency);
+  if (change) {
+    uint64_t transitions;
+    uint32_t p99;
+    ps_degrade_get(&m->degrade, &transitions, &p99);
+    hark_metric_set(m->degraded, change > 0 ? 1 : 0);
+    hark_metric_set(m->degrade_transitions, (double)transitions);
+    if (change > 0)
+      HARK_BACKEND_LOG(HARK_BACKEND_LOG_WARN,
+                       "asr: degraded: reply latency p99 over %u ms in %u windows of %u ms in a "
+                       "row (last %u ms); new utterances decode with the fast profile",
+                       ds->bound_ms, ds->windows, ds->window_ms, p99);
+    else
+      HARK_BACKEND_LOG(HARK_BACKEND_LOG_INFO,
+                       "asr: recovered: reply latency p99 within %u ms for %u windows; new "
+                       "utterances decode with their own profile",
+                       ds->bound_ms, ds->windows);
+  }
+  if (ds->on && !as->breaker && latency * 1e3 > ds->breaker_ms) {
+    as->breaker = true;
+    hark_metric_add(m->breaker_trips, 1);
+    HARK_BACKEND_LOG(HARK_BACKEND_LOG_WARN,
+                     "asr: breaker: a reply took %.0f ms (breaker_ms %u); this stream's next "
+                     "utterances decode with the fast profile",
+                     latency * 1e3, ds->breaker_ms);
+  }
 }
 
 static const char *cfg_param(void *ctx, uint32_t i, const char **key) {
@@ -132,8 +220,10 @@ static hark_error *model_init(hark_model *model) {
     return hark_error_new(HARK_ERR_INTERNAL, "pocketsphinx: out of memory");
   }
   m->pool = ps_pool_new(&s, err, sizeof err);
+  ps_degrade_init(&m->degrade, &s.degrade, hark_now_ns());
   ps_settings_fini(&s);
   if (!m->pool) {
+    ps_degrade_fini(&m->degrade);
     free(m);
     return hark_error_new(HARK_ERR_INVALID_ARG, "model '%s': %s", cfg->name, err);
   }
@@ -141,6 +231,7 @@ static hark_error *model_init(hark_model *model) {
   if (merr) {
     free_metrics(m);
     ps_pool_free(m->pool);
+    ps_degrade_fini(&m->degrade);
     free(m);
     return merr;
   }
@@ -154,6 +245,7 @@ static void model_fini(hark_model *model) {
   if (!m) return;
   free_metrics(m);
   ps_pool_free(m->pool);
+  ps_degrade_fini(&m->degrade);
   free(m);
 }
 
@@ -341,10 +433,10 @@ static hark_error *run_one(asr_model *m, hark_request *req) {
   int in_sequence =
       hark_request_correlation_id(req) != 0 || hark_request_correlation_id_str(req) != NULL;
   if (!in_sequence) flags |= HARK_REQUEST_SEQUENCE_START | HARK_REQUEST_SEQUENCE_END;
-  ps_stream *st = in_sequence ? hark_request_sequence_state(req) : NULL;
-  if (st && (flags & HARK_REQUEST_SEQUENCE_START)) { /* a restarted sequence */
-    stream_free(m, st);
-    st = NULL;
+  asr_stream *as = in_sequence ? hark_request_sequence_state(req) : NULL;
+  if (as && (flags & HARK_REQUEST_SEQUENCE_START)) { /* a restarted sequence */
+    stream_free(m, as);
+    as = NULL;
     hark_request_set_sequence_state(req, NULL);
   }
   const uint8_t *pcm;
@@ -363,17 +455,26 @@ static hark_error *run_one(asr_model *m, hark_request *req) {
     uint32_t cap = ps_pool_settings(m->pool)->max_alternatives;
     want_alt = a > (long)cap ? cap : (uint32_t)(a < 0 ? 0 : a);
   }
+  ps_profile profile = ps_pool_settings(m->pool)->profile;
+  const char *pname = hark_request_parameter(req, "profile");
+  if (!err && pname && ps_profile_parse(pname, &profile) != 0)
+    err = hark_error_new(HARK_ERR_INVALID_ARG,
+                         "asr: profile '%s' does not exist; the profiles are 'accurate' and 'fast'",
+                         pname);
   char why[512] = "";
   ps_endpointing ep;
-  if (!err && !st) err = parse_endpointing(req, &ep);
-  if (!err && !st) {
-    st = stream_new(m, rate, &ep, why, sizeof why);
-    if (!st) err = hark_error_new(HARK_ERR_INVALID_ARG, "asr: %s", why);
+  if (!err && !as) err = parse_endpointing(req, &ep);
+  if (!err && !as) {
+    as = stream_new(m, rate, &ep, profile, why, sizeof why);
+    if (!as) err = hark_error_new(HARK_ERR_INVALID_ARG, "asr: %s", why);
   }
-  /* A stream's n-best count comes with its first request; the finals of
-   * its later requests carry as many. */
+  ps_stream *st = as ? as->st : NULL;
+  /* A stream's n-best count and profile come with its first request; its
+   * later requests keep them. */
   if (!err && alt) ps_stream_set_alternatives(st, want_alt);
   if (!err) want_alt = ps_stream_alternatives(st);
+  if (!err && pname) as->requested = profile;
+  if (!err) choose_profile(m, as);
   int end = (flags & HARK_REQUEST_SEQUENCE_END) != 0;
   hark_response *resp = NULL;
   if (!err) {
@@ -392,8 +493,10 @@ static hark_error *run_one(asr_model *m, hark_request *req) {
     if (!err) {
       /* Whole-file requests (no sequence) are not streaming latency. */
       double latency = (double)(hark_now_ns() - hark_request_received_ns(req)) * 1e-9;
-      if (in_sequence)
+      if (in_sequence) {
         hark_metric_observe(r.is_final ? m->final_latency : m->partial_latency, latency);
+        judge_latency(m, as, latency);
+      }
       HARK_BACKEND_LOG(HARK_BACKEND_LOG_VERBOSE, "asr: %zu bytes of audio: %s '%s' after %.1f ms",
                        len, r.is_final ? "final" : "partial", r.text ? r.text : "", latency * 1e3);
     } else {
@@ -405,10 +508,10 @@ static hark_error *run_one(asr_model *m, hark_request *req) {
   free(owned);
   /* The stream's state is settled before the FINAL hands the request back. */
   if (end) {
-    stream_free(m, st);
+    stream_free(m, as);
     if (in_sequence) hark_request_set_sequence_state(req, NULL);
   } else if (in_sequence) {
-    hark_request_set_sequence_state(req, st);
+    hark_request_set_sequence_state(req, as);
   }
   if (err) return err;
   hark_response_send(resp, HARK_RESPONSE_FINAL, NULL);

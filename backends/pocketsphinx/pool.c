@@ -14,6 +14,12 @@
  * only state the search keeps across utterances — the cepstral mean — is
  * saved and restored by the stream (ps_cmn_save / ps_cmn_restore).
  *
+ * Every decoder carries two searches over one language model: the
+ * library's default (the accurate profile) and PS_FAST_SEARCH, made with
+ * the fast profile's arguments in place for the moment of its creation
+ * (the library reads them then); a stream picks one per utterance. The
+ * second search shares the models, so a profile costs no second decoder.
+ *
  * Each decoder gets its own cmd_ln_t: ps_init writes into its
  * configuration (the model's feat.params), and sphinxbase reference counts
  * are not atomic. Streams' front ends share the first decoder's
@@ -30,7 +36,9 @@
 #include <time.h>
 
 struct ps_pool {
-  ps_settings settings; /* a copy; argv strings owned by the pool */
+  ps_settings settings;     /* a copy; argv strings owned by the pool */
+  cmd_ln_t *fast_cfg;       /* the fast profile's configuration (values only) */
+  char accurate_search[64]; /* the library's default search's name */
   pthread_mutex_t mu;
   pthread_cond_t cv;
   pthread_mutex_t create_mu;
@@ -66,15 +74,72 @@ void ps_cmn_restore(ps_decoder_t *ps, const ps_cmn_state *st) {
   c->nframe = st->nframe;
 }
 
-static ps_decoder_t *decoder_new(const ps_settings *s, char *err, size_t errlen) {
-  cmd_ln_t *c = ps_settings_cmdln(s, err, errlen);
+/* Adds PS_FAST_SEARCH to ps, over the language model of its default
+ * search `accurate`: the fast profile's values stand in the decoder's
+ * configuration while the search is made, then the decoder's own come
+ * back. The library sets the acoustic model's one growable feature buffer
+ * from the last search made (a second pass needs the utterance's every
+ * frame), so the default search is then made again with its own values. */
+static int add_fast_search(ps_pool *p, ps_decoder_t *ps, const char *accurate, char *err,
+                           size_t errlen) {
+  const ps_settings *s = &p->settings;
+  cmd_ln_t *c = ps_get_config(ps);
+  /* The search wraps its model in a set: take the model itself, so that
+   * lookups do not go through two sets. */
+  ngram_model_t *lm = ps_get_lm(ps, accurate);
+  if (lm && ngram_model_set_count(lm) == 1) {
+    ngram_model_set_iter_t *it = ngram_model_set_iter(lm);
+    lm = it ? ngram_model_set_iter_model(it, NULL) : lm;
+    ngram_model_set_iter_free(it);
+  }
+  if (!lm) {
+    snprintf(err, errlen,
+             "pocketsphinx: the latency profiles need a language model search (-lm); this "
+             "model's search has none");
+    return -1;
+  }
+  ngram_model_retain(lm); /* the default search is replaced below */
+  anytype_t saved[PS_MAX_ARGS / 2];
+  int n = 0;
+  for (int j = 0; j + 1 < s->fast_argc; j += 2, n++) {
+    anytype_t *dst = cmd_ln_access_r(c, s->fast_argv[j]);
+    anytype_t *src = cmd_ln_access_r(p->fast_cfg, s->fast_argv[j]);
+    if (!dst || !src) break; /* cannot be: fast_cfg parsed these names */
+    saved[n] = *dst;
+    *dst = *src;
+  }
+  int rc = ps_set_lm(ps, PS_FAST_SEARCH, lm);
+  for (int j = 0, k = 0; k < n; j += 2, k++) *cmd_ln_access_r(c, s->fast_argv[j]) = saved[k];
+  if (rc >= 0) rc = ps_set_lm(ps, accurate, lm);
+  ngram_model_free(lm);
+  if (rc < 0) snprintf(err, errlen, "pocketsphinx: the fast profile's search could not be made");
+  return rc < 0 ? -1 : 0;
+}
+
+static ps_decoder_t *decoder_new(ps_pool *p, char *err, size_t errlen) {
+  cmd_ln_t *c = ps_settings_cmdln(&p->settings, 0, err, errlen);
   if (!c) return NULL;
   ps_decoder_t *ps = ps_init(c);
   cmd_ln_free_r(c); /* the decoder keeps its own reference */
-  if (!ps)
+  if (!ps) {
     snprintf(err, errlen,
              "pocketsphinx: ps_init failed (check -hmm, -lm and -dict exist and match; set "
              "parameter verbose=true for the library's log)");
+    return NULL;
+  }
+  const char *cur = ps_get_search(ps);
+  if (!cur) {
+    snprintf(err, errlen, "pocketsphinx: the decoder has no search");
+    ps_free(ps);
+    return NULL;
+  }
+  char accurate[sizeof p->accurate_search];
+  snprintf(accurate, sizeof accurate, "%s", cur);
+  if (add_fast_search(p, ps, accurate, err, errlen) != 0 || ps_set_search(ps, accurate) < 0) {
+    ps_free(ps);
+    return NULL;
+  }
+  memcpy(p->accurate_search, accurate, sizeof accurate);
   return ps;
 }
 
@@ -88,6 +153,7 @@ ps_pool *ps_pool_new(const ps_settings *s, char *err, size_t errlen) {
   if (!s->verbose) err_set_logfp(NULL);
   p->settings = *s;
   for (int i = 0; i < s->argc; i++) p->settings.argv[i] = strdup(s->argv[i]);
+  for (int i = 0; i < s->fast_argc; i++) p->settings.fast_argv[i] = strdup(s->fast_argv[i]);
   pthread_mutex_init(&p->mu, NULL);
   pthread_mutex_init(&p->create_mu, NULL);
   pthread_cond_init(&p->cv, NULL);
@@ -98,7 +164,12 @@ ps_pool *ps_pool_new(const ps_settings *s, char *err, size_t errlen) {
     ps_pool_free(p);
     return NULL;
   }
-  p->first = decoder_new(&p->settings, err, errlen);
+  p->fast_cfg = ps_settings_cmdln(&p->settings, 1, err, errlen);
+  if (!p->fast_cfg) {
+    ps_pool_free(p);
+    return NULL;
+  }
+  p->first = decoder_new(p, err, errlen);
   if (!p->first) {
     ps_pool_free(p);
     return NULL;
@@ -116,7 +187,7 @@ ps_pool *ps_pool_new(const ps_settings *s, char *err, size_t errlen) {
   p->all[p->n_all++] = p->first;
   p->idle[p->n_idle++] = p->first;
   while (p->n_all < s->pool_preload) { /* nobody else sees the pool yet */
-    ps_decoder_t *ps = decoder_new(&p->settings, err, errlen);
+    ps_decoder_t *ps = decoder_new(p, err, errlen);
     if (!ps) {
       ps_pool_free(p);
       return NULL;
@@ -133,6 +204,7 @@ void ps_pool_free(ps_pool *p) {
   free(p->idle);
   free(p->all);
   ps_settings_fini(&p->settings);
+  if (p->fast_cfg) cmd_ln_free_r(p->fast_cfg);
   pthread_cond_destroy(&p->cv);
   pthread_mutex_destroy(&p->mu);
   pthread_mutex_destroy(&p->create_mu);
@@ -165,7 +237,7 @@ ps_decoder_t *ps_pool_acquire(ps_pool *p, uint32_t wait_ms) {
       pthread_mutex_unlock(&p->mu);
       char err[256];
       pthread_mutex_lock(&p->create_mu);
-      ps_decoder_t *ps = decoder_new(&p->settings, err, sizeof err);
+      ps_decoder_t *ps = decoder_new(p, err, sizeof err);
       pthread_mutex_unlock(&p->create_mu);
       pthread_mutex_lock(&p->mu);
       p->creating--;
@@ -249,3 +321,7 @@ void ps_pool_fe_free(ps_pool *p, fe_t *fe) {
 void ps_pool_cmn_initial(const ps_pool *p, ps_cmn_state *out) { *out = p->cmn0; }
 uint32_t ps_pool_sample_rate(const ps_pool *p) { return p->sample_rate; }
 const ps_settings *ps_pool_settings(const ps_pool *p) { return &p->settings; }
+
+const char *ps_pool_search(const ps_pool *p, ps_profile prof) {
+  return prof == PS_PROFILE_FAST ? PS_FAST_SEARCH : p->accurate_search;
+}

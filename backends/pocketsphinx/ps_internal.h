@@ -17,9 +17,12 @@
 #define HARK_PS_INTERNAL_H
 
 #include <pocketsphinx.h>
+#include <pthread.h>
 #include <sphinxbase/cmn.h>
 #include <sphinxbase/fe.h>
 #include <sphinxbase/feat.h>
+#include <stdatomic.h>
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -27,9 +30,28 @@
 
 #define PS_MAX_ARGS 128
 
+/* Latency profiles: the model's settings (accurate: the library's two
+ * passes, finals equal pocketsphinx_continuous), or a search of its own in
+ * the same decoder (fast: the first pass only, narrower beams). */
+typedef enum ps_profile { PS_PROFILE_ACCURATE = 0, PS_PROFILE_FAST } ps_profile;
+#define PS_FAST_SEARCH "fast"
+
+/* The per-model degradation controller's and breaker's settings. */
+typedef struct ps_degrade_settings {
+  int on;              /* parameter degrade = "true" */
+  uint32_t window_ms;  /* degrade_window_ms: one window of reply latencies */
+  uint32_t bound_ms;   /* degrade_p99_ms: a window's p99 must stay under it */
+  uint32_t windows;    /* degrade_windows: consecutive windows to switch */
+  uint32_t breaker_ms; /* breaker_ms: one reply this late switches its stream */
+} ps_degrade_settings;
+
 typedef struct ps_settings {
   char *argv[PS_MAX_ARGS]; /* "-hmm", "/usr/share/...", ... (owned) */
   int argc;
+  char *fast_argv[PS_MAX_ARGS]; /* the fast profile's arguments over argv (owned) */
+  int fast_argc;
+  ps_profile profile; /* the model's default profile */
+  ps_degrade_settings degrade;
   uint32_t pool_size;           /* decoders at most */
   uint32_t pool_preload;        /* decoders made at load (at least 1, at most pool_size) */
   uint32_t decoder_wait_ms;     /* how long a stream waits for a free decoder */
@@ -47,8 +69,12 @@ typedef const char *(*ps_param_fn)(void *ctx, uint32_t i, const char **key);
 int ps_settings_init(ps_settings *s, ps_param_fn get, void *ctx, char *err, size_t errlen);
 void ps_settings_fini(ps_settings *s);
 /* A fresh pocketsphinx configuration from s (caller frees with
- * cmd_ln_free_r), or NULL with the library's reason in err. */
-cmd_ln_t *ps_settings_cmdln(const ps_settings *s, char *err, size_t errlen);
+ * cmd_ln_free_r), or NULL with the library's reason in err. fast: with
+ * the fast profile's arguments over the model's. */
+cmd_ln_t *ps_settings_cmdln(const ps_settings *s, int fast, char *err, size_t errlen);
+/* "accurate" / "fast" -> *out; -1 for another name. */
+int ps_profile_parse(const char *name, ps_profile *out);
+const char *ps_profile_name(ps_profile p);
 
 /* ---- pool.c -------------------------------------------------------------- */
 
@@ -95,6 +121,8 @@ void ps_pool_fe_free(ps_pool *p, fe_t *fe);
 void ps_pool_cmn_initial(const ps_pool *p, ps_cmn_state *out);
 uint32_t ps_pool_sample_rate(const ps_pool *p);
 const ps_settings *ps_pool_settings(const ps_pool *p);
+/* The decoders' search for a profile. */
+const char *ps_pool_search(const ps_pool *p, ps_profile prof);
 
 void ps_cmn_save(ps_decoder_t *ps, ps_cmn_state *st);
 void ps_cmn_restore(ps_decoder_t *ps, const ps_cmn_state *st);
@@ -164,5 +192,33 @@ ps_status ps_stream_feed(ps_stream *st, const uint8_t *pcm, size_t len, unsigned
 int ps_stream_has_decoder(const ps_stream *st);
 /* Seconds of the stream's audio (at the model rate) recognised so far. */
 double ps_stream_audio_processed(const ps_stream *st);
+/* The profile the stream's next utterance decodes with (the current one
+ * keeps its own: a search cannot change inside an utterance). */
+void ps_stream_set_profile(ps_stream *st, ps_profile p);
+
+/* ---- degrade.c ------------------------------------------------------------ */
+
+#define PS_DEGRADE_BUCKETS 10000u /* 1 ms each; the last holds 10 s and more */
+
+typedef struct ps_degrade {
+  ps_degrade_settings set;
+  pthread_mutex_t mu;
+  uint64_t window_start_ns;
+  uint32_t counts[PS_DEGRADE_BUCKETS]; /* this window's latencies */
+  uint64_t n;
+  uint32_t over_run, under_run; /* consecutive windows over / within the bound */
+  uint32_t last_p99_ms;         /* of the last finished window */
+  uint64_t transitions;
+  atomic_int degraded;
+} ps_degrade;
+
+void ps_degrade_init(ps_degrade *d, const ps_degrade_settings *s, uint64_t now_ns);
+void ps_degrade_fini(ps_degrade *d);
+/* Records one reply's latency at now_ns (thread-safe). Returns 1 when a
+ * window it closed switched the model to degraded, -1 back to normal, 0
+ * otherwise. Does nothing unless the settings turn degradation on. */
+int ps_degrade_observe(ps_degrade *d, uint64_t now_ns, double latency_s);
+bool ps_degrade_active(ps_degrade *d);
+void ps_degrade_get(ps_degrade *d, uint64_t *transitions, uint32_t *last_p99_ms);
 
 #endif

@@ -42,21 +42,57 @@ static int parse_u32(const char *v, uint32_t lo, uint32_t hi, uint32_t *out) {
   return 0;
 }
 
-/* Sets argument `name` to `value`, replacing an earlier setting. */
-static int set_arg(ps_settings *s, const char *name, const char *value) {
-  for (int i = 0; i + 1 < s->argc; i += 2)
-    if (strcmp(s->argv[i], name) == 0) {
+/* Sets argument `name` to `value` in argv, replacing an earlier setting. */
+static int set_in(char **argv, int *argc, const char *name, const char *value) {
+  for (int i = 0; i + 1 < *argc; i += 2)
+    if (strcmp(argv[i], name) == 0) {
       char *v = strdup(value);
       if (!v) return -1;
-      free(s->argv[i + 1]);
-      s->argv[i + 1] = v;
+      free(argv[i + 1]);
+      argv[i + 1] = v;
       return 0;
     }
-  if (s->argc + 2 > PS_MAX_ARGS) return -1;
-  s->argv[s->argc] = strdup(name);
-  s->argv[s->argc + 1] = strdup(value);
-  if (!s->argv[s->argc] || !s->argv[s->argc + 1]) return -1;
-  s->argc += 2;
+  if (*argc + 2 > PS_MAX_ARGS) return -1;
+  argv[*argc] = strdup(name);
+  argv[*argc + 1] = strdup(value);
+  if (!argv[*argc] || !argv[*argc + 1]) return -1;
+  *argc += 2;
+  return 0;
+}
+
+static int set_arg(ps_settings *s, const char *name, const char *value) {
+  return set_in(s->argv, &s->argc, name, value);
+}
+
+/* The fast profile: no second pass (-fwdflat) and no lattice rescoring
+ * (-bestpath), which finals wait for, and narrower beams and per-frame
+ * caps on the first pass: about half the CPU of the accurate profile on
+ * the LibriVox recordings, a few words lost (bench/RESULTS.md). Each is
+ * overridden by a parameter "fast:<argument>". */
+static const char *const fast_defaults[][2] = {
+    {"-fwdflat", "no"},  {"-bestpath", "no"},   {"-beam", "1e-35"}, {"-pbeam", "1e-35"},
+    {"-wbeam", "1e-25"}, {"-maxhmmpf", "3000"}, {"-maxwpf", "10"},
+};
+
+int ps_profile_parse(const char *name, ps_profile *out) {
+  if (!strcmp(name, "accurate"))
+    *out = PS_PROFILE_ACCURATE;
+  else if (!strcmp(name, "fast"))
+    *out = PS_PROFILE_FAST;
+  else
+    return -1;
+  return 0;
+}
+
+const char *ps_profile_name(ps_profile p) { return p == PS_PROFILE_FAST ? "fast" : "accurate"; }
+
+static int parse_bool(const char *v, int *out) {
+  if (!strcmp(v, "true") || !strcmp(v, "1") || !strcmp(v, "yes"))
+    *out = 1;
+  else if (!strcmp(v, "false") || !strcmp(v, "0") || !strcmp(v, "no"))
+    *out = 0;
+  else
+    return -1;
   return 0;
 }
 
@@ -78,6 +114,9 @@ int ps_settings_init(ps_settings *s, ps_param_fn get, void *ctx, char *err, size
   s->block_samples = 2048;
   s->max_alternatives = 10;
   s->default_sample_rate = 16000;
+  s->degrade = (ps_degrade_settings){0, 10000, 200, 3, 1000};
+  for (size_t i = 0; i < sizeof fast_defaults / sizeof *fast_defaults; i++)
+    if (set_in(s->fast_argv, &s->fast_argc, fast_defaults[i][0], fast_defaults[i][1])) goto oom;
   if (set_arg(s, "-hmm", PS_MODEL_DIR "/en-us") ||
       set_arg(s, "-lm", PS_MODEL_DIR "/en-us.lm.bin") ||
       set_arg(s, "-dict", PS_MODEL_DIR "/cmudict-en-us.dict"))
@@ -87,6 +126,27 @@ int ps_settings_init(ps_settings *s, ps_param_fn get, void *ctx, char *err, size
     int bad = 0;
     if (key[0] == '-') {
       if (set_arg(s, key, v)) goto oom;
+    } else if (!strncmp(key, "fast:-", 6)) {
+      if (set_in(s->fast_argv, &s->fast_argc, key + 5, v)) goto oom;
+    } else if (!strcmp(key, "profile")) {
+      if (ps_profile_parse(v, &s->profile)) {
+        snprintf(err, errlen,
+                 "pocketsphinx: parameter 'profile' is '%s'; the profiles are 'accurate' and "
+                 "'fast'",
+                 v);
+        ps_settings_fini(s);
+        return -1;
+      }
+    } else if (!strcmp(key, "degrade")) {
+      bad = parse_bool(v, &s->degrade.on);
+    } else if (!strcmp(key, "degrade_window_ms")) {
+      bad = parse_u32(v, 100, 3600000, &s->degrade.window_ms);
+    } else if (!strcmp(key, "degrade_p99_ms")) {
+      bad = parse_u32(v, 1, 60000, &s->degrade.bound_ms);
+    } else if (!strcmp(key, "degrade_windows")) {
+      bad = parse_u32(v, 1, 1000, &s->degrade.windows);
+    } else if (!strcmp(key, "breaker_ms")) {
+      bad = parse_u32(v, 1, 600000, &s->degrade.breaker_ms);
     } else if (!strcmp(key, "hmm") || !strcmp(key, "lm") || !strcmp(key, "dict")) {
       char name[8];
       snprintf(name, sizeof name, "-%s", key);
@@ -148,23 +208,38 @@ oom:
 
 void ps_settings_fini(ps_settings *s) {
   for (int i = 0; i < s->argc; i++) free(s->argv[i]);
-  s->argc = 0;
+  for (int i = 0; i < s->fast_argc; i++) free(s->fast_argv[i]);
+  s->argc = s->fast_argc = 0;
 }
 
-cmd_ln_t *ps_settings_cmdln(const ps_settings *s, char *err, size_t errlen) {
-  char *argv[PS_MAX_ARGS + 1];
+cmd_ln_t *ps_settings_cmdln(const ps_settings *s, int fast, char *err, size_t errlen) {
+  /* argv, then (fast) each of the profile's arguments replacing the
+   * model's of that name or added: the library refuses duplicates. */
+  char *argv[2 * PS_MAX_ARGS + 1];
+  int argc = s->argc;
   for (int i = 0; i < s->argc; i++) argv[i] = s->argv[i];
-  argv[s->argc] = NULL;
+  for (int j = 0; fast && j + 1 < s->fast_argc; j += 2) {
+    int i = 0;
+    while (i < s->argc && strcmp(argv[i], s->fast_argv[j]) != 0) i += 2;
+    if (i >= s->argc) {
+      argv[argc] = s->fast_argv[j];
+      i = argc;
+      argc += 2;
+    }
+    argv[i + 1] = s->fast_argv[j + 1];
+  }
+  argv[argc] = NULL;
   /* strict: an unknown argument is an error, not a warning. */
-  cmd_ln_t *c = cmd_ln_parse_r(NULL, ps_args(), s->argc, argv, TRUE);
+  cmd_ln_t *c = cmd_ln_parse_r(NULL, ps_args(), argc, argv, TRUE);
   if (!c) {
     snprintf(err, errlen,
-             "pocketsphinx: the library rejected the arguments (unknown argument or bad value "
-             "among:");
-    for (int i = 0; i < s->argc; i += 2) {
+             "pocketsphinx: the library rejected the %sarguments (unknown argument or bad value "
+             "among:",
+             fast ? "fast profile's " : "");
+    for (int i = 0; i < argc; i += 2) {
       size_t n = strlen(err);
       if (n + 4 >= errlen) break;
-      snprintf(err + n, errlen - n, " %s=%s", s->argv[i], s->argv[i + 1]);
+      snprintf(err + n, errlen - n, " %s=%s", argv[i], argv[i + 1]);
     }
     size_t n = strlen(err);
     if (n + 2 < errlen) snprintf(err + n, errlen - n, ")");

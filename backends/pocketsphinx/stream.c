@@ -40,6 +40,7 @@ struct ps_stream {
   const ps_settings *set;
   uint32_t client_rate, model_rate;
   uint32_t alternatives; /* n-best count of the stream's results */
+  ps_profile profile;    /* for the next utterance */
   hark_resampler *rs;
   fe_t *fe;
   int ncep, frame_shift, frame_size;
@@ -209,7 +210,7 @@ static ps_status ensure_decoder(ps_stream *st, char *err, size_t errlen) {
   }
   st->wait_since_ms = 0;
   ps_cmn_restore(ps, &st->cmn);
-  if (ps_start_utt(ps) < 0) {
+  if (ps_set_search(ps, ps_pool_search(st->pool, st->profile)) < 0 || ps_start_utt(ps) < 0) {
     ps_pool_release(st->pool, ps);
     snprintf(err, errlen, "pocketsphinx: ps_start_utt failed");
     return PS_INTERNAL;
@@ -414,6 +415,7 @@ void ps_stream_free(ps_stream *st) {
 uint32_t ps_stream_client_rate(const ps_stream *st) { return st->client_rate; }
 int ps_stream_has_decoder(const ps_stream *st) { return st->ps != NULL; }
 uint32_t ps_stream_alternatives(const ps_stream *st) { return st->alternatives; }
+void ps_stream_set_profile(ps_stream *st, ps_profile p) { st->profile = p; }
 void ps_stream_set_alternatives(ps_stream *st, uint32_t n) { st->alternatives = n; }
 
 double ps_stream_audio_processed(const ps_stream *st) {

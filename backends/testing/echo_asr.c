@@ -204,6 +204,12 @@ static hark_error *run(echo_model *m, hark_request *req, hark_response *resp) {
   seq *s;
   hark_error *err = seq_get(m, id, flags & HARK_REQUEST_SEQUENCE_START, &s);
   if (err) return err;
+  const char *profile = hark_request_parameter(req, "profile");
+  if (profile) {
+    if (flags & HARK_REQUEST_SEQUENCE_END) seq_end(m, id);
+    return hark_error_new(HARK_ERR_INVALID_ARG,
+                          "echo_asr: this model has no latency profiles (asked for '%s')", profile);
+  }
   if (flags & HARK_REQUEST_SEQUENCE_START) {
     const char *rate = hark_request_parameter(req, "sample_rate");
     s->rate = rate ? atoi(rate) : 16000;

@@ -263,6 +263,16 @@ class Riva(harness.ServerTest):
         self.assertEqual(resp.results[0].alternatives[0].transcript, self.refs[FILES[4]])
         self.assertFalse(resp.results[0].alternatives[0].words)
 
+    def test_profile_in_custom_configuration(self):
+        # Riva's custom_configuration "profile" picks the latency profile:
+        # the fast one's words equal the WebSocket's fast profile's.
+        rate, audio = pcm(FILES[1])
+        responses, _ = stream(self.stub, audio, rate=rate,
+                              custom_configuration={"profile": "fast"})
+        ws_finals, _ = asyncio.run(ws_stream(self.ws_uri, audio, rate, profile="fast"))
+        self.assertTrue(text(responses))
+        self.assertEqual(text(responses), joined(ws_finals))
+
     def test_speech_recognition_config(self):
         resp = self.stub.GetRivaSpeechRecognitionConfig(
             rasr.RivaSpeechRecognitionConfigRequest(), timeout=30)
@@ -314,6 +324,9 @@ class Riva(harness.ServerTest):
             ([cfg, rasr.StreamingRecognizeRequest(audio_content=b"\0" * (5 << 20))],
              C.RESOURCE_EXHAUSTED, ""),
             ([rasr.StreamingRecognizeRequest()], C.INVALID_ARGUMENT, "streaming_config or"),
+            ([rasr.StreamingRecognizeRequest(streaming_config=config(
+                custom_configuration={"profile": "quick"})), chunk],
+             C.INVALID_ARGUMENT, "profile 'quick' does not exist"),
             ([rasr.StreamingRecognizeRequest(streaming_config=config(
                 endpointing_config=rasr.EndpointingConfig(stop_threshold=1.5)))],
              C.INVALID_ARGUMENT, "thresholds"),

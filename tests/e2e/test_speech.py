@@ -5,18 +5,15 @@ library itself gives for the same files (pocketsphinx_continuous)."""
 import asyncio
 import audioop
 import glob
-import io
 import json
 import os
-import shutil
 import struct
 import subprocess
-import time
 import wave
 
 import websockets
 
-from harness import MODELS, Harkd, ServerTest, main, make_repo, metric_value
+from harness import ServerTest, main, metric_value
 
 LIBRIVOX = "/usr/share/pocketsphinx/test/data/librivox"
 FILES = sorted(glob.glob(os.path.join(LIBRIVOX, "*.wav")))
@@ -50,12 +47,15 @@ def wer(ref, hyp):
     return d[len(h)] / max(1, len(r))
 
 
-async def stream(uri, audio, rate=16000, chunk=CHUNK, config=True, words_on=True):
+async def stream(uri, audio, rate=16000, chunk=CHUNK, config=True, words_on=True, profile=None):
     """Streams audio; returns (finals, replies). Checks one reply per message."""
     finals, replies = [], []
     async with websockets.connect(uri, max_size=None) as ws:
         if config:
-            await ws.send(json.dumps({"config": {"sample_rate": rate, "words": words_on}}))
+            cfg = {"sample_rate": rate, "words": words_on}
+            if profile:
+                cfg["profile"] = profile
+            await ws.send(json.dumps({"config": cfg}))
         for off in range(0, len(audio), chunk):
             await ws.send(audio[off:off + chunk])
             reply = json.loads(await asyncio.wait_for(ws.recv(), 30))
@@ -77,7 +77,8 @@ def joined(finals):
     return " ".join(f["text"] for f in finals if f["text"])
 
 
-class Speech(ServerTest):
+class SpeechTest(ServerTest):
+    """One harkd on the test repository; the library's transcripts."""
     @classmethod
     def setUpClass(cls):
         super().setUpClass()
@@ -87,6 +88,22 @@ class Speech(ServerTest):
     def run_async(self, coro):
         return asyncio.run(coro)
 
+    def offline(self, data, parameters=None):
+        """POSTs a recording to asr over KServe (binary extension); returns
+        the outputs by name, after checking the status is 200."""
+        doc = {"inputs": [{"name": "AUDIO", "datatype": "BYTES", "shape": [1],
+                           "parameters": {"binary_data_size": len(data) + 4}}]}
+        if parameters:
+            doc["parameters"] = parameters
+        header = json.dumps(doc).encode()
+        status, _, raw = self.server.request(
+            "POST", "/v2/models/asr/infer", header + struct.pack("<I", len(data)) + data,
+            {"Inference-Header-Content-Length": str(len(header))})
+        self.assertEqual(status, 200, raw[:300])
+        return {o["name"]: o for o in json.loads(raw)["outputs"]}
+
+
+class Speech(SpeechTest):
     def test_each_recording_matches_the_library(self):
         truth = {}
         with open(os.path.join(LIBRIVOX, "transcription")) as f:
@@ -143,38 +160,6 @@ class Speech(ServerTest):
             self.assertTrue(last, new_rate)
             self.assertLess(last[-1]["end"], len(converted) / 2 / new_rate + 0.05, new_rate)
 
-    def test_8khz_gives_one_transcript(self):
-        # The same 8 kHz audio, streamed in different chunkings and sent
-        # offline as a WAV, gives the same words every time: resampling is
-        # deterministic. (With soxr's dither, seeded from the clock, these
-        # two recordings gave two transcripts in three runs.)
-        for path in (FILES[2], FILES[4]):
-            rate, audio = pcm(path)
-            low, _ = audioop.ratecv(audio, 2, 1, rate, 8000, None)
-            got = set()
-            for chunk in (1600, 1000, 4002):
-                finals, _ = self.run_async(stream(self.uri, low, 8000, chunk=chunk))
-                got.add(joined(finals))
-            buf = io.BytesIO()
-            with wave.open(buf, "wb") as w:
-                w.setnchannels(1)
-                w.setsampwidth(2)
-                w.setframerate(8000)
-                w.writeframes(low)
-            data = buf.getvalue()
-            header = json.dumps({
-                "inputs": [{"name": "AUDIO", "datatype": "BYTES", "shape": [1],
-                            "parameters": {"binary_data_size": len(data) + 4}}],
-            }).encode()
-            status, _, raw = self.server.request(
-                "POST", "/v2/models/asr/infer", header + struct.pack("<I", len(data)) + data,
-                {"Inference-Header-Content-Length": str(len(header))})
-            self.assertEqual(status, 200, raw[:300])
-            outputs = {o["name"]: o for o in json.loads(raw)["outputs"]}
-            got.add(outputs["TRANSCRIPT"]["data"][0])
-            self.assertEqual(len(got), 1, (path, got))
-            self.assertTrue(next(iter(got)), path)
-
     def test_streaming_finals_carry_n_best(self):
         # max_alternatives comes with the config only, yet every final of
         # the stream carries the n-best (as offline recognition does); a
@@ -209,82 +194,6 @@ class Speech(ServerTest):
             self.assertEqual(len(texts), len(set(texts)), texts)
         self.assertEqual(empty, {"alternatives": [{"confidence": 1.0, "text": ""}]})
 
-    def test_default_sample_rate_for_streams_without_config(self):
-        # Vosk's servers assume 8 kHz and its browser samples send raw PCM
-        # with no config: --speech-sample-rate, or the model's
-        # default_sample_rate, says what such a stream is.
-        rate, audio = pcm(FILES[2])
-        low, _ = audioop.ratecv(audio, 2, 1, rate, 8000, None)
-        want, _ = self.run_async(stream(self.uri, low, 8000, chunk=1600))
-        want = joined(want)
-        self.assertTrue(want)
-        with open(os.path.join(MODELS, "asr", "config.pbtxt")) as f:
-            asr = f.read()
-        asr8 = asr.replace('name: "asr"', 'name: "asr8"').replace(
-            "parameters [", 'parameters [\n  { key: "default_sample_rate" '
-            'value: { string_value: "8000" } },', 1)
-        repo = make_repo({"asr": asr, "asr8": asr8})
-        try:
-            for args, path in ((["--speech-sample-rate", "8000"], "/"),
-                               ([], "/v2/models/asr8/stream")):
-                server = Harkd(repo, ["--model-control-mode", "explicit",
-                                      "--load-model", "asr", "--load-model", "asr8", *args])
-                try:
-                    uri = f"ws://127.0.0.1:{server.http_port}{path}"
-                    got, _ = self.run_async(stream(uri, low, 8000, chunk=1600, config=False))
-                    self.assertEqual(joined(got), want, args)
-                finally:
-                    server.stop()
-        finally:
-            shutil.rmtree(repo, ignore_errors=True)
-        bad = make_repo({"asr": asr.replace(
-            "parameters [", 'parameters [\n  { key: "default_sample_rate" '
-            'value: { string_value: "4000" } },', 1)})
-        try:
-            server = Harkd(bad, wait_ready=False)
-            try:
-                deadline = time.time() + 30
-                while "default_sample_rate" not in server.output() and time.time() < deadline:
-                    time.sleep(0.2)
-                self.assertIn("bad value '4000' for parameter 'default_sample_rate'",
-                              server.output())
-            finally:
-                server.proc.kill()
-                server.proc.wait()
-                server.log.close()
-        finally:
-            shutil.rmtree(bad, ignore_errors=True)
-
-    def test_g711_wav_files(self):
-        # mu-law and A-law WAV files (telephone recordings) are decoded as
-        # raw G.711 is: their words equal those of the same samples sent as
-        # 16-bit PCM, offline and streamed.
-        rate, audio = pcm(FILES[2])
-        low, _ = audioop.ratecv(audio, 2, 1, rate, 8000, None)
-        for fmt, encode, decode in ((7, audioop.lin2ulaw, audioop.ulaw2lin),
-                                    (6, audioop.lin2alaw, audioop.alaw2lin)):
-            g711 = encode(low, 2)
-            data = (b"RIFF" + struct.pack("<I", 36 + len(g711)) + b"WAVE"
-                    + b"fmt " + struct.pack("<IHHIIHH", 16, fmt, 1, 8000, 8000, 1, 8)
-                    + b"data" + struct.pack("<I", len(g711)) + g711)
-            want, _ = self.run_async(stream(self.uri, decode(g711, 2), 8000, chunk=1600))
-            want = joined(want)
-            self.assertTrue(want)
-            header = json.dumps({
-                "inputs": [{"name": "AUDIO", "datatype": "BYTES", "shape": [1],
-                            "parameters": {"binary_data_size": len(data) + 4}}],
-            }).encode()
-            status, _, raw = self.server.request(
-                "POST", "/v2/models/asr/infer", header + struct.pack("<I", len(data)) + data,
-                {"Inference-Header-Content-Length": str(len(header))})
-            self.assertEqual(status, 200, raw[:300])
-            outputs = {o["name"]: o for o in json.loads(raw)["outputs"]}
-            self.assertEqual(outputs["TRANSCRIPT"]["data"][0], want, fmt)
-            self.assertAlmostEqual(outputs["AUDIO_PROCESSED"]["data"][0], len(g711) / 8000,
-                                   delta=0.05)
-            got, _ = self.run_async(stream(self.uri, data, config=False, chunk=801))
-            self.assertEqual(joined(got), want, fmt)
-
     def test_words_off_and_reset(self):
         rate, audio = pcm(FILES[1])
 
@@ -314,17 +223,7 @@ class Speech(ServerTest):
         path = FILES[4]
         with open(path, "rb") as f:
             data = f.read()
-        header = json.dumps({
-            "inputs": [{"name": "AUDIO", "datatype": "BYTES", "shape": [1],
-                        "parameters": {"binary_data_size": len(data) + 4}}],
-        }).encode()
-        body = header + struct.pack("<I", len(data)) + data
-        status, _, raw = self.server.request(
-            "POST", "/v2/models/asr/infer", body,
-            {"Inference-Header-Content-Length": str(len(header))})
-        self.assertEqual(status, 200, raw[:300])
-        doc = json.loads(raw)
-        outputs = {o["name"]: o for o in doc["outputs"]}
+        outputs = self.offline(data)
         self.assertEqual(outputs["TRANSCRIPT"]["data"][0], self.refs[path])
         self.assertEqual(outputs["IS_FINAL"]["data"][0], True)
         self.assertEqual(outputs["WORDS"]["data"], self.refs[path].split())

@@ -187,6 +187,9 @@ class Protocol(WsTest):
             ([pcm(10), json.dumps({"config": {"sample_rate": 8000}})], 1008, "before the first audio"),
             ([b"\0" * big], 1009, "--ws-max-message-bytes"),
             ([b"FAIL" + pcm(10)], 1011, "failing as asked"),
+            ([json.dumps({"config": {"profile": "fast"}}), pcm(10)], 1007,
+             "no latency profiles"),
+            ([json.dumps({"config": {"profile": 3}})], 1007, "profile"),
         ]
 
         async def go():

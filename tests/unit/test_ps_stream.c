@@ -139,18 +139,23 @@ static char *stream_bytes(ps_pool *pool, ps_stream *st, const uint8_t *b, size_t
   return all;
 }
 
-static char *stream_file(ps_pool *pool, int i) {
+static char *stream_file_as(ps_pool *pool, int i, ps_profile profile) {
   char path[512];
   snprintf(path, sizeof path, DATA "%s.wav", files[i]);
   blob b = read_file(path);
   char err[256];
   ps_stream *st = ps_stream_new(pool, 16000, NULL, err, sizeof err);
   assert_non_null(st);
+  ps_stream_set_profile(st, profile);
   char *text = stream_bytes(pool, st, b.bytes, b.len, 3200, 1, NULL);
   assert_false(ps_stream_has_decoder(st));
   ps_stream_free(st);
   free(b.bytes);
   return text;
+}
+
+static char *stream_file(ps_pool *pool, int i) {
+  return stream_file_as(pool, i, PS_PROFILE_ACCURATE);
 }
 
 static int setup(void **state) {
@@ -208,6 +213,105 @@ static void test_single_pass_setting(void **state) {
     free(got);
   }
   ps_pool_free(pool);
+}
+
+/* The fast profile is a second search in every decoder: its finals equal
+ * pocketsphinx_continuous run with the profile's arguments, and the
+ * accurate profile's stay those of the model's own, whichever the
+ * decoder decoded before. An override ("fast:-maxwpf") reaches it. */
+static void test_latency_profiles(void **state) {
+  (void)state;
+  const char *kv[] = {"decoder_pool_size", "1", "fast:-maxwpf", "8", NULL};
+  ps_pool *pool = make_pool(kv);
+  const char *fast_args =
+      "-fwdflat no -bestpath no -beam 1e-35 -pbeam 1e-35 -wbeam 1e-25 -maxhmmpf 3000 -maxwpf 8";
+  for (int i = 0; i < NFILES; i += 2) {
+    char path[512];
+    snprintf(path, sizeof path, DATA "%s.wav", files[i]);
+    char *want = run_continuous_args(path, fast_args);
+    char *fast = stream_file_as(pool, i, PS_PROFILE_FAST);
+    char *accurate = stream_file_as(pool, i, PS_PROFILE_ACCURATE); /* the same decoder */
+    printf("  %s\n    fast:     %s\n    accurate: %s\n", files[i], fast, accurate);
+    assert_string_equal(fast, want);
+    assert_string_equal(accurate, expected[i]);
+    free(want);
+    free(fast);
+    free(accurate);
+  }
+  ps_pool_free(pool);
+
+  /* Bad settings fail the load with the reason. */
+  const char *bad[][3] = {
+      /* key, value, what the error names */
+      {"profile", "quick", "'quick'"},
+      {"fast:-nosuch", "1", "-nosuch"},
+      {"degrade_window_ms", "0", "degrade_window_ms"},
+      {"degrade_p99_ms", "0", "degrade_p99_ms"},
+      {"degrade_windows", "0", "degrade_windows"},
+      {"breaker_ms", "99999999", "breaker_ms"},
+      {"degrade", "maybe", "degrade"},
+  };
+  for (size_t k = 0; k < sizeof bad / sizeof *bad; k++) {
+    ps_settings s;
+    char err[1024] = "";
+    const char *kv1[] = {bad[k][0], bad[k][1], NULL};
+    int rc = ps_settings_init(&s, param_get, (void *)kv1, err, sizeof err);
+    ps_pool *p = NULL;
+    if (rc == 0) {
+      p = ps_pool_new(&s, err, sizeof err);
+      ps_settings_fini(&s);
+    }
+    printf("    %s=%s: %s\n", bad[k][0], bad[k][1], err);
+    assert_null(p);
+    assert_non_null(strstr(err, bad[k][2]));
+  }
+}
+
+/* The degradation controller on a fake clock: 3 windows of 1 s over a
+ * 200 ms p99 switch it on, 3 within switch it off; a window without
+ * replies judges nothing and breaks no run. */
+static void test_degrade_controller(void **state) {
+  (void)state;
+  ps_degrade_settings ds = {
+      .on = 1, .window_ms = 1000, .bound_ms = 200, .windows = 3, .breaker_ms = 1000};
+  ps_degrade d;
+  const uint64_t S = 1000000000ull;
+  ps_degrade_init(&d, &ds, 0);
+  int changes = 0;
+  /* Window 0: 99 fast replies and one slow one: p99 within. */
+  for (int i = 0; i < 99; i++) changes += ps_degrade_observe(&d, S / 2, 0.050);
+  changes += ps_degrade_observe(&d, S / 2, 0.900);
+  /* Windows 1..3: 2 of 100 replies at 300 ms: p99 over, each. */
+  for (uint64_t w = 1; w <= 3; w++)
+    for (int i = 0; i < 100; i++)
+      changes += ps_degrade_observe(&d, w * S + 1, i < 2 ? 0.300 : 0.050);
+  assert_int_equal(changes, 0); /* window 3 is not over yet */
+  assert_false(ps_degrade_active(&d));
+  assert_int_equal(ps_degrade_observe(&d, 4 * S, 0.010), 1); /* closes window 3 */
+  assert_true(ps_degrade_active(&d));
+  /* Window 4 within; 5 and 6 quiet (no replies); 7 within; 8 within: back. */
+  assert_int_equal(ps_degrade_observe(&d, 7 * S + 1, 0.010), 0); /* closes 4 */
+  assert_true(ps_degrade_active(&d));
+  assert_int_equal(ps_degrade_observe(&d, 8 * S + 1, 0.010), 0); /* closes 7 */
+  assert_true(ps_degrade_active(&d));
+  assert_int_equal(ps_degrade_observe(&d, 9 * S + 1, 0.010), -1); /* closes 8 */
+  assert_false(ps_degrade_active(&d));
+  /* An over window breaks a run of within ones. */
+  assert_int_equal(ps_degrade_observe(&d, 10 * S + 1, 0.500), 0); /* closes 9 (within) */
+  assert_int_equal(ps_degrade_observe(&d, 11 * S + 1, 0.010), 0); /* closes 10 (over) */
+  assert_int_equal(ps_degrade_observe(&d, 12 * S + 1, 0.010), 0); /* 11 within */
+  assert_false(ps_degrade_active(&d));
+  uint64_t transitions;
+  uint32_t p99;
+  ps_degrade_get(&d, &transitions, &p99);
+  assert_int_equal(transitions, 2);
+  ps_degrade_fini(&d);
+  /* Off: never switches. */
+  ds.on = 0;
+  ps_degrade_init(&d, &ds, 0);
+  for (uint64_t w = 0; w < 10; w++) assert_int_equal(ps_degrade_observe(&d, w * S, 5.0), 0);
+  assert_false(ps_degrade_active(&d));
+  ps_degrade_fini(&d);
 }
 
 static double now_s(void) {
@@ -613,6 +717,8 @@ int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_matches_continuous),
       cmocka_unit_test(test_single_pass_setting),
+      cmocka_unit_test(test_latency_profiles),
+      cmocka_unit_test(test_degrade_controller),
       cmocka_unit_test(test_multi_utterance_stream),
       cmocka_unit_test(test_concurrent_streams_share_decoders),
       cmocka_unit_test(test_pool_preload),
@@ -621,5 +727,7 @@ int main(void) {
       cmocka_unit_test(test_resampled_input_and_wer),
       cmocka_unit_test(test_memory),
   };
+  /* HARK_TEST_FILTER=test_latency_* runs some (the whole file takes minutes). */
+  if (getenv("HARK_TEST_FILTER")) cmocka_set_test_filter(getenv("HARK_TEST_FILTER"));
   return cmocka_run_group_tests(tests, setup, teardown);
 }

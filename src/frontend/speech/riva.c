@@ -192,6 +192,15 @@ static hark_error *config_parse(const hark_riva *r, const recognition_config *rc
   out->st.max_alternatives = out->alternatives > 1 ? out->alternatives : 0;
   out->st.words = rc->enable_word_time_offsets;
   if (!out->st.sample_rate) out->st.sample_rate = r->sample_rate;
+  /* custom_configuration: "profile" picks the model's latency profile;
+   * other keys are the model's business, as in Riva, and ignored here. */
+  for (size_t i = 0; i < rc->n_custom_configuration; i++) {
+    const char *k = rc->custom_configuration[i]->key, *v = rc->custom_configuration[i]->value;
+    if (k && v && !strcmp(k, "profile")) {
+      free(out->st.profile);
+      out->st.profile = hark_xstrdup(v);
+    }
+  }
   if (id && id->value && *id->value) out->request_id = hark_xstrdup(id->value);
   return NULL;
 }

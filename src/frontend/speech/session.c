@@ -66,6 +66,8 @@ static _Atomic uint64_t next_stream = 1;
 void hark_speech_settings_fini(hark_speech_settings *st) {
   free(st->phrase_list);
   st->phrase_list = NULL;
+  free(st->profile);
+  st->profile = NULL;
 }
 
 /* ---- admission ------------------------------------------------------------------ */
@@ -137,6 +139,7 @@ static void put_settings(hark_request *req, const hark_speech_settings *st) {
   set_uint_param(req, "max_alternatives", st->max_alternatives);
   hark_request_set_parameter(req, "words", st->words ? "true" : "false");
   if (st->phrase_list) hark_request_set_parameter(req, "phrase_list", st->phrase_list);
+  if (st->profile) hark_request_set_parameter(req, "profile", st->profile);
   if (st->silence_ms) set_uint_param(req, "silence_ms", st->silence_ms);
   if (st->startspeech_ms) set_uint_param(req, "startspeech_ms", st->startspeech_ms);
 }
@@ -337,6 +340,7 @@ void hark_speech_configure(hark_speech_session *s, hark_model *model,
   s->model = model;
   s->st = *settings;
   settings->phrase_list = NULL;
+  settings->profile = NULL;
 }
 
 const char *hark_speech_id(const hark_speech_session *s) { return s->id; }

@@ -61,6 +61,7 @@ typedef struct hark_speech_settings {
   bool partials;                       /* false: finals only (parameter partial=false) */
   uint32_t silence_ms, startspeech_ms; /* endpointing; 0: the model's */
   char *phrase_list;                   /* JSON array text, owned; NULL: none */
+  char *profile;                       /* latency profile, owned; NULL: the model's */
   hark_speech_encoding encoding;
 } hark_speech_settings;
 

@@ -88,9 +88,10 @@ static size_t queue_hard(const hark_vosk *v) { return 4 * v->max_message + 65536
 
 static int error_close_code(const hark_error *err) {
   hark_code code = hark_error_code(err);
-  return code == HARK_ERR_UNAVAILABLE || code == HARK_ERR_RESOURCE_EXHAUSTED
-             ? HARK_WS_CLOSE_TRY_LATER
-             : HARK_WS_CLOSE_INTERNAL;
+  if (code == HARK_ERR_UNAVAILABLE || code == HARK_ERR_RESOURCE_EXHAUSTED)
+    return HARK_WS_CLOSE_TRY_LATER;
+  /* the model refused what the client sent (a setting, the audio) */
+  return code == HARK_ERR_INVALID_ARG ? HARK_WS_CLOSE_INVALID : HARK_WS_CLOSE_INTERNAL;
 }
 
 /* ---- upgrades -------------------------------------------------------------------- */
@@ -373,6 +374,11 @@ static void on_text(vosk_stream *s, const char *data, size_t len) {
     if (t.config.has_sample_rate) s->st.sample_rate = (uint32_t)t.config.sample_rate;
     if (t.config.has_words) s->st.words = t.config.words;
     if (t.config.has_max_alternatives) s->st.max_alternatives = (uint32_t)t.config.max_alternatives;
+    if (t.config.profile) {
+      free(s->st.profile);
+      s->st.profile = t.config.profile;
+      t.config.profile = NULL;
+    }
     if (t.config.phrase_list) {
       free(s->st.phrase_list);
       s->st.phrase_list = t.config.phrase_list;

@@ -95,6 +95,19 @@ static void parse_config(const cJSON *cfg, hark_vosk_text *t) {
       return;
     }
   }
+  v = cJSON_GetObjectItemCaseSensitive(cfg, "profile"); /* hark's: the model names them */
+  if (v) {
+    size_t n = cJSON_IsString(v) ? strlen(v->valuestring) : 0;
+    if (n == 0 || n > 64) {
+      invalid(t, HARK_WS_CLOSE_INVALID,
+              "config: 'profile' must be a profile name such as \"accurate\" or \"fast\"");
+      return;
+    }
+    if (!(c->profile = strdup(v->valuestring))) {
+      invalid(t, HARK_WS_CLOSE_INTERNAL, "out of memory");
+      return;
+    }
+  }
   t->kind = HARK_VOSK_TEXT_CONFIG;
 }
 
@@ -134,5 +147,6 @@ void hark_vosk_text_parse(const char *data, size_t len, hark_vosk_text *out) {
 
 void hark_vosk_text_clear(hark_vosk_text *t) {
   free(t->config.phrase_list);
+  free(t->config.profile);
   memset(t, 0, sizeof *t);
 }

@@ -3,7 +3,8 @@
  * pure function (no I/O, no server) so a fuzz target can drive it:
  *
  *   {"config": {"sample_rate": R, "words": B, "max_alternatives": N,
- *               "phrase_list": ["...", ...]}}   settings, before audio
+ *               "phrase_list": ["...", ...],
+ *               "profile": "fast"}}             settings, before audio
  *   {"eof" : 1}                                  end of the stream
  *   {"reset" : 1}                                end of the utterance
  *
@@ -36,6 +37,7 @@ typedef struct hark_vosk_config {
   bool words;
   int max_alternatives;
   char *phrase_list; /* the array as compact JSON, owned; NULL when absent */
+  char *profile;     /* the latency profile asked for, owned; NULL when absent */
 } hark_vosk_config;
 
 typedef struct hark_vosk_text {

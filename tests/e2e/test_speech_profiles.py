@@ -1,0 +1,81 @@
+"""Latency profiles (accurate, fast) and degradation: the model's
+degraded state and each stream's breaker.
+
+Against the real harkd over real sockets, with the helpers of test_speech.
+"""
+import asyncio
+import json
+import os
+import shutil
+
+import websockets
+
+from harness import MODELS, Harkd, main, make_repo, metric_value
+from test_speech import CHUNK, FILES, SpeechTest, joined, pcm, stream
+
+
+class SpeechProfiles(SpeechTest):
+    def test_latency_profiles(self):
+        # "fast" (first pass only, narrower beams) is selectable per stream
+        # and per request; "accurate" is the model's default and keeps the
+        # library's words. A profile that does not exist closes the stream
+        # with the reason.
+        rate, audio = pcm(FILES[1])
+        fast, _ = self.run_async(stream(self.uri, audio, rate, profile="fast"))
+        accurate, _ = self.run_async(stream(self.uri, audio, rate, profile="accurate"))
+        self.assertEqual(joined(accurate), self.refs[FILES[1]])
+        self.assertTrue(joined(fast))
+        with open(FILES[1], "rb") as f:
+            data = f.read()
+        outputs = self.offline(data, {"profile": "fast"})
+        self.assertEqual(outputs["TRANSCRIPT"]["data"][0], joined(fast))
+
+        async def bad():
+            async with websockets.connect(self.uri) as ws:
+                await ws.send(json.dumps({"config": {"profile": "quick"}}))
+                await ws.send(audio[:CHUNK])
+                with self.assertRaises(websockets.ConnectionClosed):
+                    await asyncio.wait_for(ws.recv(), 30)
+                return ws.close_code, ws.close_reason
+        code, reason = self.run_async(bad())
+        self.assertEqual(code, 1007)
+        self.assertIn("profile 'quick' does not exist", reason)
+
+    def test_degradation_and_breaker(self):
+        # A model whose bound every reply misses: after one window it is
+        # degraded (new utterances decode fast), each stream's breaker trips
+        # at its first late reply, and /metrics and the log say so.
+        with open(os.path.join(MODELS, "asr", "config.pbtxt")) as f:
+            asr = f.read()
+        knobs = {"degrade": "true", "degrade_window_ms": "100", "degrade_p99_ms": "1",
+                 "degrade_windows": "1", "breaker_ms": "1"}
+        extra = "".join(f'  {{ key: "{k}" value: {{ string_value: "{v}" }} }},\n'
+                        for k, v in knobs.items())
+        repo = make_repo({"asr": asr.replace("parameters [\n", "parameters [\n" + extra, 1)})
+        rate, audio = pcm(FILES[1])
+        try:
+            server = Harkd(repo)
+            try:
+                uri = f"ws://127.0.0.1:{server.http_port}/"
+                self.run_async(stream(uri, audio, rate, chunk=CHUNK * 3))
+                late, _ = self.run_async(stream(uri, audio, rate, chunk=CHUNK * 3))
+                fast, _ = self.run_async(stream(self.uri, audio, rate, chunk=CHUNK * 3,
+                                                profile="fast"))
+                # the stream after the switch decoded with the fast profile
+                self.assertEqual(joined(late), joined(fast))
+                m = server.metrics()
+                self.assertEqual(metric_value(m, "hark_asr_degraded", model="asr"), 1)
+                self.assertGreaterEqual(
+                    metric_value(m, "hark_asr_degrade_transitions_total", model="asr"), 1)
+                self.assertGreaterEqual(
+                    metric_value(m, "hark_asr_breaker_trips_total", model="asr"), 2)
+                log = server.output()
+                self.assertIn("new utterances decode with the fast profile", log)
+                self.assertIn("breaker: a reply took", log)
+            finally:
+                server.stop()
+        finally:
+            shutil.rmtree(repo, ignore_errors=True)
+
+if __name__ == "__main__":
+    main()
