@@ -266,13 +266,21 @@ class TestHttpInfer(HttpShmTest):
             {"name": "INPUT1", "shape": [1, 16], "datatype": "INT32",
              "parameters": {"binary_data_size": 64}}],
             "outputs": [{"name": "OUTPUT0", "parameters": {"binary_data": True}},
-                        {"name": "OUTPUT1", "parameters": shm_params("bin", 64)}]}).encode()
+                        # shared memory wins over binary_data (Triton's
+                        # client may send both)
+                        {"name": "OUTPUT1",
+                         "parameters": {"binary_data": True, **shm_params("bin", 64)}}]}
+        ).encode()
         status, hdrs, body = self.server.request(
             "POST", "/v2/models/simple/infer", head + i32(B),
             {"Inference-Header-Content-Length": str(len(head))})
         self.assertEqual(status, 200, body)
         n = int(hdrs["Inference-Header-Content-Length"])
         self.assertEqual(list(struct.unpack("<16i", body[n:])), SUM)
+        head = json.loads(body[:n])
+        out1 = [o for o in head["outputs"] if o["name"] == "OUTPUT1"][0]
+        self.assertEqual(out1["parameters"],
+                         {"shared_memory_region": "bin", "shared_memory_byte_size": 64})
         self.assertEqual(r.ints(0), DIFF)  # written after INPUT0 was read
 
     def test_bytes_in_shm(self):
@@ -401,7 +409,7 @@ backend: "identity"
 max_batch_size: 0
 input [ { name: "INPUT0" data_type: TYPE_INT32 dims: [ 16 ] } ]
 output [ { name: "OUTPUT0" data_type: TYPE_INT32 dims: [ 16 ] } ]
-parameters { key: "execute_delay_us" value: { string_value: "600000" } }
+parameters { key: "execute_delay_us" value: { string_value: "1500000" } }
 """}
 
 
@@ -421,9 +429,10 @@ class TestUnregisterWhileInUse(HttpShmTest):
         result = {}
         t = threading.Thread(target=lambda: result.update(r=self.infer(doc, "slow")))
         t.start()
-        time.sleep(0.2)
+        time.sleep(0.5)  # the request holds the region from its arrival on
         st, _ = self.server.json("POST", "/v2/systemsharedmemory/region/busy/unregister")
         self.assertEqual(st, 200)
+        self.assertTrue(t.is_alive(), "the request ended before the region was unregistered")
         self.register("busy", other.key, 0, 128)
         t.join(30)
         status, body = result["r"]

@@ -426,10 +426,6 @@ static void test_bad_outputs(void **state) {
       "{\"inputs\":[],\"outputs\":[{\"name\":\"Y\",\"parameters\":"
       "{\"shared_memory_byte_size\":4}}]}",
       "no shared_memory_region");
-  expect_json_error(
-      "{\"inputs\":[],\"outputs\":[{\"name\":\"Y\",\"parameters\":"
-      "{\"shared_memory_region\":\"r\",\"shared_memory_byte_size\":4,\"binary_data\":true}}]}",
-      "binary_data and shared memory");
 }
 
 /* ---- parsing: binary tensor data ------------------------------------------------ */

@@ -197,7 +197,8 @@ hark_error *hark_kserve_shm_write(hark_shm_region *r, uint64_t offset, uint64_t 
  * data follows it (then the reply needs Inference-Header-Content-Length).
  * An output the request put in shared memory is copied into its region and
  * written with its shared_memory_region and shared_memory_byte_size
- * parameters and no data.
+ * parameters and no data (its binary_data parameter, which Triton's client
+ * may send along, is then ignored).
  * Errors: INTERNAL for a malformed output (bad BYTES layout);
  * RESOURCE_EXHAUSTED when the outputs' text does not fit in memory;
  * INVALID_ARG when an output's shared-memory region is too small.

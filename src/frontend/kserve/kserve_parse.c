@@ -526,8 +526,6 @@ static bool read_output(parser *ps, hark_kserve_output *out) {
                         "output '%s' names shared_memory_region '%s' but no "
                         "shared_memory_byte_size",
                         out->name, out->shm_region);
-  if (out->shm_region && out->binary == 1)
-    return hark_jr_fail(&ps->jr, "output '%s' asks for binary_data and shared memory", out->name);
   return true;
 }
 
