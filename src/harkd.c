@@ -48,6 +48,9 @@ static void usage(FILE *f) {
           "  --exit-timeout-secs N       on SIGTERM, live streams and requests get this\n"
           "                              long to finish (default 30)\n"
           "  --strict-readiness BOOL     ready only when every model loaded (default true)\n"
+          "  --allow-shared-memory BOOL  serve Triton's system shared memory extension\n"
+          "                              (default true; any local client that reaches the\n"
+          "                              ports can map any shm object it names)\n"
           "  --backend-directory DIR     where libhark_<backend>.so live\n"
           "  --http-max-input-size BYTES largest request body (default 67108864)\n"
           "  --http-body-timeout-secs N  drop a client that stalls mid-request (default 30)\n"
@@ -102,6 +105,7 @@ int main(int argc, char **argv) {
     O_MODE,
     O_LOAD,
     O_STRICT,
+    O_SHM,
     O_BACKENDS,
     O_MAXIN,
     O_BODYTO,
@@ -140,6 +144,7 @@ int main(int argc, char **argv) {
       {"exit-timeout-secs", required_argument, 0, O_EXIT_TIMEOUT},
       {"model-unload-timeout-secs", required_argument, 0, O_UNLOAD_TIMEOUT},
       {"strict-readiness", required_argument, 0, O_STRICT},
+      {"allow-shared-memory", required_argument, 0, O_SHM},
       {"backend-directory", required_argument, 0, O_BACKENDS},
       {"http-max-input-size", required_argument, 0, O_MAXIN},
       {"http-body-timeout-secs", required_argument, 0, O_BODYTO},
@@ -229,6 +234,7 @@ int main(int argc, char **argv) {
       loads[so.n_load_models++] = optarg;
       break;
     case O_STRICT: so.strict_readiness = parse_bool(optarg); break;
+    case O_SHM: fo.no_shared_memory = !parse_bool(optarg); break;
     case O_BACKENDS: so.backend_directory = optarg; break;
     case O_MAXIN:
       ho->max_input_size = (size_t)parse_num("--http-max-input-size", optarg, 1024, 1L << 32);

@@ -13,6 +13,7 @@
 
 struct hark_frontends {
   hark_server *server;
+  hark_kserve kserve; /* the KServe services' engine and shared memory */
   hark_http_handler handler;
   hark_http *http;
   hark_grpc *grpc;
@@ -34,7 +35,7 @@ static void may_inline(bool start) { hark_server_thread_may_inline(start); }
 
 static hark_error *grpc_new(hark_frontends *f, const hark_frontend_options *opts) {
   hark_error *err = hark_grpc_new(&opts->grpc, &f->grpc);
-  if (!err) err = hark_kserve_grpc_register(f->grpc, f->server);
+  if (!err) err = hark_kserve_grpc_register(f->grpc, &f->kserve);
   if (!err) err = hark_riva_register(f->grpc, f->riva);
   if (err) return err;
   f->handler.raw = hark_grpc_raw_handler();
@@ -50,7 +51,9 @@ hark_error *hark_frontends_new(hark_server *server, const hark_frontend_options 
   so.ws_max_message = opts->http.ws_max_message;
   f->vosk = hark_vosk_new(server, &so);
   f->riva = hark_riva_new(server, &so);
-  hark_kserve_http_handler(server, &f->handler);
+  f->kserve.server = server;
+  f->kserve.shm = opts->no_shared_memory ? NULL : hark_shm_new();
+  hark_kserve_http_handler(&f->kserve, &f->handler);
   f->handler.ws = hark_vosk_ws_handler();
   f->handler.ws_userp = f->vosk;
   f->handler.thread_hook = may_inline;
@@ -90,6 +93,7 @@ void hark_frontends_free(hark_frontends *f) {
    * flight; then nothing of the gRPC transport is in use. */
   hark_http_free(f->http);
   hark_grpc_free(f->grpc);
+  hark_shm_free(f->kserve.shm); /* no request holds a region now */
   hark_riva_free(f->riva);
   hark_vosk_free(f->vosk);
   free(f);

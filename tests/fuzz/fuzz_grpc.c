@@ -75,7 +75,7 @@ static void round_trip(const ProtobufCMessageDescriptor *d, const ProtobufCMessa
 static void check_infer(const Inference__ModelInferRequest *q) {
   hark_request *req = hark_request_new(fuzz_model());
   const Inference__InferParameter *seq;
-  hark_error *err = hark_kserve_grpc_to_request(q, req, &seq);
+  hark_error *err = hark_kserve_grpc_to_request(q, NULL, req, &seq, NULL);
   if (!err) err = hark_request_validate(req);
   hark_error_free(err);
   hark_request_free(req);

@@ -72,7 +72,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     return 0;
   }
   hark_request *req = hark_request_new(fuzz_model());
-  err = hark_kserve_to_request(&parsed, req);
+  err = hark_kserve_to_request(&parsed, NULL, req);
   if (err) {
     hark_kserve_request_clear(&parsed);
   } else {

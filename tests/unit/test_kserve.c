@@ -232,7 +232,7 @@ static void test_request_fields(void **state) {
 
   hark_model *m = fake_model();
   hark_request *req = hark_request_new(m);
-  assert_null(hark_kserve_to_request(&p.r, req));
+  assert_null(hark_kserve_to_request(&p.r, NULL, req));
   assert_string_equal(hark_request_id(req), "r\xc3\xa9q");
   assert_int_equal(hark_request_priority(req), 2);
   assert_int_equal(hark_request_timeout_us(req), 1500);
@@ -252,7 +252,7 @@ static void test_request_fields(void **state) {
   parse_ok(&p, "{\"inputs\":[],\"parameters\":{\"sequence_id\":\"abc\",\"sequence_end\":true}}");
   m = fake_model();
   req = hark_request_new(m);
-  assert_null(hark_kserve_to_request(&p.r, req));
+  assert_null(hark_kserve_to_request(&p.r, NULL, req));
   assert_string_equal(hark_request_correlation_id_str(req), "abc");
   assert_int_equal(hark_request_flags(req), HARK_REQUEST_SEQUENCE_END);
   hark_request_free(req);
@@ -266,7 +266,7 @@ static void expect_request_error(const char *json, const char *fragment) {
   parse_ok(&p, json);
   hark_model *m = fake_model();
   hark_request *req = hark_request_new(m);
-  hark_error *err = hark_kserve_to_request(&p.r, req);
+  hark_error *err = hark_kserve_to_request(&p.r, NULL, req);
   if (!err) fail_msg("no error for %s", json);
   if (!strstr(hark_error_message(err), fragment))
     fail_msg("'%s' lacks '%s'", hark_error_message(err), fragment);
@@ -279,6 +279,15 @@ static void expect_request_error(const char *json, const char *fragment) {
 static void test_bad_parameters(void **state) {
   (void)state;
   expect_request_error("{\"inputs\":[],\"parameters\":{\"priority\":-1}}", "priority");
+  /* shared memory named with no registry (--allow-shared-memory=false) */
+  expect_request_error(
+      "{\"inputs\":[{\"name\":\"X\",\"shape\":[1],\"datatype\":\"INT32\",\"parameters\":"
+      "{\"shared_memory_region\":\"r\",\"shared_memory_byte_size\":4}}]}",
+      "--allow-shared-memory=false");
+  expect_request_error(
+      "{\"inputs\":[],\"outputs\":[{\"name\":\"Y\",\"parameters\":"
+      "{\"shared_memory_region\":\"r\",\"shared_memory_byte_size\":4}}]}",
+      "--allow-shared-memory=false");
   expect_request_error("{\"inputs\":[],\"parameters\":{\"priority\":\"high\"}}", "priority");
   expect_request_error("{\"inputs\":[],\"parameters\":{\"priority\":4294967296}}", "priority");
   expect_request_error("{\"inputs\":[],\"parameters\":{\"timeout\":1.5}}", "timeout");
@@ -381,7 +390,20 @@ static void test_bad_inputs(void **state) {
   expect_json_error(
       "{\"inputs\":[{\"name\":\"X\",\"shape\":[1],\"datatype\":\"INT8\","
       "\"data\":[1],\"parameters\":{\"shared_memory_region\":\"r\"}}]}",
-      "shared memory");
+      "no shared_memory_byte_size");
+  expect_json_error(
+      "{\"inputs\":[{\"name\":\"X\",\"shape\":[1],\"datatype\":\"INT8\","
+      "\"data\":[1],\"parameters\":{\"shared_memory_region\":\"r\","
+      "\"shared_memory_byte_size\":1}}]}",
+      "as well as in shared memory");
+  expect_json_error(
+      "{\"inputs\":[{\"name\":\"X\",\"shape\":[1],\"datatype\":\"INT8\","
+      "\"parameters\":{\"shared_memory_offset\":0}}]}",
+      "no shared_memory_region");
+  expect_json_error(
+      "{\"inputs\":[{\"name\":\"X\",\"shape\":[1],\"datatype\":\"INT8\","
+      "\"parameters\":{\"shared_memory_region\":\"r\",\"shared_memory_byte_size\":-1}}]}",
+      "shared_memory_byte_size must be a non-negative integer");
 }
 
 static void test_bad_outputs(void **state) {
@@ -396,6 +418,14 @@ static void test_bad_outputs(void **state) {
       "{\"classification\":3}}]}",
       "not supported");
   expect_json_error("{\"inputs\":[],\"outputs\":{}}", "expected an array");
+  expect_json_error(
+      "{\"inputs\":[],\"outputs\":[{\"name\":\"Y\",\"parameters\":"
+      "{\"shared_memory_region\":\"r\"}}]}",
+      "no shared_memory_byte_size");
+  expect_json_error(
+      "{\"inputs\":[],\"outputs\":[{\"name\":\"Y\",\"parameters\":"
+      "{\"shared_memory_byte_size\":4}}]}",
+      "no shared_memory_region");
 }
 
 /* ---- parsing: binary tensor data ------------------------------------------------ */
@@ -529,7 +559,7 @@ static void fixture_new(resp_fixture *f, const char *json) {
   f->model = fake_model();
   parse_ok(&f->p, json);
   f->req = hark_request_new(f->model);
-  assert_null(hark_kserve_to_request(&f->p.r, f->req));
+  assert_null(hark_kserve_to_request(&f->p.r, NULL, f->req));
   f->resp = hark_response_new(f->req);
 }
 
@@ -869,7 +899,7 @@ static void test_real_server(void **state) {
   hark_kserve_request parsed;
   assert_null(hark_kserve_parse(body, len, hlen, &parsed));
   hark_request *req = hark_request_new(model);
-  assert_null(hark_kserve_to_request(&parsed, req));
+  assert_null(hark_kserve_to_request(&parsed, NULL, req));
   waiter w = {.parsed = &parsed};
   pthread_mutex_init(&w.lock, NULL);
   pthread_cond_init(&w.cond, NULL);

@@ -24,11 +24,20 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "frontend/kserve/shm.h"
 #include "hark/request.h"
 #include "hark/server.h"
 #include "hark/types.h"
 #include "util/arena.h"
 #include "util/buf.h"
+
+/* What the KServe services (HTTP and gRPC) of one server share: the engine
+ * and the system shared-memory registry (NULL: the extension is turned off
+ * with --allow-shared-memory=false). Both outlive the services. */
+typedef struct hark_kserve {
+  hark_server *server;
+  hark_shm *shm;
+} hark_kserve;
 
 /* ---- routes ------------------------------------------------------------- */
 
@@ -47,12 +56,17 @@ typedef enum hark_kserve_route_kind {
   HARK_ROUTE_REPO_LOAD,
   HARK_ROUTE_REPO_UNLOAD,
   HARK_ROUTE_METRICS,
-  HARK_ROUTE_STREAM, /* /v2/models/{m}[/versions/{v}]/stream: a WebSocket */
+  HARK_ROUTE_STREAM,         /* /v2/models/{m}[/versions/{v}]/stream: a WebSocket */
+  HARK_ROUTE_SHM_STATUS,     /* /v2/systemsharedmemory[/region/{r}]/status */
+  HARK_ROUTE_SHM_REGISTER,   /* /v2/systemsharedmemory/region/{r}/register */
+  HARK_ROUTE_SHM_UNREGISTER, /* /v2/systemsharedmemory[/region/{r}]/unregister */
+  HARK_ROUTE_CUDA_SHM,       /* /v2/cudasharedmemory/...: not supported */
 } hark_kserve_route_kind;
 
 typedef struct hark_kserve_route {
   hark_kserve_route_kind kind;
   char *model;     /* owned; NULL when the route names none */
+  char *region;    /* owned: the shared-memory region named; or NULL */
   int64_t version; /* -1 when the URL gives none */
 } hark_kserve_route;
 
@@ -75,14 +89,22 @@ typedef struct hark_kserve_input {
   hark_datatype datatype;
   uint32_t ndims;
   int64_t shape[HARK_MAX_DIMS];
-  const void *data; /* into the body (binary) or the arena (JSON) */
+  const void *data; /* into the body (binary) or the arena (JSON); NULL
+                       for shared memory until hark_kserve_to_request */
   size_t byte_size;
   bool binary; /* came from the binary part of the body */
+  /* parameters.shared_memory_region (NULL: none), _offset, _byte_size */
+  const char *shm_region;
+  uint64_t shm_offset, shm_byte_size;
 } hark_kserve_input;
 
 typedef struct hark_kserve_output {
   const char *name;
   int binary; /* parameters.binary_data: -1 unset, 0 false, 1 true */
+  /* parameters.shared_memory_*: the output goes into that region */
+  const char *shm_region;
+  uint64_t shm_offset, shm_byte_size;
+  hark_shm_region *shm; /* held by the request; set by hark_kserve_to_request */
 } hark_kserve_output;
 
 typedef enum hark_kserve_ptype {
@@ -134,11 +156,35 @@ void hark_kserve_request_clear(hark_kserve_request *r);
 /*
  * Fills `req` (fresh from hark_request_new) from `r`: id, parameters
  * (priority, timeout, sequence_id/start/end are interpreted; the rest are
- * passed on as strings), inputs and requested outputs. On success the
- * request owns r's arena (r stays readable until the request is freed). On
- * error nothing is handed over. The caller still attaches the body.
+ * passed on as strings), inputs and requested outputs. Inputs and outputs
+ * in shared memory are looked up in `shm` (NULL: shared memory is off, an
+ * error): each region used is held by the request until it is freed, and
+ * an input's data points into its region. On success the request owns r's
+ * arena (r stays readable until the request is freed). On error `req` may
+ * hold some of it: free the request, then clear r. The caller still
+ * attaches the body.
  */
-hark_error *hark_kserve_to_request(hark_kserve_request *r, hark_request *req);
+hark_error *hark_kserve_to_request(hark_kserve_request *r, hark_shm *shm, hark_request *req);
+
+/*
+ * An input's data in shared memory: checks `byte_size` against the tensor
+ * (count elements of `dt`; BYTES: length-prefixed elements filling it) and
+ * offset + byte_size against the region `region` of `shm`, holds the region
+ * for `req` (released when it is freed), and returns the data's address.
+ * INVALID_ARG naming input `name` otherwise. Shared by HTTP and gRPC.
+ */
+hark_error *hark_kserve_shm_input(hark_shm *shm, hark_request *req, const char *name,
+                                  hark_datatype dt, int64_t count, const char *region,
+                                  uint64_t offset, uint64_t byte_size, const void **data);
+/* Holds the region of a requested output for `req` after checking that
+ * offset + byte_size fits in it; *out is the region. */
+hark_error *hark_kserve_shm_output(hark_shm *shm, hark_request *req, const char *name,
+                                   const char *region, uint64_t offset, uint64_t byte_size,
+                                   hark_shm_region **out);
+/* Copies output `t` into its region (held), checking that it fits in
+ * byte_size: INVALID_ARG when the region is too small or was truncated. */
+hark_error *hark_kserve_shm_write(hark_shm_region *r, uint64_t offset, uint64_t byte_size,
+                                  const hark_tensor *t);
 
 /* ---- responses ----------------------------------------------------------- */
 
@@ -149,8 +195,13 @@ hark_error *hark_kserve_to_request(hark_kserve_request *r, hark_request *req);
  * "binary_data_output" (`r` may be NULL: everything as JSON). *json_len
  * receives the length of the JSON part, and *any_binary whether binary
  * data follows it (then the reply needs Inference-Header-Content-Length).
+ * An output the request put in shared memory is copied into its region and
+ * written with its shared_memory_region and shared_memory_byte_size
+ * parameters and no data (its binary_data parameter, which Triton's client
+ * may send along, is then ignored).
  * Errors: INTERNAL for a malformed output (bad BYTES layout);
- * RESOURCE_EXHAUSTED when the outputs' text does not fit in memory.
+ * RESOURCE_EXHAUSTED when the outputs' text does not fit in memory;
+ * INVALID_ARG when an output's shared-memory region is too small.
  */
 hark_error *hark_kserve_write_response(hark_buf *out, const hark_response *resp,
                                        const char *model_name, int64_t model_version,
@@ -181,6 +232,6 @@ hark_error *hark_kserve_write_index(hark_buf *out, hark_server *server, bool rea
 typedef struct hark_http_handler hark_http_handler;
 /* Fills `h` with the KServe v2 REST API of `server` (and /metrics on the
  * metrics port); the WebSocket part of the handler is left to the caller. */
-void hark_kserve_http_handler(hark_server *server, hark_http_handler *h);
+void hark_kserve_http_handler(hark_kserve *ks, hark_http_handler *h);
 
 #endif

@@ -21,7 +21,8 @@
 #include "health.pb-c.h"
 #include "util/alloc.h"
 
-static hark_server *server_of(hark_grpc_call *c) { return hark_grpc_call_service(c); }
+static hark_kserve *kserve_of(hark_grpc_call *c) { return hark_grpc_call_service(c); }
+static hark_server *server_of(hark_grpc_call *c) { return kserve_of(c)->server; }
 
 /* ---- health ---------------------------------------------------------------- */
 
@@ -373,6 +374,84 @@ static void repository_unload(hark_grpc_call *c, ProtobufCMessage *msg) {
   if (err) hark_grpc_reply_error(c, err);
 }
 
+/* ---- shared memory ---------------------------------------------------------------- */
+
+static bool shm_on_or_reply(hark_grpc_call *c) {
+  if (kserve_of(c)->shm) return true;
+  hark_grpc_reply(c, NULL, HARK_GRPC_UNIMPLEMENTED,
+                  "system shared memory is turned off on this server "
+                  "(--allow-shared-memory=false)");
+  return false;
+}
+
+typedef Inference__SystemSharedMemoryStatusResponse__RegionStatus region_status;
+typedef Inference__SystemSharedMemoryStatusResponse__RegionsEntry regions_entry;
+
+static void shm_status(hark_grpc_call *c, ProtobufCMessage *msg) {
+  Inference__SystemSharedMemoryStatusRequest *q = (Inference__SystemSharedMemoryStatusRequest *)msg;
+  if (!shm_on_or_reply(c)) return;
+  hark_shm_status *st;
+  size_t n;
+  hark_error *err = hark_shm_status_get(kserve_of(c)->shm, *q->name ? q->name : NULL, &st, &n);
+  if (err) {
+    hark_grpc_reply_error(c, err);
+    return;
+  }
+  hark_arena *a = hark_arena_new();
+  region_status *rs = take(a, n * sizeof *rs);
+  regions_entry *entries = take(a, n * sizeof *entries);
+  regions_entry **ptrs = take(a, n * sizeof *ptrs);
+  for (size_t i = 0; i < n; i++) {
+    rs[i] = (region_status)INFERENCE__SYSTEM_SHARED_MEMORY_STATUS_RESPONSE__REGION_STATUS__INIT;
+    rs[i].name = st[i].name;
+    rs[i].key = st[i].key;
+    rs[i].offset = st[i].offset;
+    rs[i].byte_size = st[i].byte_size;
+    entries[i] =
+        (regions_entry)INFERENCE__SYSTEM_SHARED_MEMORY_STATUS_RESPONSE__REGIONS_ENTRY__INIT;
+    entries[i].key = st[i].name;
+    entries[i].value = &rs[i];
+    ptrs[i] = &entries[i];
+  }
+  Inference__SystemSharedMemoryStatusResponse r =
+      INFERENCE__SYSTEM_SHARED_MEMORY_STATUS_RESPONSE__INIT;
+  r.regions = ptrs;
+  r.n_regions = n;
+  hark_grpc_reply(c, &r.base, HARK_GRPC_OK, NULL);
+  hark_arena_free(a);
+  hark_shm_status_free(st, n);
+}
+
+static void shm_register(hark_grpc_call *c, ProtobufCMessage *msg) {
+  Inference__SystemSharedMemoryRegisterRequest *q =
+      (Inference__SystemSharedMemoryRegisterRequest *)msg;
+  if (!shm_on_or_reply(c)) return;
+  hark_error *err = hark_shm_register(kserve_of(c)->shm, q->name, q->key, q->offset, q->byte_size);
+  if (err) {
+    hark_grpc_reply_error(c, err); /* ALREADY_EXISTS for a name in use, as Triton */
+    return;
+  }
+  Inference__SystemSharedMemoryRegisterResponse r =
+      INFERENCE__SYSTEM_SHARED_MEMORY_REGISTER_RESPONSE__INIT;
+  hark_grpc_reply(c, &r.base, HARK_GRPC_OK, NULL);
+}
+
+static void shm_unregister(hark_grpc_call *c, ProtobufCMessage *msg) {
+  Inference__SystemSharedMemoryUnregisterRequest *q =
+      (Inference__SystemSharedMemoryUnregisterRequest *)msg;
+  if (!shm_on_or_reply(c)) return;
+  hark_shm_unregister(kserve_of(c)->shm, *q->name ? q->name : NULL);
+  Inference__SystemSharedMemoryUnregisterResponse r =
+      INFERENCE__SYSTEM_SHARED_MEMORY_UNREGISTER_RESPONSE__INIT;
+  hark_grpc_reply(c, &r.base, HARK_GRPC_OK, NULL);
+}
+
+static void cuda_shm(hark_grpc_call *c, ProtobufCMessage *msg) {
+  hark_grpc_reply(c, NULL, HARK_GRPC_UNIMPLEMENTED,
+                  "CUDA shared memory is not supported by this server (no GPU support); use "
+                  "system shared memory");
+}
+
 /* ---- the method tables ------------------------------------------------------------- */
 
 #define REFUSE HARK_GRPC_REFUSE_DRAINING
@@ -397,6 +476,19 @@ static const hark_grpc_method kserve_methods[] = {
      0, NULL, NULL},
     {"RepositoryModelUnload", &inference__repository_model_unload_request__descriptor,
      repository_unload, 0, NULL, NULL},
+    {"SystemSharedMemoryStatus", &inference__system_shared_memory_status_request__descriptor,
+     shm_status, 0, NULL, NULL},
+    {"SystemSharedMemoryRegister", &inference__system_shared_memory_register_request__descriptor,
+     shm_register, 0, NULL, NULL},
+    {"SystemSharedMemoryUnregister",
+     &inference__system_shared_memory_unregister_request__descriptor, shm_unregister, 0, NULL,
+     NULL},
+    {"CudaSharedMemoryStatus", &inference__cuda_shared_memory_status_request__descriptor, cuda_shm,
+     0, NULL, NULL},
+    {"CudaSharedMemoryRegister", &inference__cuda_shared_memory_register_request__descriptor,
+     cuda_shm, 0, NULL, NULL},
+    {"CudaSharedMemoryUnregister", &inference__cuda_shared_memory_unregister_request__descriptor,
+     cuda_shm, 0, NULL, NULL},
 };
 
 static const hark_grpc_method health_methods[] = {
@@ -408,7 +500,7 @@ static const hark_grpc_service kserve_service = {"inference.GRPCInferenceService
 static const hark_grpc_service health_service = {"grpc.health.v1.Health", health_methods,
                                                  sizeof health_methods / sizeof health_methods[0]};
 
-hark_error *hark_kserve_grpc_register(hark_grpc *g, hark_server *server) {
-  hark_error *err = hark_grpc_add_service(g, &kserve_service, server);
-  return err ? err : hark_grpc_add_service(g, &health_service, server);
+hark_error *hark_kserve_grpc_register(hark_grpc *g, hark_kserve *ks) {
+  hark_error *err = hark_grpc_add_service(g, &kserve_service, ks);
+  return err ? err : hark_grpc_add_service(g, &health_service, ks);
 }

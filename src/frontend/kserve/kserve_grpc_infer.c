@@ -110,38 +110,7 @@ static hark_error *contents_to_raw(const input_tensor *in, hark_datatype dt, int
   return NULL;
 }
 
-static hark_error *add_input(hark_request *req, const infer_request *q, size_t i) {
-  const input_tensor *in = q->inputs[i];
-  hark_datatype dt = hark_datatype_from_name(in->datatype);
-  if (dt == HARK_TYPE_INVALID) {
-    char msg[96];
-    snprintf(msg, sizeof msg, "unknown datatype '%.40s'", in->datatype);
-    return bad(in->name, msg);
-  }
-  if (in->n_shape > HARK_MAX_DIMS) return bad(in->name, "too many dimensions");
-  int64_t count = hark_shape_count(in->shape, (uint32_t)in->n_shape);
-  if (count < 0) return bad(in->name, "shape has a negative dimension");
-  const void *data;
-  size_t size = 0;
-  if (q->n_raw_input_contents) {
-    if (in->contents) return bad(in->name, "contents given along with raw_input_contents");
-    data = q->raw_input_contents[i].data;
-    size = q->raw_input_contents[i].len;
-  } else if (in->contents) {
-    void *buf = NULL;
-    hark_error *err = contents_to_raw(in, dt, count, &buf, &size);
-    if (err) return err;
-    hark_request_attach(req, buf, free);
-    data = buf;
-  } else {
-    return bad(in->name, "no data: set contents or raw_input_contents");
-  }
-  return hark_request_add_input(req, in->name, dt, in->shape, (uint32_t)in->n_shape, data, size);
-}
-
-static hark_error *bad_param(const char *key, const char *want) {
-  return hark_error_new(HARK_ERR_INVALID_ARG, "parameter '%s' must be %s", key, want);
-}
+/* ---- shared memory ------------------------------------------------------------- */
 
 /* A non-negative integer parameter value. */
 static bool param_u64(const Inference__InferParameter *p, uint64_t *v) {
@@ -155,6 +124,121 @@ static bool param_u64(const Inference__InferParameter *p, uint64_t *v) {
     return true;
   }
   return false;
+}
+
+/* A tensor's shared_memory_* parameters (as Triton's clients set them). */
+typedef struct shm_params {
+  const char *region; /* NULL: the tensor is not in shared memory */
+  uint64_t offset, byte_size;
+} shm_params;
+
+/* Takes one parameter (key, v) of input or output `name` into `out`;
+ * *any / *has_size note that some shared_memory_ parameter / the byte size
+ * was seen. */
+static hark_error *shm_param(const char *what, const char *name, const char *key,
+                             const Inference__InferParameter *v, shm_params *out, bool *any,
+                             bool *has_size) {
+  if (strncmp(key, "shared_memory_", 14) != 0 || !v) return NULL;
+  *any = true;
+  if (strcmp(key, "shared_memory_region") == 0) {
+    if (v->parameter_choice_case != INFERENCE__INFER_PARAMETER__PARAMETER_CHOICE_STRING_PARAM)
+      return hark_error_new(HARK_ERR_INVALID_ARG, "%s '%s': shared_memory_region must be a string",
+                            what, name);
+    out->region = v->string_param;
+  } else if (strcmp(key, "shared_memory_offset") == 0 ||
+             strcmp(key, "shared_memory_byte_size") == 0) {
+    bool size = key[14] == 'b';
+    if (!param_u64(v, size ? &out->byte_size : &out->offset))
+      return hark_error_new(HARK_ERR_INVALID_ARG, "%s '%s': %s must be a non-negative integer",
+                            what, name, key);
+    *has_size |= size;
+  }
+  return NULL;
+}
+
+/* After every parameter: a region, and its byte size, or none at all. */
+static hark_error *shm_params_check(const char *what, const char *name, const shm_params *sp,
+                                    bool any, bool has_size) {
+  if (any && !sp->region)
+    return hark_error_new(HARK_ERR_INVALID_ARG,
+                          "%s '%s' has shared_memory parameters but no shared_memory_region", what,
+                          name);
+  if (sp->region && !has_size)
+    return hark_error_new(HARK_ERR_INVALID_ARG,
+                          "%s '%s' names shared_memory_region '%s' but no shared_memory_byte_size",
+                          what, name, sp->region);
+  return NULL;
+}
+
+static hark_error *input_shm(const input_tensor *in, shm_params *out) {
+  bool any = false, has_size = false;
+  *out = (shm_params){0};
+  for (size_t i = 0; i < in->n_parameters; i++) {
+    hark_error *err = shm_param("input", in->name, in->parameters[i]->key, in->parameters[i]->value,
+                                out, &any, &has_size);
+    if (err) return err;
+  }
+  return shm_params_check("input", in->name, out, any, has_size);
+}
+
+static hark_error *output_shm(const Inference__ModelInferRequest__InferRequestedOutputTensor *o,
+                              shm_params *out) {
+  bool any = false, has_size = false;
+  *out = (shm_params){0};
+  for (size_t i = 0; i < o->n_parameters; i++) {
+    hark_error *err = shm_param("output", o->name, o->parameters[i]->key, o->parameters[i]->value,
+                                out, &any, &has_size);
+    if (err) return err;
+  }
+  return shm_params_check("output", o->name, out, any, has_size);
+}
+
+/* ---- inputs ----------------------------------------------------------------------- */
+
+/* `raw`: the next raw_input_contents entry for an input not in shared
+ * memory (Triton's clients send none for those that are). */
+static hark_error *add_input(hark_request *req, const infer_request *q, size_t i, hark_shm *shm,
+                             size_t *raw) {
+  const input_tensor *in = q->inputs[i];
+  hark_datatype dt = hark_datatype_from_name(in->datatype);
+  if (dt == HARK_TYPE_INVALID) {
+    char msg[96];
+    snprintf(msg, sizeof msg, "unknown datatype '%.40s'", in->datatype);
+    return bad(in->name, msg);
+  }
+  if (in->n_shape > HARK_MAX_DIMS) return bad(in->name, "too many dimensions");
+  int64_t count = hark_shape_count(in->shape, (uint32_t)in->n_shape);
+  if (count < 0) return bad(in->name, "shape has a negative dimension");
+  const void *data;
+  size_t size = 0;
+  shm_params sp;
+  hark_error *err = input_shm(in, &sp);
+  if (err) return err;
+  if (sp.region) {
+    if (in->contents) return bad(in->name, "contents given along with shared memory");
+    err = hark_kserve_shm_input(shm, req, in->name, dt, count, sp.region, sp.offset, sp.byte_size,
+                                &data);
+    if (err) return err;
+    size = (size_t)sp.byte_size;
+  } else if (q->n_raw_input_contents) {
+    if (in->contents) return bad(in->name, "contents given along with raw_input_contents");
+    data = q->raw_input_contents[*raw].data;
+    size = q->raw_input_contents[*raw].len;
+    ++*raw;
+  } else if (in->contents) {
+    void *buf = NULL;
+    err = contents_to_raw(in, dt, count, &buf, &size);
+    if (err) return err;
+    hark_request_attach(req, buf, free);
+    data = buf;
+  } else {
+    return bad(in->name, "no data: set contents or raw_input_contents");
+  }
+  return hark_request_add_input(req, in->name, dt, in->shape, (uint32_t)in->n_shape, data, size);
+}
+
+static hark_error *bad_param(const char *key, const char *want) {
+  return hark_error_new(HARK_ERR_INVALID_ARG, "parameter '%s' must be %s", key, want);
 }
 
 static hark_error *apply_param(hark_request *req, const char *key,
@@ -205,24 +289,51 @@ static hark_error *apply_param(hark_request *req, const char *key,
   return NULL;
 }
 
-hark_error *hark_kserve_grpc_to_request(const infer_request *q, hark_request *req,
-                                        const Inference__InferParameter **sequence_id) {
+hark_error *hark_kserve_grpc_to_request(const infer_request *q, hark_shm *shm, hark_request *req,
+                                        const Inference__InferParameter **sequence_id,
+                                        hark_shm_region ***out_shm) {
   *sequence_id = NULL;
+  if (out_shm) *out_shm = NULL;
   if (*q->id) hark_request_set_id(req, q->id);
   for (size_t i = 0; i < q->n_parameters; i++) {
     if (strcmp(q->parameters[i]->key, "sequence_id") == 0) *sequence_id = q->parameters[i]->value;
     hark_error *err = apply_param(req, q->parameters[i]->key, q->parameters[i]->value);
     if (err) return err;
   }
-  if (q->n_raw_input_contents && q->n_raw_input_contents != q->n_inputs)
-    return hark_error_new(HARK_ERR_INVALID_ARG, "raw_input_contents has %zu entries for %zu inputs",
-                          q->n_raw_input_contents, q->n_inputs);
+  size_t not_shm = 0;
   for (size_t i = 0; i < q->n_inputs; i++) {
-    hark_error *err = add_input(req, q, i);
+    shm_params sp;
+    hark_error *err = input_shm(q->inputs[i], &sp);
+    if (err) return err;
+    not_shm += !sp.region;
+  }
+  if (q->n_raw_input_contents && q->n_raw_input_contents != not_shm)
+    return hark_error_new(HARK_ERR_INVALID_ARG,
+                          "raw_input_contents has %zu entries for %zu inputs not in shared memory",
+                          q->n_raw_input_contents, not_shm);
+  size_t raw = 0;
+  for (size_t i = 0; i < q->n_inputs; i++) {
+    hark_error *err = add_input(req, q, i, shm, &raw);
     if (err) return err;
   }
-  for (size_t i = 0; i < q->n_outputs; i++)
-    hark_request_add_requested_output(req, q->outputs[i]->name);
+  hark_shm_region **regions = NULL; /* per requested output; NULL: none in shm */
+  for (size_t i = 0; i < q->n_outputs; i++) {
+    const Inference__ModelInferRequest__InferRequestedOutputTensor *o = q->outputs[i];
+    shm_params sp;
+    hark_error *err = output_shm(o, &sp);
+    if (err) return err;
+    if (sp.region) {
+      if (!regions) {
+        regions = hark_xcalloc(q->n_outputs, sizeof *regions);
+        hark_request_attach(req, regions, free);
+      }
+      err = hark_kserve_shm_output(shm, req, o->name, sp.region, sp.offset, sp.byte_size,
+                                   &regions[i]);
+      if (err) return err;
+    }
+    hark_request_add_requested_output(req, o->name);
+  }
+  if (out_shm) *out_shm = regions;
   return NULL;
 }
 
@@ -239,6 +350,7 @@ typedef struct job {
   hark_grpc_call *c;
   const infer_request *request;
   const Inference__InferParameter *sequence_id; /* echoed back; or NULL */
+  hark_shm_region **shm; /* per requested output, owned by the request; or NULL */
   char *model_name;
   int64_t model_version;
   char id[64];         /* the request's id, for a stream's error replies */
@@ -264,6 +376,7 @@ static void slot_free(hark_grpc_slot *slot) { job_free((job *)slot); }
 
 typedef Inference__ModelInferResponse__InferOutputTensor output_tensor;
 typedef Inference__ModelInferResponse__ParametersEntry param_entry;
+typedef Inference__ModelInferResponse__InferOutputTensor__ParametersEntry output_param_entry;
 
 /* A ModelInferResponse pointing into a hark_response, its arrays in one
  * arena (internal-sized: one entry per output and parameter). */
@@ -280,12 +393,39 @@ static void *take(hark_arena *a, size_t n) {
 }
 
 /* True when the request named no outputs, or named this one. Backends may
- * produce more than was asked for; the reply carries only what was. */
-static bool output_wanted(const infer_request *q, const char *name) {
+ * produce more than was asked for; the reply carries only what was. *at:
+ * the index of the requested output, or -1. */
+static bool output_wanted(const infer_request *q, const char *name, long *at) {
+  *at = -1;
   if (!q || !q->n_outputs) return true;
   for (size_t i = 0; i < q->n_outputs; i++)
-    if (strcmp(q->outputs[i]->name, name) == 0) return true;
+    if (strcmp(q->outputs[i]->name, name) == 0) {
+      *at = (long)i;
+      return true;
+    }
   return false;
+}
+
+/* The region requested output `at` goes to, or NULL. */
+static hark_shm_region *output_region(const job *j, long at) {
+  return at >= 0 && j->shm ? j->shm[at] : NULL;
+}
+
+/* Writes the outputs that go to shared memory into their regions (held by
+ * the request, which lives while its callback runs). */
+static hark_error *shm_write_outputs(const job *j, const hark_response *resp) {
+  uint32_t n = hark_response_output_count(resp);
+  for (uint32_t i = 0; j->shm && i < n; i++) {
+    const hark_tensor *t = hark_response_output(resp, i);
+    long at;
+    hark_shm_region *r = output_wanted(j->request, t->name, &at) ? output_region(j, at) : NULL;
+    if (!r) continue;
+    shm_params sp;
+    hark_error *err = output_shm(j->request->outputs[at], &sp);
+    if (!err) err = hark_kserve_shm_write(r, sp.offset, sp.byte_size, t);
+    if (err) return err;
+  }
+  return NULL;
 }
 
 static void reply_build(reply *b, const job *j, const hark_response *resp) {
@@ -298,13 +438,18 @@ static void reply_build(reply *b, const job *j, const hark_response *resp) {
   output_tensor *outs = take(b->a, n * sizeof *outs);
   output_tensor **out_ptrs = take(b->a, n * sizeof *out_ptrs);
   ProtobufCBinaryData *raw = take(b->a, n * sizeof *raw);
+  /* An output in shared memory: its region and size as parameters. */
+  output_param_entry *shm_entries = take(b->a, 2 * n * sizeof *shm_entries);
+  output_param_entry **shm_ptrs = take(b->a, 2 * n * sizeof *shm_ptrs);
+  Inference__InferParameter *shm_values = take(b->a, 2 * n * sizeof *shm_values);
   param_entry *params = take(b->a, nalloc * sizeof *params);
   param_entry **param_ptrs = take(b->a, nalloc * sizeof *param_ptrs);
   Inference__InferParameter *values = take(b->a, nalloc * sizeof *values);
   uint32_t no = 0;
   for (uint32_t i = 0; i < n; i++) {
     const hark_tensor *t = hark_response_output(resp, i);
-    if (!output_wanted(j->request, t->name)) continue;
+    long at;
+    if (!output_wanted(j->request, t->name, &at)) continue;
     output_tensor *o = &outs[no];
     *o = (output_tensor)INFERENCE__MODEL_INFER_RESPONSE__INFER_OUTPUT_TENSOR__INIT;
     o->name = (char *)t->name;
@@ -314,6 +459,29 @@ static void reply_build(reply *b, const job *j, const hark_response *resp) {
     out_ptrs[no] = o;
     raw[no].len = t->byte_size;
     raw[no].data = (uint8_t *)t->data;
+    hark_shm_region *r = output_region(j, at);
+    if (r) { /* the data went to the region: an empty raw entry keeps the
+              * indexes of outputs and raw_output_contents the same */
+      raw[no].len = 0;
+      raw[no].data = NULL;
+      output_param_entry *pe = &shm_entries[2 * i];
+      Inference__InferParameter *pv = &shm_values[2 * i];
+      for (int k = 0; k < 2; k++) {
+        pv[k] = (Inference__InferParameter)INFERENCE__INFER_PARAMETER__INIT;
+        pe[k] = (output_param_entry)
+            INFERENCE__MODEL_INFER_RESPONSE__INFER_OUTPUT_TENSOR__PARAMETERS_ENTRY__INIT;
+        pe[k].value = &pv[k];
+        shm_ptrs[2 * i + k] = &pe[k];
+      }
+      pe[0].key = "shared_memory_region";
+      pv[0].parameter_choice_case = INFERENCE__INFER_PARAMETER__PARAMETER_CHOICE_STRING_PARAM;
+      pv[0].string_param = (char *)hark_shm_region_name(r);
+      pe[1].key = "shared_memory_byte_size";
+      pv[1].parameter_choice_case = INFERENCE__INFER_PARAMETER__PARAMETER_CHOICE_UINT64_PARAM;
+      pv[1].uint64_param = t->byte_size;
+      o->parameters = &shm_ptrs[2 * i];
+      o->n_parameters = 2;
+    }
     no++;
   }
   uint32_t k = 0;
@@ -372,6 +540,8 @@ static void on_response(hark_response *resp, uint32_t flags, hark_error *err, vo
     hark_grpc_reply_error(c, err);
   } else if (!j->kept) {
     hark_grpc_reply(c, NULL, HARK_GRPC_INTERNAL, "the model sent no response");
+  } else if ((err = shm_write_outputs(j, j->kept))) {
+    hark_grpc_reply_error(c, err);
   } else {
     reply b;
     reply_build(&b, j, j->kept);
@@ -386,13 +556,13 @@ static void on_response(hark_response *resp, uint32_t flags, hark_error *err, vo
  * engine. */
 static hark_error *submit(job *j, ProtobufCMessage *msg, hark_response_fn fn) {
   hark_grpc_call *c = j->c;
+  hark_kserve *ks = hark_grpc_call_service(c);
   infer_request *q = (infer_request *)msg;
   snprintf(j->id, sizeof j->id, "%s", q->id);
   int64_t version;
   hark_model *model = NULL;
   hark_error *err = hark_kserve_parse_version(q->model_version, true, &version);
-  if (!err)
-    err = hark_server_model_acquire(hark_grpc_call_service(c), q->model_name, version, &model);
+  if (!err) err = hark_server_model_acquire(ks->server, q->model_name, version, &model);
   if (err) return err;
   j->model_name = hark_xstrdup(hark_model_name(model));
   j->model_version = hark_model_version(model);
@@ -401,16 +571,17 @@ static hark_error *submit(job *j, ProtobufCMessage *msg, hark_response_fn fn) {
   /* The inputs point into the message: it lives as long as the request. */
   hark_request_attach(req, hark_grpc_take_message(c), hark_arena_free);
   j->request = q;
-  err = hark_kserve_grpc_to_request(q, req, &j->sequence_id);
+  err = hark_kserve_grpc_to_request(q, ks->shm, req, &j->sequence_id, &j->shm);
   if (!err) {
     hark_request_set_callback(req, fn, j);
     hark_grpc_call_ref(c);
-    err = hark_server_infer(hark_grpc_call_service(c), req);
+    err = hark_server_infer(ks->server, req);
     if (err) hark_grpc_call_unref(c);
   }
   if (err) {
     j->request = NULL;
     j->sequence_id = NULL;
+    j->shm = NULL;
     hark_request_free(req);
   }
   return err;
@@ -458,13 +629,20 @@ static void stream_push(job *j, const hark_response *resp, const char *error) {
 static void on_stream_response(hark_response *resp, uint32_t flags, hark_error *err, void *userp) {
   job *j = userp;
   hark_grpc_call *c = j->c;
-  if (resp) stream_push(j, resp, NULL);
+  hark_error *werr = resp ? shm_write_outputs(j, resp) : NULL;
+  if (werr) {
+    stream_push(j, NULL, hark_error_message(werr));
+    hark_error_free(werr);
+  } else if (resp) {
+    stream_push(j, resp, NULL);
+  }
   if (err) stream_push(j, NULL, hark_error_message(err));
   hark_response_free(resp);
   hark_error_free(err);
   if (!(flags & HARK_RESPONSE_FINAL)) return;
   j->request = NULL; /* freed with the engine request after this call */
   j->sequence_id = NULL;
+  j->shm = NULL;
   hark_grpc_slot_done(c, &j->slot);
   hark_grpc_call_unref(c); /* the engine's reference */
 }

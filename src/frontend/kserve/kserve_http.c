@@ -50,6 +50,23 @@ static hark_error *route_model(char **seg, int n, hark_kserve_route *rt) {
   return NULL;
 }
 
+/* The /v2/systemsharedmemory[/region/{r}]/{action} family, and any
+ * /v2/cudasharedmemory path (not supported). */
+static void route_shm(char **seg, int n, hark_kserve_route *rt) {
+  if (strcmp(seg[0], "cudasharedmemory") == 0) {
+    rt->kind = HARK_ROUTE_CUDA_SHM;
+    return;
+  }
+  const char *action = seg[n - 1];
+  if (n == 2 && strcmp(action, "status") == 0) rt->kind = HARK_ROUTE_SHM_STATUS;
+  if (n == 2 && strcmp(action, "unregister") == 0) rt->kind = HARK_ROUTE_SHM_UNREGISTER;
+  if (n != 4 || strcmp(seg[1], "region") != 0) return;
+  if (strcmp(action, "status") == 0) rt->kind = HARK_ROUTE_SHM_STATUS;
+  if (strcmp(action, "register") == 0) rt->kind = HARK_ROUTE_SHM_REGISTER;
+  if (strcmp(action, "unregister") == 0) rt->kind = HARK_ROUTE_SHM_UNREGISTER;
+  if (rt->kind != HARK_ROUTE_NONE) rt->region = hark_xstrdup(seg[2]);
+}
+
 hark_error *hark_kserve_route_parse(const char *path, bool metrics, hark_kserve_route *rt) {
   *rt = (hark_kserve_route){.kind = HARK_ROUTE_NONE, .version = -1};
   char buf[MAX_PATH_LEN], *seg[MAX_SEGMENTS + 1];
@@ -82,6 +99,9 @@ hark_error *hark_kserve_route_parse(const char *path, bool metrics, hark_kserve_
     return route_model(seg + 1, n - 1, rt);
   else if (n == 3 && strcmp(seg[1], "repository") == 0 && strcmp(seg[2], "index") == 0)
     rt->kind = HARK_ROUTE_REPO_INDEX;
+  else if (n >= 2 &&
+           (strcmp(seg[1], "systemsharedmemory") == 0 || strcmp(seg[1], "cudasharedmemory") == 0))
+    route_shm(seg + 1, n - 1, rt);
   else if (n == 5 && strcmp(seg[1], "repository") == 0 && strcmp(seg[2], "models") == 0 &&
            (strcmp(seg[4], "load") == 0 || strcmp(seg[4], "unload") == 0)) {
     rt->kind = seg[4][0] == 'l' ? HARK_ROUTE_REPO_LOAD : HARK_ROUTE_REPO_UNLOAD;
@@ -92,12 +112,15 @@ hark_error *hark_kserve_route_parse(const char *path, bool metrics, hark_kserve_
 
 void hark_kserve_route_clear(hark_kserve_route *rt) {
   free(rt->model);
+  free(rt->region);
   rt->model = NULL;
+  rt->region = NULL;
 }
 
 bool hark_kserve_route_is_post(hark_kserve_route_kind k) {
   return k == HARK_ROUTE_INFER || k == HARK_ROUTE_REPO_INDEX || k == HARK_ROUTE_REPO_LOAD ||
-         k == HARK_ROUTE_REPO_UNLOAD;
+         k == HARK_ROUTE_REPO_UNLOAD || k == HARK_ROUTE_SHM_REGISTER ||
+         k == HARK_ROUTE_SHM_UNREGISTER;
 }
 
 /* What an exchange keeps between its head and its body. */
@@ -212,8 +235,8 @@ static void on_infer_response(hark_response *resp, uint32_t flags, hark_error *e
 
 /* Parses the body and builds the request; on success the request owns the
  * body and the parse arena. */
-static hark_error *build_infer(hark_http_conn *c, const exchange *x, hark_model *model, call *k,
-                               hark_request **out) {
+static hark_error *build_infer(hark_http_conn *c, const exchange *x, hark_shm *shm,
+                               hark_model *model, call *k, hark_request **out) {
   const hark_model_config *cfg = hark_model_get_config(model);
   if (cfg->decoupled)
     return hark_error_new(HARK_ERR_UNSUPPORTED,
@@ -224,7 +247,7 @@ static hark_error *build_infer(hark_http_conn *c, const exchange *x, hark_model 
   hark_error *err = hark_kserve_parse(body, len, x->header_len, &k->parsed);
   if (err) return err;
   hark_request *req = hark_request_new(model);
-  err = hark_kserve_to_request(&k->parsed, req);
+  err = hark_kserve_to_request(&k->parsed, shm, req);
   if (err) {
     hark_request_free(req);
     hark_kserve_request_clear(&k->parsed);
@@ -237,7 +260,8 @@ static hark_error *build_infer(hark_http_conn *c, const exchange *x, hark_model 
   return NULL;
 }
 
-static void start_infer(hark_server *server, hark_http_conn *c, exchange *x) {
+static void start_infer(hark_kserve *ks, hark_http_conn *c, exchange *x) {
+  hark_server *server = ks->server;
   hark_model *model;
   hark_error *err = hark_server_model_acquire(server, x->rt.model, x->rt.version, &model);
   if (err) {
@@ -249,7 +273,7 @@ static void start_infer(hark_server *server, hark_http_conn *c, exchange *x) {
   x->rt.model = NULL;
   k->model_version = hark_model_version(model);
   hark_request *req = NULL;
-  err = build_infer(c, x, model, k, &req);
+  err = build_infer(c, x, ks->shm, model, k, &req);
   hark_model_release(model); /* the request holds its own reference */
   if (err) {
     call_free(k);
@@ -413,11 +437,99 @@ static void handle_get(hark_server *server, hark_http_conn *c, const hark_kserve
   }
 }
 
+/* ---- system shared memory ------------------------------------------------------- */
+
+/* Triton's extension: every error is a 400 with {"error": ...} (a region
+ * registered twice too, which hark's codes would make a 409). */
+
+static hark_error *shm_off(void) {
+  return hark_error_new(HARK_ERR_UNSUPPORTED,
+                        "system shared memory is turned off on this server "
+                        "(--allow-shared-memory=false)");
+}
+
+/* GET /v2/systemsharedmemory[/region/{r}]/status: Triton's array of
+ * {"name","key","offset","byte_size"}. */
+static void shm_status(hark_kserve *ks, hark_http_conn *c, const hark_kserve_route *rt) {
+  hark_shm_status *st;
+  size_t n;
+  hark_error *err = ks->shm ? hark_shm_status_get(ks->shm, rt->region, &st, &n) : shm_off();
+  if (err) {
+    hark_http_reply_error(c, 400, err);
+    return;
+  }
+  hark_buf b = {0};
+  hark_http_body_begin(&b);
+  hark_buf_puts(&b, "[");
+  for (size_t i = 0; i < n; i++) {
+    hark_buf_puts(&b, i ? ",{\"name\":" : "{\"name\":");
+    hark_buf_put_str(&b, st[i].name);
+    hark_buf_puts(&b, ",\"key\":");
+    hark_buf_put_str(&b, st[i].key);
+    hark_buf_puts(&b, ",\"offset\":");
+    hark_buf_put_u64(&b, st[i].offset);
+    hark_buf_puts(&b, ",\"byte_size\":");
+    hark_buf_put_u64(&b, st[i].byte_size);
+    hark_buf_puts(&b, "}");
+  }
+  hark_buf_puts(&b, "]");
+  hark_shm_status_free(st, n);
+  reply_doc(c, &b, NULL);
+}
+
+/* A non-negative integer member of the register document. */
+static hark_error *shm_size_member(const cJSON *doc, const char *key, bool required,
+                                   uint64_t *out) {
+  const cJSON *v = cJSON_GetObjectItemCaseSensitive(doc, key);
+  *out = 0;
+  if (!v && !required) return NULL;
+  if (!v) return hark_error_new(HARK_ERR_INVALID_ARG, "register needs '%s'", key);
+  /* cJSON keeps numbers as doubles: exact up to 2^53, plenty for sizes. */
+  if (!cJSON_IsNumber(v) || v->valuedouble < 0 || v->valuedouble > 9007199254740992.0 ||
+      v->valuedouble != (double)(uint64_t)v->valuedouble)
+    return hark_error_new(HARK_ERR_INVALID_ARG, "'%s' must be a non-negative integer", key);
+  *out = (uint64_t)v->valuedouble;
+  return NULL;
+}
+
+/* POST /v2/systemsharedmemory/region/{r}/register {"key","offset","byte_size"}. */
+static void shm_register(hark_kserve *ks, hark_http_conn *c, const hark_kserve_route *rt) {
+  cJSON *doc = NULL;
+  hark_error *err = ks->shm ? parse_json_object(c, &doc) : shm_off();
+  if (!err && !doc) err = hark_error_new(HARK_ERR_INVALID_ARG, "register needs a JSON body");
+  const cJSON *key = doc ? cJSON_GetObjectItemCaseSensitive(doc, "key") : NULL;
+  if (!err && !cJSON_IsString(key))
+    err = hark_error_new(HARK_ERR_INVALID_ARG, "register needs 'key', a string");
+  uint64_t offset = 0, size = 0;
+  if (!err) err = shm_size_member(doc, "offset", false, &offset);
+  if (!err) err = shm_size_member(doc, "byte_size", true, &size);
+  if (!err) err = hark_shm_register(ks->shm, rt->region, key->valuestring, offset, size);
+  cJSON_Delete(doc);
+  if (err) {
+    hark_http_reply_error(c, 400, err);
+    return;
+  }
+  hark_http_reply_text(c, 200, NULL, NULL, 0);
+}
+
+/* POST /v2/systemsharedmemory[/region/{r}]/unregister: one region or all. */
+static void shm_unregister(hark_kserve *ks, hark_http_conn *c, const hark_kserve_route *rt) {
+  if (!ks->shm) {
+    hark_http_reply_error(c, 400, shm_off());
+    return;
+  }
+  hark_shm_unregister(ks->shm, rt->region);
+  hark_http_reply_text(c, 200, NULL, NULL, 0);
+}
+
 /* ---- the handlers ------------------------------------------------------------------ */
 
-static void handle_post(hark_server *server, hark_http_conn *c, exchange *x) {
+static void handle_post(hark_kserve *ks, hark_http_conn *c, exchange *x) {
+  hark_server *server = ks->server;
   switch (x->rt.kind) {
-  case HARK_ROUTE_INFER: start_infer(server, c, x); return;
+  case HARK_ROUTE_INFER: start_infer(ks, c, x); return;
+  case HARK_ROUTE_SHM_REGISTER: shm_register(ks, c, &x->rt); return;
+  case HARK_ROUTE_SHM_UNREGISTER: shm_unregister(ks, c, &x->rt); return;
   case HARK_ROUTE_REPO_INDEX: repo_index(server, c); return;
   case HARK_ROUTE_REPO_LOAD: repo_load_unload(server, c, x, true); return;
   case HARK_ROUTE_REPO_UNLOAD: repo_load_unload(server, c, x, false); return;
@@ -438,7 +550,8 @@ static hark_error *header_len(hark_http_conn *c, size_t *out) {
 }
 
 static void on_head(void *userp, hark_http_conn *c, const hark_http_request *req) {
-  hark_server *server = userp;
+  hark_kserve *ks = userp;
+  hark_server *server = ks->server;
   hark_kserve_route rt;
   hark_error *err = hark_kserve_route_parse(req->path, req->metrics, &rt);
   if (err) {
@@ -468,6 +581,14 @@ static void on_head(void *userp, hark_http_conn *c, const hark_http_request *req
                        "with a WebSocket client"));
     return;
   }
+  if (rt.kind == HARK_ROUTE_CUDA_SHM) {
+    hark_kserve_route_clear(&rt);
+    hark_http_reply_error(c, 0,
+                          hark_error_new(HARK_ERR_UNSUPPORTED,
+                                         "CUDA shared memory is not supported by this server "
+                                         "(no GPU support); use system shared memory"));
+    return;
+  }
   bool post = hark_kserve_route_is_post(rt.kind);
   if (req->method == HARK_HTTP_HEAD || req->method != (post ? HARK_HTTP_POST : HARK_HTTP_GET)) {
     hark_kserve_route_clear(&rt);
@@ -475,6 +596,11 @@ static void on_head(void *userp, hark_http_conn *c, const hark_http_request *req
       hark_http_reply_text(c, 405, NULL, NULL, 0);
     else
       hark_http_reply_error(c, 405, hark_error_new(HARK_ERR_INVALID_ARG, "Method Not Allowed"));
+    return;
+  }
+  if (rt.kind == HARK_ROUTE_SHM_STATUS) {
+    shm_status(ks, c, &rt);
+    hark_kserve_route_clear(&rt);
     return;
   }
   if (!post) {
@@ -491,13 +617,13 @@ static void on_head(void *userp, hark_http_conn *c, const hark_http_request *req
   }
   size_t align = x->header_len == HARK_KSERVE_NO_HEADER_LEN ? 0 : x->header_len;
   int rc = hark_http_read_body(c, align);
-  if (rc == 0) handle_post(server, c, x);
+  if (rc == 0) handle_post(ks, c, x);
 }
 
 static void on_body(void *userp, hark_http_conn *c) { handle_post(userp, c, hark_http_state(c)); }
 
-void hark_kserve_http_handler(hark_server *server, hark_http_handler *h) {
+void hark_kserve_http_handler(hark_kserve *ks, hark_http_handler *h) {
   h->head = on_head;
   h->body = on_body;
-  h->userp = server;
+  h->userp = ks;
 }

@@ -108,6 +108,9 @@ typedef struct input_doc {
   int64_t shape[HARK_MAX_DIMS];
   uint64_t binary_size;
   char *data; /* where the "data" value starts, or NULL */
+  const char *shm_region;
+  bool has_shm, has_shm_size; /* some / the byte size shared_memory_ parameter */
+  uint64_t shm_offset, shm_byte_size;
 } input_doc;
 
 static bool read_shape(parser *ps, input_doc *d) {
@@ -133,23 +136,56 @@ static bool read_shape(parser *ps, input_doc *d) {
   return !ps->jr.err;
 }
 
+/* A non-negative integer parameter `key` of tensor `what` ('input' or
+ * 'output') named `name`. */
+static bool read_size_param(parser *ps, const char *what, const char *name, const char *key,
+                            uint64_t *out) {
+  hark_jr_num num;
+  hark_jr_skip_ws(&ps->jr);
+  char c = ps->jr.p < ps->jr.end ? *ps->jr.p : '\0';
+  if ((c != '-' && (c < '0' || c > '9')) || !hark_jr_number(&ps->jr, &num) ||
+      !hark_jr_to_u64(&num, UINT64_MAX, out))
+    return hark_jr_fail(&ps->jr, "%s '%s': %s must be a non-negative integer", what,
+                        name ? name : "?", key);
+  return true;
+}
+
+/* The shared_memory_* parameters of an input or a requested output; false
+ * (and no error) when `key` is none of them. */
+static bool read_shm_param(parser *ps, const char *what, const char *name, const char *key,
+                           const char **region, uint64_t *offset, uint64_t *size, bool *has_size,
+                           bool *matched) {
+  *matched = true;
+  if (strcmp(key, "shared_memory_region") == 0) {
+    if (!hark_jr_peek(&ps->jr, '"'))
+      return hark_jr_fail(&ps->jr, "%s '%s': shared_memory_region must be a string", what,
+                          name ? name : "?");
+    return hark_jr_string(&ps->jr, region, NULL);
+  }
+  if (strcmp(key, "shared_memory_offset") == 0) return read_size_param(ps, what, name, key, offset);
+  if (strcmp(key, "shared_memory_byte_size") == 0) {
+    *has_size = true;
+    return read_size_param(ps, what, name, key, size);
+  }
+  *matched = false;
+  return true;
+}
+
 static bool read_input_params(parser *ps, input_doc *d) {
   bool first = true, done;
   const char *key;
   while (hark_jr_next_member(&ps->jr, &first, &key, &done) && !done) {
+    bool shm = false;
     if (strcmp(key, "binary_data_size") == 0) {
-      hark_jr_num num;
-      hark_jr_skip_ws(&ps->jr);
-      if (!hark_jr_number(&ps->jr, &num) || !hark_jr_to_u64(&num, UINT64_MAX, &d->binary_size))
-        return hark_jr_fail(&ps->jr, "input '%s': binary_data_size must be a non-negative integer",
-                            d->name ? d->name : "?");
+      if (!read_size_param(ps, "input", d->name, key, &d->binary_size)) return false;
       d->has_size = true;
-    } else if (strncmp(key, "shared_memory", 13) == 0) {
-      return hark_jr_fail(&ps->jr, "input '%s': shared memory is not supported",
-                          d->name ? d->name : "?");
-    } else if (!hark_jr_skip(&ps->jr)) {
+    } else if (!read_shm_param(ps, "input", d->name, key, &d->shm_region, &d->shm_offset,
+                               &d->shm_byte_size, &d->has_shm_size, &shm)) {
+      return false;
+    } else if (!shm && !hark_jr_skip(&ps->jr)) {
       return false;
     }
+    d->has_shm |= shm;
   }
   return !ps->jr.err;
 }
@@ -388,6 +424,29 @@ static bool take_binary(parser *ps, binary_cursor *bc, hark_kserve_input *in, ui
   return true;
 }
 
+/* An input in shared memory: its data is found by hark_kserve_to_request. */
+static bool finish_shm_input(parser *ps, const input_doc *d, hark_kserve_input *in) {
+  if (!d->shm_region)
+    return hark_jr_fail(&ps->jr,
+                        "input '%s' has shared_memory parameters but no "
+                        "shared_memory_region",
+                        d->name);
+  if (!d->has_shm_size)
+    return hark_jr_fail(&ps->jr,
+                        "input '%s' names shared_memory_region '%s' but no "
+                        "shared_memory_byte_size",
+                        d->name, d->shm_region);
+  if (d->data || d->has_size)
+    return hark_jr_fail(&ps->jr,
+                        "input '%s' has data in the request as well as in shared "
+                        "memory region '%s'",
+                        d->name, d->shm_region);
+  in->shm_region = d->shm_region;
+  in->shm_offset = d->shm_offset;
+  in->shm_byte_size = d->shm_byte_size;
+  return true;
+}
+
 static bool finish_input(parser *ps, input_doc *d, binary_cursor *bc, hark_kserve_input *in) {
   if (!d->name) return hark_jr_fail(&ps->jr, "an input has no 'name'");
   in->name = d->name;
@@ -402,6 +461,7 @@ static bool finish_input(parser *ps, input_doc *d, binary_cursor *bc, hark_kserv
     return hark_jr_fail(&ps->jr, "input '%s': shape holds too many elements", d->name);
   if (d->has_size && d->data)
     return hark_jr_fail(&ps->jr, "input '%s' has both 'data' and a binary_data_size", d->name);
+  if (d->has_shm) return finish_shm_input(ps, d, in);
   if (d->has_size) return take_binary(ps, bc, in, d->binary_size);
   if (!d->data)
     return hark_jr_fail(&ps->jr, "input '%s' has no 'data' and no binary_data_size", d->name);
@@ -426,9 +486,9 @@ static bool read_inputs(parser *ps, hark_kserve_request *r, binary_cursor *bc) {
 /* ---- requested outputs ---------------------------------------------------- */
 
 static bool read_output(parser *ps, hark_kserve_output *out) {
-  bool first = true, done;
+  bool first = true, done, has_shm = false, has_shm_size = false;
   const char *key;
-  out->binary = -1;
+  *out = (hark_kserve_output){.binary = -1};
   while (hark_jr_next_member(&ps->jr, &first, &key, &done) && !done) {
     if (strcmp(key, "name") == 0) {
       if (!hark_jr_string(&ps->jr, &out->name, NULL)) return false;
@@ -436,15 +496,20 @@ static bool read_output(parser *ps, hark_kserve_output *out) {
       bool pfirst = true, pdone;
       const char *pkey;
       while (hark_jr_next_member(&ps->jr, &pfirst, &pkey, &pdone) && !pdone) {
+        bool shm = false;
         if (strcmp(pkey, "binary_data") == 0) {
           bool b;
           if (!hark_jr_bool(&ps->jr, &b, "output parameter 'binary_data'")) return false;
           out->binary = b;
-        } else if (strcmp(pkey, "classification") == 0 || strncmp(pkey, "shared_memory", 13) == 0) {
+        } else if (strcmp(pkey, "classification") == 0) {
           return hark_jr_fail(&ps->jr, "output parameter '%s' is not supported", pkey);
-        } else if (!hark_jr_skip(&ps->jr)) {
+        } else if (!read_shm_param(ps, "output", out->name, pkey, &out->shm_region,
+                                   &out->shm_offset, &out->shm_byte_size, &has_shm_size, &shm)) {
+          return false;
+        } else if (!shm && !hark_jr_skip(&ps->jr)) {
           return false;
         }
+        has_shm |= shm;
       }
       if (ps->jr.err) return false;
     } else if (!hark_jr_skip(&ps->jr)) {
@@ -453,6 +518,14 @@ static bool read_output(parser *ps, hark_kserve_output *out) {
   }
   if (ps->jr.err) return false;
   if (!out->name) return hark_jr_fail(&ps->jr, "a requested output has no 'name'");
+  if (has_shm && !out->shm_region)
+    return hark_jr_fail(
+        &ps->jr, "output '%s' has shared_memory parameters but no shared_memory_region", out->name);
+  if (out->shm_region && !has_shm_size)
+    return hark_jr_fail(&ps->jr,
+                        "output '%s' names shared_memory_region '%s' but no "
+                        "shared_memory_byte_size",
+                        out->name, out->shm_region);
   return true;
 }
 
@@ -587,20 +660,120 @@ static hark_error *apply_param(const hark_kserve_param *p, hark_request *req) {
   return NULL;
 }
 
-hark_error *hark_kserve_to_request(hark_kserve_request *r, hark_request *req) {
+hark_error *hark_kserve_to_request(hark_kserve_request *r, hark_shm *shm, hark_request *req) {
   if (r->id) hark_request_set_id(req, r->id);
   for (uint32_t i = 0; i < r->n_params; i++) {
     hark_error *err = apply_param(&r->params[i], req);
     if (err) return err;
   }
   for (uint32_t i = 0; i < r->n_inputs; i++) {
-    const hark_kserve_input *in = &r->inputs[i];
+    hark_kserve_input *in = &r->inputs[i];
+    if (in->shm_region) {
+      hark_error *err = hark_kserve_shm_input(
+          shm, req, in->name, in->datatype, hark_shape_count(in->shape, in->ndims), in->shm_region,
+          in->shm_offset, in->shm_byte_size, &in->data);
+      if (err) return err;
+      in->byte_size = (size_t)in->shm_byte_size;
+    }
     hark_error *err = hark_request_add_input(req, in->name, in->datatype, in->shape, in->ndims,
                                              in->data, in->byte_size);
     if (err) return err;
   }
-  for (uint32_t i = 0; i < r->n_outputs; i++)
-    hark_request_add_requested_output(req, r->outputs[i].name);
+  for (uint32_t i = 0; i < r->n_outputs; i++) {
+    hark_kserve_output *o = &r->outputs[i];
+    if (o->shm_region) {
+      hark_error *err = hark_kserve_shm_output(shm, req, o->name, o->shm_region, o->shm_offset,
+                                               o->shm_byte_size, &o->shm);
+      if (err) return err;
+    }
+    hark_request_add_requested_output(req, o->name);
+  }
   hark_request_attach(req, r->arena, hark_arena_free);
+  return NULL;
+}
+
+/* ---- shared memory (both protocols) ------------------------------------------ */
+
+static hark_error *shm_off(const char *what, const char *name) {
+  return hark_error_new(HARK_ERR_UNSUPPORTED,
+                        "%s '%s': system shared memory is turned off on this server "
+                        "(--allow-shared-memory=false)",
+                        what, name);
+}
+
+hark_error *hark_kserve_shm_input(hark_shm *shm, hark_request *req, const char *name,
+                                  hark_datatype dt, int64_t count, const char *region,
+                                  uint64_t offset, uint64_t byte_size, const void **data) {
+  *data = NULL;
+  if (!shm) return shm_off("input", name);
+  size_t esize = hark_datatype_size(dt);
+  if (dt != HARK_TYPE_BYTES &&
+      (count < 0 || (uint64_t)count > SIZE_MAX / esize || (uint64_t)count * esize != byte_size))
+    return hark_error_new(HARK_ERR_INVALID_ARG,
+                          "input '%s': shared_memory_byte_size %llu does not match %lld %s "
+                          "elements (%llu bytes)",
+                          name, (unsigned long long)byte_size, (long long)count,
+                          hark_datatype_name(dt), (unsigned long long)count * esize);
+  hark_shm_region *r;
+  hark_error *err = hark_shm_acquire(shm, region, &r);
+  if (err) return err;
+  hark_request_attach(req, r, hark_shm_release);
+  char what[200];
+  snprintf(what, sizeof what, "input '%.150s'", name);
+  void *p;
+  if ((err = hark_shm_span(r, offset, byte_size, what, &p))) return err;
+  /* BYTES in shared memory are laid out as in the binary extension:
+   * each element a 4-byte little-endian length and its bytes. */
+  if (dt == HARK_TYPE_BYTES && !hark_bytes_check(p, (size_t)byte_size, count))
+    return hark_error_new(HARK_ERR_INVALID_ARG,
+                          "input '%s': shared memory region '%s' does not hold %lld "
+                          "length-prefixed BYTES elements filling shared_memory_byte_size %llu",
+                          name, region, (long long)count, (unsigned long long)byte_size);
+  /* The backend reads it in place (no copy): the client must leave the
+   * region alone until the response arrives, as with Triton. Typed
+   * elements must be aligned for that; an odd offset costs a copy. */
+  if (esize > 1 && (uintptr_t)p % esize) {
+    void *copy = malloc(byte_size ? (size_t)byte_size : 1); /* client-sized */
+    if (!copy)
+      return hark_error_new(HARK_ERR_RESOURCE_EXHAUSTED, "out of memory for input '%s'", name);
+    memcpy(copy, p, (size_t)byte_size);
+    hark_request_attach(req, copy, free);
+    p = copy;
+  }
+  *data = p;
+  return NULL;
+}
+
+hark_error *hark_kserve_shm_output(hark_shm *shm, hark_request *req, const char *name,
+                                   const char *region, uint64_t offset, uint64_t byte_size,
+                                   hark_shm_region **out) {
+  *out = NULL;
+  if (!shm) return shm_off("output", name);
+  hark_shm_region *r;
+  hark_error *err = hark_shm_acquire(shm, region, &r);
+  if (err) return err;
+  hark_request_attach(req, r, hark_shm_release);
+  char what[200];
+  snprintf(what, sizeof what, "output '%.150s'", name);
+  void *p;
+  if ((err = hark_shm_span(r, offset, byte_size, what, &p))) return err;
+  *out = r;
+  return NULL;
+}
+
+hark_error *hark_kserve_shm_write(hark_shm_region *r, uint64_t offset, uint64_t byte_size,
+                                  const hark_tensor *t) {
+  if (t->byte_size > byte_size)
+    return hark_error_new(HARK_ERR_INVALID_ARG,
+                          "output '%s' of %zu bytes does not fit in its shared_memory_byte_size "
+                          "%llu (shared memory region '%s')",
+                          t->name, t->byte_size, (unsigned long long)byte_size,
+                          hark_shm_region_name(r));
+  char what[200];
+  snprintf(what, sizeof what, "output '%.150s'", t->name);
+  void *p;
+  hark_error *err = hark_shm_span(r, offset, t->byte_size, what, &p);
+  if (err) return err;
+  if (t->byte_size) memcpy(p, t->data, t->byte_size);
   return NULL;
 }

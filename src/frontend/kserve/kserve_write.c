@@ -155,11 +155,14 @@ static const hark_kserve_output *find_output(const hark_kserve_request *r, const
   return NULL;
 }
 
-/* Whether output `t` goes out in the response at all, and as binary. */
-static bool output_wanted(const hark_kserve_request *r, const hark_tensor *t, bool *binary) {
+/* Whether output `t` goes out in the response at all, and as binary (never
+ * when it goes to shared memory: *shm is then its request). */
+static bool output_wanted(const hark_kserve_request *r, const hark_tensor *t, bool *binary,
+                          const hark_kserve_output **shm) {
   const hark_kserve_output *o = find_output(r, t->name);
   if (r && r->n_outputs && !o) return false;
-  *binary = o && o->binary >= 0 ? o->binary == 1 : r && r->binary_data_output;
+  *shm = o && o->shm ? o : NULL;
+  *binary = !*shm && (o && o->binary >= 0 ? o->binary == 1 : r && r->binary_data_output);
   return true;
 }
 
@@ -172,13 +175,29 @@ static void write_shape(hark_buf *out, const hark_tensor *t) {
   hark_buf_puts(out, "]");
 }
 
-static hark_error *write_output(hark_buf *out, const hark_tensor *t, bool binary) {
+static hark_error *write_output(hark_buf *out, const hark_tensor *t, bool binary,
+                                const hark_kserve_output *shm) {
+  hark_error *err = NULL;
+  if (shm && (err = hark_kserve_shm_write(shm->shm, shm->shm_offset, shm->shm_byte_size, t)))
+    return err;
   hark_buf_puts(out, "{\"name\":");
   hark_buf_put_str(out, t->name);
   hark_buf_puts(out, ",\"datatype\":\"");
   hark_buf_puts(out, hark_datatype_name(t->datatype));
   hark_buf_puts(out, "\",");
   write_shape(out, t);
+  if (shm) { /* the data is in the region, as Triton answers */
+    hark_buf_puts(out, ",\"parameters\":{\"shared_memory_region\":");
+    hark_buf_put_str(out, shm->shm_region);
+    hark_buf_puts(out, ",\"shared_memory_byte_size\":");
+    hark_buf_put_u64(out, t->byte_size);
+    if (shm->shm_offset) {
+      hark_buf_puts(out, ",\"shared_memory_offset\":");
+      hark_buf_put_u64(out, shm->shm_offset);
+    }
+    hark_buf_puts(out, "}}");
+    return NULL;
+  }
   if (binary) {
     hark_buf_puts(out, ",\"parameters\":{\"binary_data_size\":");
     hark_buf_put_u64(out, t->byte_size);
@@ -186,7 +205,7 @@ static hark_error *write_output(hark_buf *out, const hark_tensor *t, bool binary
     return NULL;
   }
   hark_buf_puts(out, ",\"data\":");
-  hark_error *err = write_data(out, t);
+  err = write_data(out, t);
   if (!err) hark_buf_puts(out, "}");
   return err;
 }
@@ -251,10 +270,11 @@ hark_error *hark_kserve_write_response(hark_buf *out, const hark_response *resp,
   uint32_t n = hark_response_output_count(resp), written = 0;
   for (uint32_t i = 0; i < n; i++) {
     const hark_tensor *t = hark_response_output(resp, i);
+    const hark_kserve_output *shm;
     bool binary;
-    if (!output_wanted(r, t, &binary)) continue;
+    if (!output_wanted(r, t, &binary, &shm)) continue;
     if (written++) hark_buf_puts(out, ",");
-    hark_error *err = write_output(out, t, binary);
+    hark_error *err = write_output(out, t, binary, shm);
     if (err) return err;
     *any_binary |= binary;
   }
@@ -262,8 +282,10 @@ hark_error *hark_kserve_write_response(hark_buf *out, const hark_response *resp,
   *json_len = out->len - start;
   for (uint32_t i = 0; *any_binary && i < n; i++) {
     const hark_tensor *t = hark_response_output(resp, i);
+    const hark_kserve_output *shm;
     bool binary;
-    if (output_wanted(r, t, &binary) && binary && !hark_buf_append(out, t->data, t->byte_size))
+    if (output_wanted(r, t, &binary, &shm) && binary &&
+        !hark_buf_append(out, t->data, t->byte_size))
       return too_big(t);
   }
   return NULL;

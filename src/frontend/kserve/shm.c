@@ -1,0 +1,247 @@
+/*
+ * shm.c — the system shared-memory registry (see shm.h): a mutex-guarded
+ * list of regions, each an mmap of a window of a POSIX shm object with its
+ * fd kept open, and a reference count so that a request holding a region
+ * keeps it mapped after it is unregistered.
+ *
+ * mmap offsets must be page aligned: a region is mapped from its offset
+ * rounded down to a page, and its bytes start that far into the mapping.
+ * Registration is a few syscalls (shm_open, fstat, mmap) done under the
+ * lock on the caller's thread; nothing here blocks on I/O.
+ */
+#include "frontend/kserve/shm.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "util/alloc.h"
+
+struct hark_shm_region {
+  atomic_uint refs; /* the registry's (while registered) + one per user */
+  char *name, *key;
+  uint64_t offset, byte_size;
+  int fd;
+  void *map;
+  size_t map_len;
+  unsigned char *base; /* the region's first byte, inside map */
+  hark_shm_region *next;
+};
+
+struct hark_shm {
+  pthread_mutex_t mu;
+  hark_shm_region *head; /* registered regions; guarded by mu */
+};
+
+hark_shm *hark_shm_new(void) {
+  hark_shm *shm = hark_xcalloc(1, sizeof *shm);
+  pthread_mutex_init(&shm->mu, NULL);
+  return shm;
+}
+
+void hark_shm_free(hark_shm *shm) {
+  if (!shm) return;
+  hark_shm_unregister(shm, NULL);
+  pthread_mutex_destroy(&shm->mu);
+  free(shm);
+}
+
+static void region_destroy(hark_shm_region *r) {
+  if (r->map) munmap(r->map, r->map_len);
+  if (r->fd >= 0) close(r->fd);
+  free(r->name);
+  free(r->key);
+  free(r);
+}
+
+void hark_shm_release(void *region) {
+  hark_shm_region *r = region;
+  if (r && atomic_fetch_sub(&r->refs, 1) == 1) region_destroy(r);
+}
+
+/* Under the lock. */
+static hark_shm_region *find(hark_shm *shm, const char *name) {
+  for (hark_shm_region *r = shm->head; r; r = r->next)
+    if (strcmp(r->name, name) == 0) return r;
+  return NULL;
+}
+
+/* Opens and maps the window; on error nothing is left open. */
+static hark_error *region_map(hark_shm_region *r) {
+  r->fd = shm_open(r->key, O_RDWR, 0);
+  if (r->fd < 0)
+    return hark_error_new(HARK_ERR_INVALID_ARG,
+                          "Unable to open shared memory region '%s': shared memory key '%s': %s",
+                          r->name, r->key, strerror(errno));
+  struct stat st;
+  if (fstat(r->fd, &st) != 0)
+    return hark_error_new(HARK_ERR_INVALID_ARG, "shared memory region '%s': fstat of '%s': %s",
+                          r->name, r->key, strerror(errno));
+  uint64_t end = r->offset + r->byte_size; /* no overflow: checked by the caller */
+  if ((uint64_t)st.st_size < end)
+    return hark_error_new(HARK_ERR_INVALID_ARG,
+                          "shared memory region '%s': offset %llu + byte_size %llu is beyond the "
+                          "end of shared memory object '%s' (%lld bytes)",
+                          r->name, (unsigned long long)r->offset, (unsigned long long)r->byte_size,
+                          r->key, (long long)st.st_size);
+  uint64_t page = (uint64_t)sysconf(_SC_PAGESIZE);
+  uint64_t start = r->offset - r->offset % page;
+  r->map_len = (size_t)(end - start);
+  void *m = mmap(NULL, r->map_len, PROT_READ | PROT_WRITE, MAP_SHARED, r->fd, (off_t)start);
+  if (m == MAP_FAILED)
+    return hark_error_new(HARK_ERR_INVALID_ARG, "shared memory region '%s': mmap of '%s': %s",
+                          r->name, r->key, strerror(errno));
+  r->map = m;
+  r->base = (unsigned char *)m + (r->offset - start);
+  return NULL;
+}
+
+hark_error *hark_shm_register(hark_shm *shm, const char *name, const char *key, uint64_t offset,
+                              uint64_t byte_size) {
+  if (!name || !*name)
+    return hark_error_new(HARK_ERR_INVALID_ARG, "a shared memory region needs a name");
+  if (!key || !*key)
+    return hark_error_new(HARK_ERR_INVALID_ARG, "shared memory region '%s' needs a 'key'", name);
+  if (!byte_size)
+    return hark_error_new(HARK_ERR_INVALID_ARG,
+                          "shared memory region '%s': byte_size must be more than 0", name);
+  if (offset > (uint64_t)INT64_MAX || byte_size > (uint64_t)INT64_MAX - offset ||
+      byte_size > SIZE_MAX)
+    return hark_error_new(HARK_ERR_INVALID_ARG,
+                          "shared memory region '%s': offset %llu + byte_size %llu is too large",
+                          name, (unsigned long long)offset, (unsigned long long)byte_size);
+  hark_shm_region *r = hark_xcalloc(1, sizeof *r);
+  r->name = hark_xstrdup(name);
+  r->key = hark_xstrdup(key);
+  r->offset = offset;
+  r->byte_size = byte_size;
+  r->fd = -1;
+  atomic_init(&r->refs, 1);
+  pthread_mutex_lock(&shm->mu);
+  hark_error *err = NULL;
+  if (find(shm, name))
+    err = hark_error_new(HARK_ERR_ALREADY_EXISTS, "shared memory region '%s' already in manager",
+                         name);
+  if (!err) err = region_map(r);
+  if (!err) {
+    r->next = shm->head;
+    shm->head = r;
+  }
+  pthread_mutex_unlock(&shm->mu);
+  if (err) region_destroy(r);
+  return err;
+}
+
+void hark_shm_unregister(hark_shm *shm, const char *name) {
+  hark_shm_region *gone = NULL;
+  pthread_mutex_lock(&shm->mu);
+  for (hark_shm_region **pp = &shm->head; *pp;) {
+    hark_shm_region *r = *pp;
+    if (name && strcmp(r->name, name) != 0) {
+      pp = &r->next;
+      continue;
+    }
+    *pp = r->next;
+    r->next = gone;
+    gone = r;
+  }
+  pthread_mutex_unlock(&shm->mu);
+  while (gone) { /* outside the lock: munmap may take a while */
+    hark_shm_region *next = gone->next;
+    hark_shm_release(gone);
+    gone = next;
+  }
+}
+
+static hark_error *unknown(const char *name) {
+  return hark_error_new(HARK_ERR_INVALID_ARG, "Unable to find system shared memory region: '%s'",
+                        name);
+}
+
+static int by_name(const void *a, const void *b) {
+  return strcmp(((const hark_shm_status *)a)->name, ((const hark_shm_status *)b)->name);
+}
+
+hark_error *hark_shm_status_get(hark_shm *shm, const char *name, hark_shm_status **out, size_t *n) {
+  *out = NULL;
+  *n = 0;
+  pthread_mutex_lock(&shm->mu);
+  size_t count = 0;
+  for (hark_shm_region *r = shm->head; r; r = r->next)
+    if (!name || strcmp(r->name, name) == 0) count++;
+  if (name && !count) {
+    pthread_mutex_unlock(&shm->mu);
+    return unknown(name);
+  }
+  hark_shm_status *st = hark_xcalloc(count ? count : 1, sizeof *st);
+  size_t i = 0;
+  for (hark_shm_region *r = shm->head; r; r = r->next) {
+    if (name && strcmp(r->name, name) != 0) continue;
+    st[i].name = hark_xstrdup(r->name);
+    st[i].key = hark_xstrdup(r->key);
+    st[i].offset = r->offset;
+    st[i].byte_size = r->byte_size;
+    i++;
+  }
+  pthread_mutex_unlock(&shm->mu);
+  qsort(st, count, sizeof *st, by_name);
+  *out = st;
+  *n = count;
+  return NULL;
+}
+
+void hark_shm_status_free(hark_shm_status *st, size_t n) {
+  for (size_t i = 0; st && i < n; i++) {
+    free(st[i].name);
+    free(st[i].key);
+  }
+  free(st);
+}
+
+hark_error *hark_shm_acquire(hark_shm *shm, const char *name, hark_shm_region **out) {
+  *out = NULL;
+  pthread_mutex_lock(&shm->mu);
+  hark_shm_region *r = find(shm, name);
+  if (r) atomic_fetch_add(&r->refs, 1);
+  pthread_mutex_unlock(&shm->mu);
+  if (!r) return unknown(name);
+  *out = r;
+  return NULL;
+}
+
+const char *hark_shm_region_name(const hark_shm_region *r) { return r->name; }
+uint64_t hark_shm_region_size(const hark_shm_region *r) { return r->byte_size; }
+
+hark_error *hark_shm_span(hark_shm_region *r, uint64_t offset, uint64_t size, const char *what,
+                          void **out) {
+  *out = NULL;
+  if (offset > r->byte_size || size > r->byte_size - offset)
+    return hark_error_new(HARK_ERR_INVALID_ARG,
+                          "%s: shared_memory_offset %llu + shared_memory_byte_size %llu is beyond "
+                          "shared memory region '%s' (%llu bytes)",
+                          what, (unsigned long long)offset, (unsigned long long)size, r->name,
+                          (unsigned long long)r->byte_size);
+  /* The object may have been truncated (or unlinked and truncated) since it
+   * was mapped; touching pages past its end would be SIGBUS. This check
+   * narrows that to a race: a client that truncates the object between the
+   * check and the read or write that follows still crashes the server,
+   * exactly as with Triton. Only a client trusted with the port can. */
+  struct stat st;
+  uint64_t need = r->offset + offset + size;
+  if (fstat(r->fd, &st) != 0)
+    return hark_error_new(HARK_ERR_INVALID_ARG, "%s: shared memory region '%s': fstat: %s", what,
+                          r->name, strerror(errno));
+  if ((uint64_t)st.st_size < need)
+    return hark_error_new(HARK_ERR_INVALID_ARG,
+                          "%s: shared memory region '%s' is no longer valid: its object '%s' was "
+                          "truncated to %lld bytes, less than the %llu it needs",
+                          what, r->name, r->key, (long long)st.st_size, (unsigned long long)need);
+  *out = r->base + offset;
+  return NULL;
+}
