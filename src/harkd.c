@@ -49,8 +49,9 @@ static void usage(FILE *f) {
           "                              long to finish (default 30)\n"
           "  --strict-readiness BOOL     ready only when every model loaded (default true)\n"
           "  --allow-shared-memory BOOL  serve Triton's system shared memory extension\n"
-          "                              (default true; any local client that reaches the\n"
-          "                              ports can map any shm object it names)\n"
+          "                              (default false: a client that reaches the ports\n"
+          "                              could read and write any shm object harkd's user\n"
+          "                              can open; turn on for trusted local clients)\n"
           "  --backend-directory DIR     where libhark_<backend>.so live\n"
           "  --http-max-input-size BYTES largest request body (default 67108864)\n"
           "  --http-body-timeout-secs N  drop a client that stalls mid-request (default 30)\n"
@@ -234,7 +235,7 @@ int main(int argc, char **argv) {
       loads[so.n_load_models++] = optarg;
       break;
     case O_STRICT: so.strict_readiness = parse_bool(optarg); break;
-    case O_SHM: fo.no_shared_memory = !parse_bool(optarg); break;
+    case O_SHM: fo.shared_memory = parse_bool(optarg); break;
     case O_BACKENDS: so.backend_directory = optarg; break;
     case O_MAXIN:
       ho->max_input_size = (size_t)parse_num("--http-max-input-size", optarg, 1024, 1L << 32);

@@ -22,7 +22,7 @@ typedef struct hark_frontend_options {
   int grpc_port;              /* 8001; -1: no gRPC; 0: any */
   const char *grpc_address;   /* NULL: http.address's */
   hark_speech_options speech; /* both speech protocols */
-  bool no_shared_memory;      /* --allow-shared-memory=false */
+  bool shared_memory;         /* --allow-shared-memory=true */
 } hark_frontend_options;
 
 /* Binds every port. `server` must outlive the front ends. Caller owns

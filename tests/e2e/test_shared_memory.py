@@ -13,7 +13,6 @@ import os
 import struct
 import threading
 import time
-import unittest
 
 import grpc
 
@@ -88,6 +87,8 @@ def shm_params(region, size, offset=None):
 
 
 class HttpShmTest(harness.ServerTest):
+    ARGS = ("--allow-shared-memory=true",)
+
     def setUp(self):
         self.regions = []
 
@@ -442,17 +443,19 @@ class TestUnregisterWhileInUse(HttpShmTest):
 
 
 class TestDisabled(HttpShmTest):
-    ARGS = ("--allow-shared-memory=false",)
+    ARGS = ()  # off unless asked for: it lets a client read and write shm objects
 
     def test_off(self):
+        status, _, body = self.server.request("GET", "/v2")
+        self.assertNotIn("system_shared_memory", json.loads(body)["extensions"])
         r = self.shm(128)
         err = self.register("x", r.key, 0, 128, status=400)["error"]
-        self.assertIn("--allow-shared-memory=false", err)
-        self.assertError(self.status(), "--allow-shared-memory=false")
+        self.assertIn("--allow-shared-memory=true", err)
+        self.assertError(self.status(), "--allow-shared-memory=true")
         doc = {"inputs": [{"name": "INPUT0", "shape": [1, 16], "datatype": "INT32",
                            "parameters": shm_params("x", 64)},
                           {"name": "INPUT1", "shape": [1, 16], "datatype": "INT32", "data": B}]}
-        self.assertError(self.infer(doc), "--allow-shared-memory=false")
+        self.assertError(self.infer(doc), "--allow-shared-memory=true")
 
 
 # ---- gRPC -----------------------------------------------------------------------
@@ -466,6 +469,8 @@ def grpc_shm_params(msg, region, size, offset=None):
 
 
 class GrpcShmTest(tg.GrpcTest):
+    ARGS = ("--allow-shared-memory=true",)
+
     def setUp(self):
         self.regions = []
 
@@ -626,20 +631,22 @@ class TestGrpcShm(GrpcShmTest):
 
 
 class TestGrpcDisabled(GrpcShmTest):
-    ARGS = ("--allow-shared-memory=false",)
+    ARGS = ()
 
     def tearDown(self):
         for r in self.regions:
             r.close()
 
     def test_off(self):
+        status, _, body = self.server.request("GET", "/v2")
+        self.assertNotIn("system_shared_memory", json.loads(body)["extensions"])
         r = self.shm(128)
         details = self.assertCode(grpc.StatusCode.UNIMPLEMENTED, self.register, "x", r.key, 0,
                                   128)
-        self.assertIn("--allow-shared-memory=false", details)
+        self.assertIn("--allow-shared-memory=true", details)
         details = self.assertCode(grpc.StatusCode.UNIMPLEMENTED, self.stub.ModelInfer,
                                   self.simple_request("x"))
-        self.assertIn("--allow-shared-memory=false", details)
+        self.assertIn("--allow-shared-memory=true", details)
 
 
 if __name__ == "__main__":

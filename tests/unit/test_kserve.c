@@ -279,15 +279,15 @@ static void expect_request_error(const char *json, const char *fragment) {
 static void test_bad_parameters(void **state) {
   (void)state;
   expect_request_error("{\"inputs\":[],\"parameters\":{\"priority\":-1}}", "priority");
-  /* shared memory named with no registry (--allow-shared-memory=false) */
+  /* shared memory named with no registry (harkd without --allow-shared-memory=true) */
   expect_request_error(
       "{\"inputs\":[{\"name\":\"X\",\"shape\":[1],\"datatype\":\"INT32\",\"parameters\":"
       "{\"shared_memory_region\":\"r\",\"shared_memory_byte_size\":4}}]}",
-      "--allow-shared-memory=false");
+      "--allow-shared-memory=true");
   expect_request_error(
       "{\"inputs\":[],\"outputs\":[{\"name\":\"Y\",\"parameters\":"
       "{\"shared_memory_region\":\"r\",\"shared_memory_byte_size\":4}}]}",
-      "--allow-shared-memory=false");
+      "--allow-shared-memory=true");
   expect_request_error("{\"inputs\":[],\"parameters\":{\"priority\":\"high\"}}", "priority");
   expect_request_error("{\"inputs\":[],\"parameters\":{\"priority\":4294967296}}", "priority");
   expect_request_error("{\"inputs\":[],\"parameters\":{\"timeout\":1.5}}", "timeout");
@@ -866,9 +866,14 @@ static void test_real_server(void **state) {
   hark_server *server = real_server();
   if (!server) skip();
   hark_buf b = {0};
-  hark_kserve_write_server_metadata(&b);
+  hark_kserve_write_server_metadata(&b, false);
   hark_buf_put(&b, "", 1);
   assert_non_null(strstr(b.data, "\"binary_tensor_data\""));
+  assert_null(strstr(b.data, "shared_memory")); /* not served: not listed */
+  b.len = 0;
+  hark_kserve_write_server_metadata(&b, true);
+  hark_buf_put(&b, "", 1);
+  assert_non_null(strstr(b.data, "\"system_shared_memory\""));
   b.len = 0;
 
   hark_model *model;

@@ -33,7 +33,7 @@
 
 /* What the KServe services (HTTP and gRPC) of one server share: the engine
  * and the system shared-memory registry (NULL: the extension is turned off
- * with --allow-shared-memory=false). Both outlive the services. */
+ * unless harkd runs with --allow-shared-memory=true). Both outlive the services. */
 typedef struct hark_kserve {
   hark_server *server;
   hark_shm *shm;
@@ -213,7 +213,8 @@ hark_error *hark_kserve_write_response(hark_buf *out, const hark_response *resp,
 /* Each appends one document to `out` in Triton's JSON shape. */
 
 /* GET /v2: {"name","version","extensions"}. */
-void hark_kserve_write_server_metadata(hark_buf *out);
+/* shared_memory: whether system_shared_memory is served (and listed). */
+void hark_kserve_write_server_metadata(hark_buf *out, bool shared_memory);
 /* GET /v2/models/{m}: name, every loaded version, platform (or backend),
  * inputs and outputs, with a -1 batch dimension when the model batches. */
 void hark_kserve_write_model_metadata(hark_buf *out, hark_server *server, const hark_model *model);

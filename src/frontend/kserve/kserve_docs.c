@@ -21,15 +21,16 @@ static void put_version(hark_buf *b, int64_t v) {
   hark_buf_puts(b, "\"");
 }
 
-void hark_kserve_write_server_metadata(hark_buf *out) {
+void hark_kserve_write_server_metadata(hark_buf *out, bool shared_memory) {
   hark_buf_puts(out, "{\"name\":");
   hark_buf_put_str(out, HARK_SERVER_NAME);
   hark_buf_puts(out, ",\"version\":");
   hark_buf_put_str(out, HARK_SERVER_VERSION);
   hark_buf_puts(out, ",\"extensions\":[");
   const char *const *ext = hark_server_extensions();
-  for (size_t i = 0; ext && ext[i]; i++) {
-    if (i) hark_buf_puts(out, ",");
+  for (size_t i = 0, n = 0; ext && ext[i]; i++) {
+    if (!shared_memory && !strcmp(ext[i], "system_shared_memory")) continue;
+    if (n++) hark_buf_puts(out, ",");
     hark_buf_put_str(out, ext[i]);
   }
   hark_buf_puts(out, "]}");

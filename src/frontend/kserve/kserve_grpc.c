@@ -81,8 +81,11 @@ static void server_metadata(hark_grpc_call *c, ProtobufCMessage *msg) {
   r.name = HARK_SERVER_NAME;
   r.version = HARK_SERVER_VERSION;
   const char *const *ext = hark_server_extensions();
-  while (ext && ext[r.n_extensions]) r.n_extensions++;
-  r.extensions = (char **)ext;
+  char *list[32];
+  for (size_t i = 0; ext && ext[i] && r.n_extensions < 32; i++)
+    if (kserve_of(c)->shm || strcmp(ext[i], "system_shared_memory") != 0)
+      list[r.n_extensions++] = (char *)ext[i];
+  r.extensions = list;
   hark_grpc_reply(c, &r.base, HARK_GRPC_OK, NULL);
 }
 
@@ -380,7 +383,7 @@ static bool shm_on_or_reply(hark_grpc_call *c) {
   if (kserve_of(c)->shm) return true;
   hark_grpc_reply(c, NULL, HARK_GRPC_UNIMPLEMENTED,
                   "system shared memory is turned off on this server "
-                  "(--allow-shared-memory=false)");
+                  "(start harkd with --allow-shared-memory=true)");
   return false;
 }
 

@@ -403,7 +403,8 @@ static void get_model_doc(hark_server *server, hark_http_conn *c, const hark_kse
   reply_doc(c, &b, err);
 }
 
-static void handle_get(hark_server *server, hark_http_conn *c, const hark_kserve_route *rt) {
+static void handle_get(hark_server *server, bool shm_on, hark_http_conn *c,
+                       const hark_kserve_route *rt) {
   hark_buf b = {0};
   switch (rt->kind) {
   case HARK_ROUTE_LIVE:
@@ -427,7 +428,7 @@ static void handle_get(hark_server *server, hark_http_conn *c, const hark_kserve
   case HARK_ROUTE_MODEL_CONFIG: get_model_doc(server, c, rt); return;
   case HARK_ROUTE_SERVER_META:
     hark_http_body_begin(&b);
-    hark_kserve_write_server_metadata(&b);
+    hark_kserve_write_server_metadata(&b, shm_on);
     reply_doc(c, &b, NULL);
     return;
   default:
@@ -445,7 +446,7 @@ static void handle_get(hark_server *server, hark_http_conn *c, const hark_kserve
 static hark_error *shm_off(void) {
   return hark_error_new(HARK_ERR_UNSUPPORTED,
                         "system shared memory is turned off on this server "
-                        "(--allow-shared-memory=false)");
+                        "(start harkd with --allow-shared-memory=true)");
 }
 
 /* GET /v2/systemsharedmemory[/region/{r}]/status: Triton's array of
@@ -604,7 +605,7 @@ static void on_head(void *userp, hark_http_conn *c, const hark_http_request *req
     return;
   }
   if (!post) {
-    handle_get(server, c, &rt);
+    handle_get(server, ks->shm != NULL, c, &rt);
     hark_kserve_route_clear(&rt);
     return;
   }

@@ -697,7 +697,7 @@ hark_error *hark_kserve_to_request(hark_kserve_request *r, hark_shm *shm, hark_r
 static hark_error *shm_off(const char *what, const char *name) {
   return hark_error_new(HARK_ERR_UNSUPPORTED,
                         "%s '%s': system shared memory is turned off on this server "
-                        "(--allow-shared-memory=false)",
+                        "(start harkd with --allow-shared-memory=true)",
                         what, name);
 }
 
