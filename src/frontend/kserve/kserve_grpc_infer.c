@@ -208,6 +208,8 @@ static hark_error *apply_param(hark_request *req, const char *key,
 hark_error *hark_kserve_grpc_to_request(const infer_request *q, hark_request *req,
                                         const Inference__InferParameter **sequence_id) {
   *sequence_id = NULL;
+  /* A sequence_id names a sequence of KServe gRPC clients only. */
+  hark_request_set_correlation_ns(req, HARK_CORR_NS_KSERVE_GRPC);
   if (*q->id) hark_request_set_id(req, q->id);
   for (size_t i = 0; i < q->n_parameters; i++) {
     if (strcmp(q->parameters[i]->key, "sequence_id") == 0) *sequence_id = q->parameters[i]->value;

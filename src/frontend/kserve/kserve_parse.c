@@ -588,6 +588,8 @@ static hark_error *apply_param(const hark_kserve_param *p, hark_request *req) {
 }
 
 hark_error *hark_kserve_to_request(hark_kserve_request *r, hark_request *req) {
+  /* A sequence_id names a sequence of KServe HTTP clients only. */
+  hark_request_set_correlation_ns(req, HARK_CORR_NS_KSERVE_HTTP);
   if (r->id) hark_request_set_id(req, r->id);
   for (uint32_t i = 0; i < r->n_params; i++) {
     hark_error *err = apply_param(&r->params[i], req);
