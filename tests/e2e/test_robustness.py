@@ -126,5 +126,55 @@ class PortInUse(unittest.TestCase):
             server.stop()
 
 
+
+class RequestLimits(unittest.TestCase):
+    """Issue 13, finding 3: what one request costs an event loop is bounded.
+    A request's parameters are capped (each is looked up by name) and the
+    parser stops at the first one over, so a flood is refused at once, with
+    the limit named, while other clients are served."""
+
+    @classmethod
+    def setUpClass(cls):
+        cls.server = Harkd(MODELS, ["--http-thread-count", "1"])
+
+    @classmethod
+    def tearDownClass(cls):
+        cls.server.stop()
+
+    def test_parameter_flood(self):
+        # 150,000 parameters in 1.7 MB once froze every HTTP client for 23 s.
+        params = ",".join(f'"p{i}":{i}' for i in range(150000))
+        body = ('{"parameters":{%s},"inputs":[{"name":"INPUT0","shape":[1,16],'
+                '"datatype":"INT32","data":%s},{"name":"INPUT1","shape":[1,16],'
+                '"datatype":"INT32","data":%s}]}' % (params, A, B)).encode()
+        t0 = time.time()
+        status, _, data = self.server.request("POST", "/v2/models/simple/infer", body)
+        elapsed = time.time() - t0
+        self.assertEqual(status, 400, data)
+        self.assertIn("request has more than 64 parameters; at most 64 are allowed",
+                      json.loads(data)["error"])
+        doc = simple_request(A, B, parameters={f"p{i}": i for i in range(64)})
+        status, reply = self.server.json("POST", "/v2/models/simple/infer", doc)
+        self.assertEqual(status, 200, reply)
+        print(f"150000 parameters ({len(body)} bytes) refused in {elapsed * 1000:.0f} ms")
+
+    def test_inputs_bounded_by_the_model(self):
+        # More inputs than the model has: refused at the first one too many.
+        doc = simple_request(A, B)
+        doc["inputs"] += [dict(doc["inputs"][0], name=f"X{i}") for i in range(20000)]
+        status, reply = self.server.json("POST", "/v2/models/simple/infer", doc)
+        self.assertEqual(status, 400, reply)
+        self.assertIn("unexpected inference input 'X0' for model 'simple'", reply["error"])
+        doc = simple_request(A, B)
+        doc["inputs"] += [doc["inputs"][0]] * 20000
+        status, reply = self.server.json("POST", "/v2/models/simple/infer", doc)
+        self.assertEqual(status, 400, reply)
+        self.assertIn("input 'INPUT0' is given more than once", reply["error"])
+        doc = simple_request(A, B, outputs=[{"name": "OUTPUT0"}] * 3)
+        status, reply = self.server.json("POST", "/v2/models/simple/infer", doc)
+        self.assertEqual(status, 400, reply)
+        self.assertIn("request asks for 3 outputs but model 'simple' has only 2", reply["error"])
+
+
 if __name__ == "__main__":
     main()
