@@ -100,6 +100,8 @@ uint64_t hark_request_timeout_us(const hark_request *req);
 uint32_t hark_request_flags(const hark_request *req);
 uint64_t hark_request_correlation_id(const hark_request *req);
 const char *hark_request_correlation_id_str(const hark_request *req); /* or NULL */
+/* Since backend API 1.3. A backend that keeps its own per-sequence tables
+ * must key them by the namespace too (or use hark_request_sequence_state). */
 hark_corr_ns hark_request_correlation_ns(const hark_request *req);
 const char *hark_request_parameter(const hark_request *req, const char *key);
 uint32_t hark_request_input_count(const hark_request *req);
