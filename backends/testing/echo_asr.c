@@ -10,7 +10,7 @@
  *   Final (flush, END, or every `utterance_samples`): TRANSCRIPT "N", one
  *   word "N" spanning the utterance, ALTERNATIVES ["N", "N alt"].
  *
- * Each sequence (correlation id) has its own state in a table of the
+ * Each sequence (correlation id in its namespace) has its own state in a table of the
  * model's, created by START and freed by END, so it works under any
  * scheduler; `max_sequences` bounds the table like a decoder pool (a START
  * past it is UNAVAILABLE). Audio that begins with "FAIL" fails the request
@@ -29,6 +29,7 @@
 
 typedef struct seq {
   struct seq *next;
+  hark_corr_ns ns; /* the same id in two namespaces is two sequences */
   uint64_t id;
   int rate;
   bool started_audio; /* a WAV header can only come first */
@@ -90,10 +91,10 @@ static hark_error *instance_init(hark_instance *inst) {
 static void instance_fini(hark_instance *inst) { (void)inst; }
 
 /* The sequence for `id`: created (or restarted) on START. */
-static hark_error *seq_get(echo_model *m, uint64_t id, bool start, seq **out) {
+static hark_error *seq_get(echo_model *m, hark_corr_ns ns, uint64_t id, bool start, seq **out) {
   pthread_mutex_lock(&m->lock);
   seq **slot = &m->table[id % BUCKETS];
-  while (*slot && (*slot)->id != id) slot = &(*slot)->next;
+  while (*slot && ((*slot)->id != id || (*slot)->ns != ns)) slot = &(*slot)->next;
   hark_error *err = NULL;
   if (*slot && start) {
     memset(&(*slot)->rate, 0, sizeof **slot - offsetof(seq, rate));
@@ -105,6 +106,7 @@ static hark_error *seq_get(echo_model *m, uint64_t id, bool start, seq **out) {
       err = hark_error_new(HARK_ERR_INTERNAL, "out of memory");
     else {
       (*slot)->id = id;
+      (*slot)->ns = ns;
       m->n_sequences++;
     }
   } else if (!*slot) {
@@ -117,10 +119,10 @@ static hark_error *seq_get(echo_model *m, uint64_t id, bool start, seq **out) {
   return err;
 }
 
-static void seq_end(echo_model *m, uint64_t id) {
+static void seq_end(echo_model *m, hark_corr_ns ns, uint64_t id) {
   pthread_mutex_lock(&m->lock);
   for (seq **slot = &m->table[id % BUCKETS]; *slot; slot = &(*slot)->next)
-    if ((*slot)->id == id) {
+    if ((*slot)->id == id && (*slot)->ns == ns) {
       seq *s = *slot;
       *slot = s->next;
       free(s);
@@ -200,13 +202,14 @@ static hark_error *respond(hark_response *resp, const seq *s, bool final) {
 
 static hark_error *run(echo_model *m, hark_request *req, hark_response *resp) {
   uint64_t id = hark_request_correlation_id(req);
+  hark_corr_ns ns = hark_request_correlation_ns(req);
   uint32_t flags = hark_request_flags(req);
   seq *s;
-  hark_error *err = seq_get(m, id, flags & HARK_REQUEST_SEQUENCE_START, &s);
+  hark_error *err = seq_get(m, ns, id, flags & HARK_REQUEST_SEQUENCE_START, &s);
   if (err) return err;
   const char *profile = hark_request_parameter(req, "profile");
   if (profile) {
-    if (flags & HARK_REQUEST_SEQUENCE_END) seq_end(m, id);
+    if (flags & HARK_REQUEST_SEQUENCE_END) seq_end(m, ns, id);
     return hark_error_new(HARK_ERR_INVALID_ARG,
                           "echo_asr: this model has no latency profiles (asked for '%s')", profile);
   }
@@ -227,7 +230,7 @@ static hark_error *run(echo_model *m, hark_request *req, hark_response *resp) {
     }
   }
   if (n >= 4 && !memcmp(pcm, "FAIL", 4)) {
-    if (flags & HARK_REQUEST_SEQUENCE_END) seq_end(m, id);
+    if (flags & HARK_REQUEST_SEQUENCE_END) seq_end(m, ns, id);
     return hark_error_new(HARK_ERR_INTERNAL, "echo_asr: failing as asked");
   }
   if (n >= 4 && !memcmp(pcm, "SLOW", 4)) {
@@ -250,7 +253,7 @@ static hark_error *run(echo_model *m, hark_request *req, hark_response *resp) {
     s->utt_start += s->utt;
     s->utt = 0;
   }
-  if (flags & HARK_REQUEST_SEQUENCE_END) seq_end(m, id);
+  if (flags & HARK_REQUEST_SEQUENCE_END) seq_end(m, ns, id);
   return err;
 }
 

@@ -58,6 +58,21 @@ void hark_request_set_flags(hark_request *req, uint32_t flags);
 void hark_request_set_correlation_id(hark_request *req, uint64_t id);
 /* String correlation id (copied); replaces a numeric one. */
 void hark_request_set_correlation_id_str(hark_request *req, const char *id);
+
+/*
+ * Correlation-id namespaces. A sequence is named by its id and the
+ * namespace of the requests that carry it: the same id in two namespaces
+ * names two unrelated sequences, and a request can neither reach nor learn
+ * of a sequence in another namespace. The front end that builds a request
+ * sets its namespace from who chose the id; a client never picks it.
+ */
+typedef enum hark_corr_ns {
+  HARK_CORR_NS_LOCAL = 0,   /* in-process callers (the default): tests, tools */
+  HARK_CORR_NS_KSERVE_HTTP, /* ids KServe HTTP clients choose */
+  HARK_CORR_NS_KSERVE_GRPC, /* ids KServe gRPC clients choose */
+  HARK_CORR_NS_SESSION,     /* ids the server allocates to speech streams */
+} hark_corr_ns;
+void hark_request_set_correlation_ns(hark_request *req, hark_corr_ns ns);
 /* Custom parameter, both copied; later sets of a key replace earlier. */
 void hark_request_set_parameter(hark_request *req, const char *key, const char *value);
 
@@ -85,6 +100,9 @@ uint64_t hark_request_timeout_us(const hark_request *req);
 uint32_t hark_request_flags(const hark_request *req);
 uint64_t hark_request_correlation_id(const hark_request *req);
 const char *hark_request_correlation_id_str(const hark_request *req); /* or NULL */
+/* Since backend API 1.3. A backend that keeps its own per-sequence tables
+ * must key them by the namespace too (or use hark_request_sequence_state). */
+hark_corr_ns hark_request_correlation_ns(const hark_request *req);
 const char *hark_request_parameter(const hark_request *req, const char *key);
 uint32_t hark_request_input_count(const hark_request *req);
 const hark_tensor *hark_request_input(const hark_request *req, uint32_t i);

@@ -29,6 +29,7 @@ struct hark_request {
   uint32_t flags;
   uint64_t correlation_id;
   char *correlation_id_str;
+  hark_corr_ns correlation_ns;
   hark_kv *params;
   uint32_t n_params;
   hark_tensor *inputs;

@@ -65,6 +65,10 @@ void hark_request_set_correlation_id_str(hark_request *req, const char *id) {
   req->correlation_id = 0;
 }
 
+void hark_request_set_correlation_ns(hark_request *req, hark_corr_ns ns) {
+  req->correlation_ns = ns;
+}
+
 /* Appends or replaces key=value in a growable kv array. */
 static void kv_set(hark_kv **kv, uint32_t *n, const char *key, const char *value) {
   for (uint32_t i = 0; i < *n; i++)
@@ -145,6 +149,7 @@ uint64_t hark_request_correlation_id(const hark_request *req) { return req->corr
 const char *hark_request_correlation_id_str(const hark_request *req) {
   return req->correlation_id_str;
 }
+hark_corr_ns hark_request_correlation_ns(const hark_request *req) { return req->correlation_ns; }
 const char *hark_request_parameter(const hark_request *req, const char *key) {
   return kv_get(req->params, req->n_params, key);
 }

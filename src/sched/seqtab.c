@@ -1,7 +1,7 @@
 /*
  * seqtab.c — the sequence batcher's bookkeeping (rules in seqtab.h).
  *
- * Records live in a chained hash by correlation id (one-shot sequences are
+ * Records live in a chained hash by (namespace, correlation id) (one-shot sequences are
  * not hashed). Each record is on at most one of three lists: `ready`
  * (oldest only: holds a candidate slot, has a waiting request, nothing in
  * flight; kept sorted by the arrival of its head request, so a batch takes
@@ -29,6 +29,7 @@ typedef struct seq_node {
 } seq_node;
 
 struct hark_seq {
+  uint32_t ns;
   bool is_str, oneshot;
   uint64_t num;
   char *str;
@@ -52,6 +53,7 @@ typedef struct seq_list {
 } seq_list;
 
 typedef struct expired_id {
+  uint32_t ns;
   bool used, is_str;
   uint64_t num;
   char *str;
@@ -141,25 +143,26 @@ static void list_append(hark_seqtab *t, int which, hark_seq *s) {
 /* ---- keys ------------------------------------------------------------------------- */
 
 static uint64_t key_hash(const hark_seq_key *k) {
+  uint64_t ns = (uint64_t)k->ns * 0xc2b2ae3d27d4eb4full;
   if (k->is_str) {
-    uint64_t h = 1469598103934665603ull; /* FNV-1a */
+    uint64_t h = 1469598103934665603ull ^ ns; /* FNV-1a */
     for (const unsigned char *p = (const unsigned char *)k->str; *p; p++)
       h = (h ^ *p) * 1099511628211ull;
     return h ^ 0x5bd1e995u;
   }
-  uint64_t z = k->num + 0x9e3779b97f4a7c15ull; /* splitmix64 */
+  uint64_t z = (k->num ^ ns) + 0x9e3779b97f4a7c15ull; /* splitmix64 */
   z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
   z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
   return z ^ (z >> 31);
 }
 
-static bool key_is(bool is_str, uint64_t num, const char *str, const hark_seq_key *k) {
-  return is_str == k->is_str && (is_str ? strcmp(str, k->str) == 0 : num == k->num);
+static bool key_is(uint32_t ns, bool is_str, uint64_t num, const char *str, const hark_seq_key *k) {
+  return ns == k->ns && is_str == k->is_str && (is_str ? strcmp(str, k->str) == 0 : num == k->num);
 }
 
 static hark_seq *lookup(const hark_seqtab *t, const hark_seq_key *k, uint64_t h) {
   for (hark_seq *s = t->buckets[h & (t->n_buckets - 1)]; s; s = s->hnext)
-    if (s->hash == h && key_is(s->is_str, s->num, s->str, k)) return s;
+    if (s->hash == h && key_is(s->ns, s->is_str, s->num, s->str, k)) return s;
   return NULL;
 }
 
@@ -207,13 +210,14 @@ static void expired_remember(hark_seqtab *t, const hark_seq *s, uint64_t now) {
   expired_clear(e);
   char *copy = s->is_str ? hark_xstrdup(s->str) : NULL;
   if (s->is_str && !copy) return; /* forgetting is the safe failure */
-  *e = (expired_id){.used = true, .is_str = s->is_str, .num = s->num, .str = copy, .at_ns = now};
+  *e = (expired_id){
+      .ns = s->ns, .used = true, .is_str = s->is_str, .num = s->num, .str = copy, .at_ns = now};
 }
 
 static expired_id *expired_find(hark_seqtab *t, const hark_seq_key *k, uint64_t now) {
   for (uint32_t i = 0; i < HARK_SEQ_EXPIRED_MEMORY; i++) {
     expired_id *e = &t->expired[i];
-    if (e->used && key_is(e->is_str, e->num, e->str, k))
+    if (e->used && key_is(e->ns, e->is_str, e->num, e->str, k))
       return now - e->at_ns < HARK_SEQ_EXPIRED_KEEP_NS ? e : NULL;
   }
   return NULL;
@@ -362,6 +366,7 @@ hark_seq_status hark_seqtab_push(hark_seqtab *t, const hark_seq_key *key, uint32
     s->oneshot = !key;
     s->slot = -1;
     if (key) {
+      s->ns = key->ns;
       s->is_str = key->is_str;
       s->num = key->num;
       s->hash = h;

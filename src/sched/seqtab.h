@@ -5,7 +5,7 @@
  * inside what it queues, so each rule is a unit test with fake items and a
  * fake clock (tests/unit/test_sequence.c).
  *
- * It keeps the live sequences by correlation id, each with its FIFO of
+ * It keeps the live sequences by (namespace, correlation id), each with its FIFO of
  * waiting requests, and decides:
  *   - admission: a request for an unknown sequence needs START (or it gets
  *     NEED_START, or TIMED_OUT when the id recently expired idle); START on
@@ -40,7 +40,12 @@
 typedef struct hark_seqtab hark_seqtab;
 typedef struct hark_seq hark_seq;
 
+/* A sequence is named by its id *and* the namespace the front end put it
+ * in (hark_request_correlation_ns): the same id in two namespaces names two
+ * sequences, and a push in one namespace can neither reach nor learn of a
+ * sequence (or an expired id) of another. */
 typedef struct hark_seq_key {
+  uint32_t ns;
   bool is_str;
   uint64_t num;
   const char *str; /* is_str: borrowed for the call; the table copies it */

@@ -1,7 +1,8 @@
 /*
  * sequence.c — Triton's sequence batcher, for stateful (streaming) models.
  *
- * Requests carry a correlation id (uint64 or string) and START/END flags.
+ * Requests carry a correlation id (uint64 or string) in a namespace their
+ * front end chose (hark_request_correlation_ns) and START/END flags.
  * seqtab.c owns the rules — which request may run next, which sequences
  * hold slots, when a batch forms, when a sequence ends or expires idle —
  * and this file runs them on the skeleton (skeleton.c: the lock, the
@@ -389,7 +390,8 @@ static hark_error *seq_admit(hark_skel *sk, hark_request *req, void *arg, uint64
   seq_sched *s = (seq_sched *)sk;
   const char *sid = hark_request_correlation_id_str(req);
   uint64_t nid = hark_request_correlation_id(req);
-  hark_seq_key key = {.is_str = sid != NULL, .num = nid, .str = sid};
+  hark_seq_key key = {
+      .ns = hark_request_correlation_ns(req), .is_str = sid != NULL, .num = nid, .str = sid};
   bool oneshot = sid ? !*sid : nid == 0;
   hark_seq_status st =
       hark_seqtab_push(s->tab, oneshot ? NULL : &key, hark_request_flags(req), arg, now);

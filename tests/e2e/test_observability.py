@@ -343,12 +343,12 @@ output [ {{ name: "OUTPUT" data_type: TYPE_INT32 dims: [ 1 ] }} ]
 
 @unittest.skipUnless(shutil.which("cc"), "no C compiler to build the old-API backend")
 class OlderBackends(unittest.TestCase):
-    """Backends built on API 1.0 and 1.1 still load, serve and export
+    """Backends built on API 1.0, 1.1 and 1.2 still load, serve and export
     metrics; one claiming a newer minor than the server's is refused."""
 
     @classmethod
     def setUpClass(cls):
-        names = {"old0": 0, "old1": 1, "future": 999}
+        names = {"old0": 0, "old1": 1, "old2": 2, "future": 999}
         cls.repo = make_repo({n: OLD_CONFIG.format(name=n) for n in names})
         for name, minor in names.items():
             src = os.path.join(cls.repo, name, "backend.c")
@@ -367,7 +367,7 @@ class OlderBackends(unittest.TestCase):
             shutil.rmtree(cls.repo, ignore_errors=True)
 
     def test_old_minors_serve(self):
-        for name in ("old0", "old1"):
+        for name in ("old0", "old1", "old2"):
             doc = {"inputs": [{"name": "INPUT", "shape": [1], "datatype": "INT32", "data": [7]}]}
             status, out = self.server.json("POST", f"/v2/models/{name}/infer", doc)
             self.assertEqual(status, 200, out)
@@ -381,7 +381,9 @@ class OlderBackends(unittest.TestCase):
         status, _ = self.server.json("GET", "/v2/models/future/ready")
         self.assertNotEqual(status, 200)
         out = self.server.output()
-        self.assertRegex(out, r"1\.999.*1\.2|1\.2.*1\.999", out)
+        with open(os.path.join(SOURCE_DIR, "include", "hark", "backend.h")) as f:
+            minor = re.search(r"#define HARK_BACKEND_API_MINOR (\d+)u", f.read()).group(1)
+        self.assertRegex(out, rf"1\.999.*1\.{minor}\b|1\.{minor}\b.*1\.999", out)
 
 
 if __name__ == "__main__":

@@ -3,6 +3,7 @@ over the limit or garbage. Each gets a clear error (or is dropped), and the
 server keeps serving everyone else."""
 import json
 import os
+import resource
 import socket
 import subprocess
 import time
@@ -123,6 +124,112 @@ class PortInUse(unittest.TestCase):
                              "an IPv6 socket listens on the HTTP port")
             self.assertEqual(server.request("GET", "/v2/health/live")[0], 200)
         finally:
+            server.stop()
+
+
+
+class RequestLimits(unittest.TestCase):
+    """Issue 13, finding 3: what one request costs an event loop is bounded.
+    A request's parameters are capped (each is looked up by name) and the
+    parser stops at the first one over, so a flood is refused at once, with
+    the limit named, while other clients are served."""
+
+    @classmethod
+    def setUpClass(cls):
+        cls.server = Harkd(MODELS, ["--http-thread-count", "1"])
+
+    @classmethod
+    def tearDownClass(cls):
+        cls.server.stop()
+
+    def test_parameter_flood(self):
+        # 150,000 parameters in 1.7 MB once froze every HTTP client for 23 s.
+        params = ",".join(f'"p{i}":{i}' for i in range(150000))
+        body = ('{"parameters":{%s},"inputs":[{"name":"INPUT0","shape":[1,16],'
+                '"datatype":"INT32","data":%s},{"name":"INPUT1","shape":[1,16],'
+                '"datatype":"INT32","data":%s}]}' % (params, A, B)).encode()
+        t0 = time.time()
+        status, _, data = self.server.request("POST", "/v2/models/simple/infer", body)
+        elapsed = time.time() - t0
+        self.assertEqual(status, 400, data)
+        self.assertIn("request has more than 64 parameters; at most 64 are allowed",
+                      json.loads(data)["error"])
+        doc = simple_request(A, B, parameters={f"p{i}": i for i in range(64)})
+        status, reply = self.server.json("POST", "/v2/models/simple/infer", doc)
+        self.assertEqual(status, 200, reply)
+        print(f"150000 parameters ({len(body)} bytes) refused in {elapsed * 1000:.0f} ms")
+
+    def test_inputs_bounded_by_the_model(self):
+        # More inputs than the model has: refused at the first one too many.
+        doc = simple_request(A, B)
+        doc["inputs"] += [dict(doc["inputs"][0], name=f"X{i}") for i in range(20000)]
+        status, reply = self.server.json("POST", "/v2/models/simple/infer", doc)
+        self.assertEqual(status, 400, reply)
+        self.assertIn("unexpected inference input 'X0' for model 'simple'", reply["error"])
+        doc = simple_request(A, B)
+        doc["inputs"] += [doc["inputs"][0]] * 20000
+        status, reply = self.server.json("POST", "/v2/models/simple/infer", doc)
+        self.assertEqual(status, 400, reply)
+        self.assertIn("input 'INPUT0' is given more than once", reply["error"])
+        doc = simple_request(A, B, outputs=[{"name": "OUTPUT0"}] * 3)
+        status, reply = self.server.json("POST", "/v2/models/simple/infer", doc)
+        self.assertEqual(status, 400, reply)
+        self.assertIn("request asks for 3 outputs but model 'simple' has only 2", reply["error"])
+
+
+class FdExhaustion(unittest.TestCase):
+    """Issue 13, finding 7: at the descriptor limit, accept fails at once
+    while the listen socket stays readable. The loops must not spin on it
+    (nor write the same warning thousands of times a second): they stop
+    accepting for a moment, warn at most once a second, and take the
+    waiting connections once descriptors are free again."""
+
+    def test_accept_pauses_at_the_fd_limit(self):
+        for loops in (1, 2):
+            with self.subTest(loops=loops):
+                self.at_the_fd_limit(loops)
+
+    def at_the_fd_limit(self, loops):
+        server = Harkd(MODELS, ["--http-thread-count", str(loops)], grpc=True)
+        clients = []
+        try:
+            pid = server.proc.pid
+            used = len(os.listdir(f"/proc/{pid}/fd"))
+            resource.prlimit(pid, resource.RLIMIT_NOFILE, (used + 8, used + 8))
+            for port in [server.http_port] * 40 + [server.grpc_port] * 20:
+                clients.append(socket.create_connection(("127.0.0.1", port), timeout=10))
+            time.sleep(0.5)  # the server is at its limit now
+
+            def cpu():
+                with open(f"/proc/{pid}/stat") as f:
+                    fields = f.read().rsplit(")", 1)[1].split()
+                return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+            before, t0, log0 = cpu(), time.time(), server.output()
+            time.sleep(2)
+            busy = (cpu() - before) / (time.time() - t0)
+            warnings = server.output()[len(log0):].count("cannot accept")
+            # Spinning, the loops took whole cores and wrote MBs of warnings.
+            self.assertLessEqual(warnings, 8, server.output()[-2000:])
+            self.assertLess(busy, 0.3, f"harkd used {busy:.0%} of a core at its fd limit")
+            print(f"at the fd limit: {busy:.1%} of a core, {warnings} warnings in 2 s")
+            self.assertIn("Too many open files; not accepting for 250 ms", server.output())
+            # Descriptors free again: the waiting connections are served.
+            for c in clients:
+                c.close()
+            clients = []
+            deadline = time.time() + 10
+            while True:
+                try:
+                    self.assertEqual(server.request("GET", "/v2/health/live")[0], 200)
+                    break
+                except (OSError, AssertionError):
+                    if time.time() > deadline:
+                        raise
+                    time.sleep(0.1)
+        finally:
+            for c in clients:
+                c.close()
             server.stop()
 
 

@@ -306,6 +306,72 @@ static void test_bad_parameters(void **state) {
   expect_json_error("{\"inputs\":[],\"id\":5}", "'id' must be a string");
 }
 
+/* A body with `n` parameters "p0".."p<n-1>" (malloc'd). */
+static char *params_body(uint32_t n) {
+  size_t cap = 64 + (size_t)n * 24;
+  char *b = malloc(cap);
+  size_t used = (size_t)snprintf(b, cap, "{\"inputs\":[],\"parameters\":{");
+  for (uint32_t i = 0; i < n; i++)
+    used += (size_t)snprintf(b + used, cap - used, "%s\"p%u\":%u", i ? "," : "", i, i);
+  snprintf(b + used, cap - used, "}}");
+  return b;
+}
+
+/* Issue 13, finding 3: what a request may hold is bounded before any of it
+ * is applied (each parameter and input is looked up by name). */
+static void test_request_counts(void **state) {
+  (void)state;
+  char *ok = params_body(HARK_KSERVE_MAX_PARAMETERS);
+  parsed_body p;
+  parse_ok(&p, ok);
+  assert_int_equal(p.r.n_params, HARK_KSERVE_MAX_PARAMETERS);
+  hark_model *m = fake_model();
+  hark_request *req = hark_request_new(m);
+  assert_null(hark_kserve_to_request(&p.r, NULL, req));
+  assert_string_equal(hark_request_parameter(req, "p63"), "63");
+  hark_request_free(req);
+  free(p.body);
+  fake_model_free(m);
+  free(ok);
+  /* One more, or a flood: refused at the first one over, naming the limit. */
+  char *over = params_body(HARK_KSERVE_MAX_PARAMETERS + 1);
+  expect_json_error(over, "more than 64 parameters; at most 64 are allowed");
+  free(over);
+  over = params_body(150000);
+  expect_json_error(over, "at most 64 are allowed");
+  free(over);
+  expect_json_error(
+      "{\"inputs\":[],\"parameters\":{\"binary_data_output\":true,"
+      "\"a\":1,\"b\":1,\"c\":1,\"d\":1,\"e\":1,\"f\":1,\"g\":1,\"h\":1,\"i\":1,\"j\":1,"
+      "\"k\":1,\"l\":1,\"m\":1,\"n\":1,\"o\":1,\"p\":1,\"q\":1,\"r\":1,\"s\":1,\"t\":1,"
+      "\"u\":1,\"v\":1,\"w\":1,\"x\":1,\"y\":1,\"z\":1,\"A\":1,\"B\":1,\"C\":1,\"D\":1,"
+      "\"E\":1,\"F\":1,\"G\":1,\"H\":1,\"I\":1,\"J\":1,\"K\":1,\"L\":1,\"M\":1,\"N\":1,"
+      "\"O\":1,\"P\":1,\"Q\":1,\"R\":1,\"S\":1,\"T\":1,\"U\":1,\"V\":1,\"W\":1,\"X\":1,"
+      "\"Y\":1,\"Z\":1,\"0\":1,\"1\":1,\"2\":1,\"3\":1,\"4\":1,\"5\":1,\"6\":1,\"7\":1,"
+      "\"8\":1,\"9\":1,\"_\":1,\"-\":1}}",
+      "at most 64"); /* binary_data_output counts */
+  /* No more inputs than the model has: over it, the first one the model
+   * lacks or given twice is named (and the rest never looked at). */
+  expect_request_error(
+      "{\"inputs\":[{\"name\":\"A\",\"shape\":[1],\"datatype\":\"INT8\",\"data\":[1]},"
+      "{\"name\":\"S\",\"shape\":[1],\"datatype\":\"INT8\",\"data\":[1]},"
+      "{\"name\":\"C\",\"shape\":[1],\"datatype\":\"INT8\",\"data\":[1]}]}",
+      "unexpected inference input 'C' for model 'm'");
+  expect_request_error(
+      "{\"inputs\":[{\"name\":\"A\",\"shape\":[1],\"datatype\":\"INT8\",\"data\":[1]},"
+      "{\"name\":\"S\",\"shape\":[1],\"datatype\":\"INT8\",\"data\":[1]},"
+      "{\"name\":\"A\",\"shape\":[1],\"datatype\":\"INT8\",\"data\":[1]}]}",
+      "input 'A' is given more than once");
+  expect_request_error(
+      "{\"inputs\":[{\"name\":\"A\",\"shape\":[1],\"datatype\":\"INT8\",\"data\":[1]},"
+      "{\"name\":\"A\",\"shape\":[1],\"datatype\":\"INT8\",\"data\":[1]}]}",
+      "input 'A' is given more than once");
+  expect_request_error(
+      "{\"inputs\":[],\"outputs\":[{\"name\":\"Y\"},{\"name\":\"Z\"},"
+      "{\"name\":\"Y\"}]}",
+      "request asks for 3 outputs but model 'm' has only 2");
+}
+
 /* ---- parsing: bad JSON and bad data --------------------------------------------- */
 
 static void test_malformed_json(void **state) {
@@ -965,6 +1031,7 @@ int main(void) {
       cmocka_unit_test(test_bytes_escapes),
       cmocka_unit_test(test_request_fields),
       cmocka_unit_test(test_bad_parameters),
+      cmocka_unit_test(test_request_counts),
       cmocka_unit_test(test_malformed_json),
       cmocka_unit_test(test_bad_inputs),
       cmocka_unit_test(test_bad_outputs),

@@ -108,6 +108,57 @@ static void test_start_required(void **state) {
   hark_seqtab_free(t);
 }
 
+/* Stream isolation: the same id in two namespaces names two sequences, and
+ * a push can neither continue nor learn of another namespace's sequence:
+ * a live or recently expired id elsewhere answers exactly as an unknown. */
+static void test_namespaces_isolate(void **state) {
+  (void)state;
+  hark_seq_policy p = direct_policy(1, 4);
+  p.idle_ns = 100 * MS;
+  hark_seqtab *t = hark_seqtab_new(&p);
+  hark_seq_entry e[4];
+  hark_seq_key victim = {.ns = HARK_CORR_NS_SESSION, .num = 42};
+  hark_seq_key http = {.ns = HARK_CORR_NS_KSERVE_HTTP, .num = 42};
+  hark_seq_key grpc = {.ns = HARK_CORR_NS_KSERVE_GRPC, .num = 42};
+  hark_seq_key unknown = {.ns = HARK_CORR_NS_KSERVE_HTTP, .num = 43};
+  hark_seq_key vstr = {.ns = HARK_CORR_NS_SESSION, .is_str = true, .str = "call"};
+  hark_seq_key hstr = {.ns = HARK_CORR_NS_KSERVE_HTTP, .is_str = true, .str = "call"};
+  push_ok(t, victim, START, 1, 0);
+  push_ok(t, vstr, START, 2, 0);
+  /* Continuing or ending the live id from elsewhere: as for an unknown id. */
+  assert_int_equal(hark_seqtab_push(t, &unknown, 0, ITEM(9), 0), HARK_SEQ_NEED_START);
+  assert_int_equal(hark_seqtab_push(t, &http, 0, ITEM(9), 0), HARK_SEQ_NEED_START);
+  assert_int_equal(hark_seqtab_push(t, &http, END, ITEM(9), 0), HARK_SEQ_NEED_START);
+  assert_int_equal(hark_seqtab_push(t, &grpc, 0, ITEM(9), 0), HARK_SEQ_NEED_START);
+  assert_int_equal(hark_seqtab_push(t, &hstr, END, ITEM(9), 0), HARK_SEQ_NEED_START);
+  assert_int_equal(hark_seqtab_live(t), 2);
+  assert_int_equal(hark_seqtab_queued(t), 2);
+  /* START with the same id elsewhere is a sequence of its own: it neither
+   * restarts nor queues behind the victim's. */
+  push_ok(t, http, START, 3, 0);
+  push_ok(t, http, END, 4, 0);
+  assert_int_equal(hark_seqtab_live(t), 3);
+  assert_int_equal(form(t, 0, 0, e), 3);
+  for (int i = 0; i < 3; i++) hark_seqtab_done(t, e[i].seq, 1 * MS);
+  assert_int_equal(form(t, 0, 1 * MS, e), 1); /* http's END; the victim is untouched */
+  assert_int_equal(ID(e[0]), 4);
+  hark_seqtab_done(t, e[0].seq, 1 * MS);
+  assert_int_equal(hark_seqtab_live(t), 2);
+  push_ok(t, victim, 0, 5, 2 * MS); /* still the victim's to continue */
+  assert_int_equal(form(t, 0, 2 * MS, e), 1);
+  assert_int_equal(ID(e[0]), 5);
+  assert_int_equal(e[0].flags, 0);
+  hark_seqtab_done(t, e[0].seq, 2 * MS);
+  /* Expired ids are remembered per namespace too. */
+  uint64_t wake = UINT64_MAX;
+  hark_seqtab_expire(t, false, 500 * MS, &wake);
+  assert_int_equal(hark_seqtab_live(t), 0);
+  assert_int_equal(hark_seqtab_push(t, &http, 0, ITEM(9), 501 * MS), HARK_SEQ_NEED_START);
+  assert_int_equal(hark_seqtab_push(t, &hstr, 0, ITEM(9), 501 * MS), HARK_SEQ_NEED_START);
+  assert_int_equal(hark_seqtab_push(t, &victim, 0, ITEM(9), 501 * MS), HARK_SEQ_TIMED_OUT);
+  hark_seqtab_free(t);
+}
+
 static void test_order_and_one_in_flight(void **state) {
   (void)state;
   hark_seq_policy p = oldest_policy(8, 4);
@@ -668,6 +719,7 @@ static void test_scheduler_interleaved_streams(void **state) {
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_start_required),
+      cmocka_unit_test(test_namespaces_isolate),
       cmocka_unit_test(test_order_and_one_in_flight),
       cmocka_unit_test(test_end_and_restart_drop_state),
       cmocka_unit_test(test_idle_expiry),

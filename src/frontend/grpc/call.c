@@ -119,6 +119,67 @@ void *hark_grpc_call_state(const hark_grpc_call *c) { return c->state; }
 static void *pb_alloc(void *arena, size_t size) { return hark_arena_alloc(arena, size); }
 static void pb_free(void *arena, void *ptr) { (void)arena, (void)ptr; }
 
+/* ---- the nested-message bound ---------------------------------------------------- */
+
+/* Reads a varint at *p (below end); false when malformed. */
+static bool wire_varint(const uint8_t **p, const uint8_t *end, uint64_t *v) {
+  *v = 0;
+  for (unsigned shift = 0; shift < 64 && *p < end; shift += 7) {
+    uint8_t b = *(*p)++;
+    *v |= (uint64_t)(b & 0x7f) << shift;
+    if (!(b & 0x80)) return true;
+  }
+  return false;
+}
+
+/*
+ * Walks the wire form of a message of type `d` without unpacking it,
+ * taking one from *left for every message inside it (map entries count),
+ * at any depth. False once *left runs out. Malformed input stops the walk
+ * with true: protobuf-c's unpack then says what is wrong.
+ */
+static bool wire_count(const ProtobufCMessageDescriptor *d, const uint8_t *p, const uint8_t *end,
+                       uint32_t *left, int depth) {
+  while (p < end) {
+    uint64_t tag, len;
+    if (!wire_varint(&p, end, &tag)) return true;
+    switch (tag & 7) {
+    case 0:
+      if (!wire_varint(&p, end, &len)) return true;
+      break;
+    case 1:
+      if (end - p < 8) return true;
+      p += 8;
+      break;
+    case 5:
+      if (end - p < 4) return true;
+      p += 4;
+      break;
+    case 2: {
+      if (!wire_varint(&p, end, &len) || len > (uint64_t)(end - p)) return true;
+      const ProtobufCFieldDescriptor *f =
+          tag >> 3 <= UINT32_MAX ? protobuf_c_message_descriptor_get_field(d, (unsigned)(tag >> 3))
+                                 : NULL;
+      if (f && f->type == PROTOBUF_C_TYPE_MESSAGE) {
+        if (*left == 0) return false;
+        (*left)--;
+        if (depth < 32 && !wire_count(f->descriptor, p, p + len, left, depth + 1)) return false;
+      }
+      p += len;
+      break;
+    }
+    default: return true; /* groups, or garbage */
+    }
+  }
+  return true;
+}
+
+bool hark_grpc_within_message_bound(const ProtobufCMessageDescriptor *d, const uint8_t *p,
+                                    size_t n) {
+  uint32_t left = HARK_GRPC_MAX_NESTED_MESSAGES;
+  return wire_count(d, p, p + n, &left, 0);
+}
+
 ProtobufCMessage *hark_grpc_unpack(hark_grpc_call *c, const uint8_t *p, size_t n) {
   c->msg_arena = hark_arena_new();
   ProtobufCAllocator a = {pb_alloc, pb_free, c->msg_arena};

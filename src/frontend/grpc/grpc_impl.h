@@ -98,6 +98,18 @@ hark_grpc_out *hark_grpc_pack(const ProtobufCMessage *msg, size_t max, size_t *s
 /* Asks for what the call has to send to be written: at once on its loop's
  * thread, else from the loop soon. Any thread; c->mu not held. */
 void hark_grpc_kick(hark_grpc_call *c);
+/*
+ * Unpacking costs the loop a little per message nested in a request (a
+ * map entry, a parameter, an input): a request may hold at most this many,
+ * checked on the wire before anything is unpacked. Legitimate requests
+ * hold tens (a KServe request's 64 parameters are 128); a flood of
+ * parameters is refused without being decoded.
+ */
+#define HARK_GRPC_MAX_NESTED_MESSAGES 4096u
+/* True when the message of type `d` in [p, p + n) holds at most
+ * HARK_GRPC_MAX_NESTED_MESSAGES messages at any depth. Allocates nothing. */
+bool hark_grpc_within_message_bound(const ProtobufCMessageDescriptor *d, const uint8_t *p,
+                                    size_t n);
 /* Unpacks the message in [p, p + n) into a fresh arena (c->msg_arena);
  * NULL if malformed. */
 ProtobufCMessage *hark_grpc_unpack(hark_grpc_call *c, const uint8_t *p, size_t n);

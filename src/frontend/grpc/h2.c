@@ -264,6 +264,16 @@ static void on_message(hark_grpc_call *c, const uint8_t *p, size_t n) {
     if (c->got_message) return; /* a unary call reads one */
     c->got_message = true;
   }
+  if (!hark_grpc_within_message_bound(c->reg->m->request, p, n)) {
+    char text[200];
+    snprintf(text, sizeof text,
+             "%s holds more than %u messages (parameters, inputs, outputs and their parts); at "
+             "most %u are allowed",
+             c->reg->m->request->name, HARK_GRPC_MAX_NESTED_MESSAGES,
+             HARK_GRPC_MAX_NESTED_MESSAGES);
+    finish(c, HARK_GRPC_INVALID_ARGUMENT, text);
+    return;
+  }
   ProtobufCMessage *msg = hark_grpc_unpack(c, p, n);
   if (!msg) {
     char text[160];

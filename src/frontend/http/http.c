@@ -8,8 +8,10 @@
  * transport runs N loops (--http-thread-count), each a context with its
  * own listen socket on the shared HTTP port (SO_REUSEPORT, accepted by the
  * loop itself) and its own thread; loop 0 runs on the thread in
- * hark_http_run() and also serves the metrics port. With one loop, lws
- * listens as it always did. No loop ever blocks.
+ * hark_http_run() and also serves the metrics port. On port 0 or an
+ * interface name, one loop, where lws listens as it always did. At the
+ * descriptor limit our listeners stop accepting for a moment rather than
+ * spin. No loop ever blocks.
  *
  * Shutdown drains: while what is live on every loop finishes (loop 0
  * watches the others' counts), up to the exit timeout; then every loop
@@ -84,12 +86,45 @@ static int on_lws_event(struct lws *wsi, enum lws_callback_reasons reason, void 
 
 /* ---- our own listen sockets ------------------------------------------------ */
 
-/* With several loops each has a listening socket of its own on the HTTP
- * port (SO_REUSEPORT: the kernel spreads connections over them), which the
+/* Each loop has a listening socket of its own on the HTTP port
+ * (SO_REUSEPORT: the kernel spreads connections over them), which the
  * loop polls as a raw descriptor: when it is readable the loop accepts and
  * hands each connection to its HTTP vhost, all on its own thread. (Debian's
  * lws sets SO_REUSEPORT only in its multi-threaded builds.) */
 #define ACCEPT_BATCH 64
+/* Out of descriptors (or kernel memory), accept fails at once while the
+ * listen socket stays readable: polling on would spin the loop and flood
+ * the log. As nginx does, stop accepting for a moment (the connections
+ * wait in the listen backlog), then try again; warn at most once a
+ * second, with how many failures were not logged. */
+#define ACCEPT_PAUSE_US (250 * LWS_US_PER_MS)
+#define ACCEPT_LOG_EVERY_NS 1000000000ull
+
+static void accept_resume(lws_sorted_usec_list_t *sul) {
+  hark_http_loop *loop = lws_container_of(sul, hark_http_loop, accept_resume);
+  loop->accept_paused = false;
+  if (loop->listen_wsi) lws_rx_flow_control(loop->listen_wsi, 1);
+  if (loop->raw_listen_wsi) lws_rx_flow_control(loop->raw_listen_wsi, 1);
+}
+
+static void accept_pause(hark_http_loop *loop, int err) {
+  uint64_t now = hark_now_ns();
+  loop->accept_unlogged++;
+  if (!loop->accept_logged_ns || now - loop->accept_logged_ns >= ACCEPT_LOG_EVERY_NS) {
+    HARK_WARN(
+        "http: cannot accept connections: %s; not accepting for %d ms (%u failure%s since "
+        "the last warning)",
+        strerror(err), (int)(ACCEPT_PAUSE_US / LWS_US_PER_MS), loop->accept_unlogged,
+        loop->accept_unlogged == 1 ? "" : "s");
+    loop->accept_logged_ns = now;
+    loop->accept_unlogged = 0;
+  }
+  if (loop->accept_paused) return;
+  loop->accept_paused = true;
+  if (loop->listen_wsi) lws_rx_flow_control(loop->listen_wsi, 0);
+  if (loop->raw_listen_wsi) lws_rx_flow_control(loop->raw_listen_wsi, 0);
+  lws_sul_schedule(loop->ctx, 0, &loop->accept_resume, accept_resume, ACCEPT_PAUSE_US);
+}
 
 static int on_listen_event(struct lws *wsi, enum lws_callback_reasons reason, void *user, void *in,
                            size_t len) {
@@ -102,7 +137,9 @@ static int on_listen_event(struct lws *wsi, enum lws_callback_reasons reason, vo
     int fd = accept4(lfd, NULL, NULL, SOCK_NONBLOCK | SOCK_CLOEXEC);
     if (fd < 0) {
       if (errno == EINTR || errno == ECONNABORTED) continue;
-      if (errno != EAGAIN && errno != EWOULDBLOCK)
+      if (errno == EMFILE || errno == ENFILE || errno == ENOBUFS || errno == ENOMEM)
+        accept_pause(loop, errno);
+      else if (errno != EAGAIN && errno != EWOULDBLOCK)
         HARK_WARN("http: cannot accept a connection: %s", strerror(errno));
       break;
     }
@@ -177,16 +214,23 @@ static int listen_socket(const char *address, int port) {
 
 /* ---- lifecycle ------------------------------------------------------------------------ */
 
-/* How many loops serve the HTTP port. Port 0 (the kernel picks one) and an
- * interface name instead of an address (only lws's own listener knows
- * those) get one, which lws's listener serves as it always did. */
+/* Whether the loops accept on listen sockets of their own (SO_REUSEPORT,
+ * one per loop) rather than lws's listener: for a port number and an
+ * address (not port 0, where the kernel picks one, nor an interface name:
+ * only lws's own listener knows those). Ours also pause at the descriptor
+ * limit, where lws's spins. */
+static bool own_listeners(const hark_http_options *opts) {
+  if (opts->http_port <= 0) return false;
+  if (!opts->address) return true;
+  unsigned char buf[sizeof(struct in6_addr)];
+  return inet_pton(AF_INET, opts->address, buf) == 1 ||
+         inet_pton(AF_INET6, opts->address, buf) == 1;
+}
+
+/* How many loops serve the HTTP port: with lws's listener, one, which
+ * serves it as it always did. */
 static unsigned loop_count(const hark_http_options *opts) {
-  if (opts->http_port <= 0) return 1;
-  if (opts->address) {
-    unsigned char buf[sizeof(struct in6_addr)];
-    if (inet_pton(AF_INET, opts->address, buf) != 1 && inet_pton(AF_INET6, opts->address, buf) != 1)
-      return 1;
-  }
+  if (!own_listeners(opts)) return 1;
   unsigned n = opts->threads;
   if (!n) {
     long cores = sysconf(_SC_NPROCESSORS_ONLN);
@@ -269,8 +313,8 @@ static hark_error *raw_listen(hark_http_loop *loop) {
   }
   loop->raw_listen_fd = fd;
   lws_sock_file_fd_type desc = {.filefd = fd};
-  if (!lws_adopt_descriptor_vhost(loop->vh_raw, LWS_ADOPT_RAW_FILE_DESC, desc, "hark-listen",
-                                  NULL)) /* closes fd */
+  if (!(loop->raw_listen_wsi = lws_adopt_descriptor_vhost(
+            loop->vh_raw, LWS_ADOPT_RAW_FILE_DESC, desc, "hark-listen", NULL))) /* closes fd */
     return hark_error_new(HARK_ERR_INTERNAL, "cannot poll the gRPC listen socket");
   return NULL;
 }
@@ -303,7 +347,7 @@ static hark_error *loop_new(hark_http *http, unsigned i) {
   hark_ws_sweep_start(loop);
   const hark_http_options *opts = &http->opts;
   const char *where = opts->address ? opts->address : "0.0.0.0";
-  bool own = http->n_loops > 1;
+  bool own = own_listeners(opts);
   if (opts->http_port >= 0 &&
       !(loop->vh_http =
             make_vhost(loop, "http", own ? CONTEXT_PORT_NO_LISTEN_SERVER : opts->http_port)))
@@ -316,8 +360,8 @@ static hark_error *loop_new(hark_http *http, unsigned i) {
                             where, opts->http_port, strerror(errno));
     loop->listen_fd = fd;
     lws_sock_file_fd_type desc = {.filefd = fd};
-    if (!lws_adopt_descriptor_vhost(loop->vh_http, LWS_ADOPT_RAW_FILE_DESC, desc, "hark-listen",
-                                    NULL)) /* closes fd */
+    if (!(loop->listen_wsi = lws_adopt_descriptor_vhost(loop->vh_http, LWS_ADOPT_RAW_FILE_DESC,
+                                                        desc, "hark-listen", NULL))) /* closes fd */
       return hark_error_new(HARK_ERR_INTERNAL, "cannot poll the HTTP listen socket");
   }
   if (i == 0 && opts->metrics_port >= 0 &&
@@ -343,7 +387,7 @@ hark_error *hark_http_new(const hark_http_options *opts, const hark_http_handler
   http->n_loops = loop_count(opts);
   http->raw_port = handler->raw ? opts->raw_port : -1;
   const char *where = opts->address ? opts->address : "0.0.0.0";
-  if (http->n_loops > 1 && port_taken(opts->address, opts->http_port)) {
+  if (own_listeners(opts) && port_taken(opts->address, opts->http_port)) {
     http->n_loops = 0;
     hark_http_free(http);
     return hark_error_new(HARK_ERR_UNAVAILABLE, "cannot listen for HTTP on %s:%d (in use?)", where,

@@ -62,8 +62,15 @@ struct hark_http_loop {
   unsigned index;
   struct lws_context *ctx;
   struct lws_vhost *vh_http, *vh_metrics, *vh_raw;
-  int listen_fd;               /* with several loops: ours (lws closes it) */
-  int raw_listen_fd;           /* the raw port's listen socket (lws closes it) */
+  int listen_fd;     /* ours unless lws listens (lws closes it) */
+  int raw_listen_fd; /* the raw port's listen socket (lws closes it) */
+  /* Accepting under fd exhaustion (http.c), loop thread only: the listen
+   * sockets' wsis, paused together for a moment after EMFILE/ENFILE. */
+  struct lws *listen_wsi, *raw_listen_wsi;
+  lws_sorted_usec_list_t accept_resume;
+  bool accept_paused;
+  uint64_t accept_logged_ns;   /* the last warning; at most one a second */
+  uint32_t accept_unlogged;    /* failures since that warning */
   pthread_t thread;            /* loops 1..n-1; loop 0 runs on hark_http_run's */
   lws_sorted_usec_list_t tick; /* wakes the loop while shutting down */
   _Atomic uint32_t replying;   /* connections writing a reply (loop 0 reads it) */

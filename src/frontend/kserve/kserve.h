@@ -154,9 +154,31 @@ hark_error *hark_kserve_parse(char *body, size_t len, size_t header_len, hark_ks
 void hark_kserve_request_clear(hark_kserve_request *r);
 
 /*
+ * The most parameters one infer request may carry (JSON "parameters", or
+ * ModelInferRequest.parameters; binary_data_output counts). Each one is
+ * looked up by name as it is applied, so the bound keeps what a request
+ * costs the event loop small; more is an INVALID_ARG (HTTP 400, gRPC
+ * INVALID_ARGUMENT) naming the limit.
+ */
+#define HARK_KSERVE_MAX_PARAMETERS 64
+
+/*
+ * Checks a request's counts before any of it is applied to an engine
+ * request: at most HARK_KSERVE_MAX_PARAMETERS parameters, no more inputs
+ * than `model` has (input_name(inputs, i) names the i-th; over the count,
+ * the error names an input the model lacks or one given twice, looking at
+ * no more than the model's count + 1), and no more requested outputs than
+ * it has. INVALID_ARG naming what is wrong, or NULL.
+ */
+hark_error *hark_kserve_check_counts(const hark_model *model, size_t n_params, size_t n_inputs,
+                                     const char *(*input_name)(const void *inputs, size_t i),
+                                     const void *inputs, size_t n_outputs);
+
+/*
  * Fills `req` (fresh from hark_request_new) from `r`: id, parameters
  * (priority, timeout, sequence_id/start/end are interpreted; the rest are
- * passed on as strings), inputs and requested outputs. Inputs and outputs
+ * passed on as strings), inputs and requested outputs, after
+ * hark_kserve_check_counts against the request's model. Inputs and outputs
  * in shared memory are looked up in `shm` (NULL: shared memory is off, an
  * error): each region used is held by the request until it is freed, and
  * an input's data points into its region. On success the request owns r's

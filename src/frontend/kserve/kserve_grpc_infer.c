@@ -289,11 +289,21 @@ static hark_error *apply_param(hark_request *req, const char *key,
   return NULL;
 }
 
+static const char *grpc_input_name(const void *inputs, size_t i) {
+  return ((input_tensor *const *)inputs)[i]->name;
+}
+
 hark_error *hark_kserve_grpc_to_request(const infer_request *q, hark_shm *shm, hark_request *req,
                                         const Inference__InferParameter **sequence_id,
                                         hark_shm_region ***out_shm) {
   *sequence_id = NULL;
   if (out_shm) *out_shm = NULL;
+  /* A sequence_id names a sequence of KServe gRPC clients only. */
+  hark_request_set_correlation_ns(req, HARK_CORR_NS_KSERVE_GRPC);
+  hark_error *bad_counts =
+      hark_kserve_check_counts(hark_request_model(req), q->n_parameters, q->n_inputs,
+                               grpc_input_name, q->inputs, q->n_outputs);
+  if (bad_counts) return bad_counts;
   if (*q->id) hark_request_set_id(req, q->id);
   for (size_t i = 0; i < q->n_parameters; i++) {
     if (strcmp(q->parameters[i]->key, "sequence_id") == 0) *sequence_id = q->parameters[i]->value;

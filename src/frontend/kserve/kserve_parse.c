@@ -80,11 +80,19 @@ static bool read_param(parser *ps, const char *key, hark_kserve_param *out) {
   return hark_jr_fail(&ps->jr, "parameter '%s' must be a string, number or boolean", key);
 }
 
+static bool too_many_params(parser *ps) {
+  return hark_jr_fail(&ps->jr, "request has more than %d parameters; at most %d are allowed",
+                      HARK_KSERVE_MAX_PARAMETERS, HARK_KSERVE_MAX_PARAMETERS);
+}
+
 static bool read_params(parser *ps, hark_kserve_request *r) {
   bool first = true, done;
   const char *key;
   size_t cap = 0;
+  uint32_t seen = 0;
   while (hark_jr_next_member(&ps->jr, &first, &key, &done) && !done) {
+    /* Stop at the first one too many: the rest is never read. */
+    if (++seen > HARK_KSERVE_MAX_PARAMETERS) return too_many_params(ps);
     if (strcmp(key, "binary_data_output") == 0) {
       if (!hark_jr_bool(&ps->jr, &r->binary_data_output, "parameter 'binary_data_output'"))
         return false;
@@ -660,7 +668,62 @@ static hark_error *apply_param(const hark_kserve_param *p, hark_request *req) {
   return NULL;
 }
 
+static bool has_io(const hark_model_io *io, uint32_t n, const char *name) {
+  for (uint32_t i = 0; i < n; i++)
+    if (strcmp(io[i].name, name) == 0) return true;
+  return false;
+}
+
+/* More inputs than the model has: among the first n_model + 1 one is not
+ * the model's, or (pigeonhole) one is given twice. Says which, as the
+ * engine's validation would, looking at no more than those. */
+static hark_error *extra_input(const hark_model_config *cfg,
+                               const char *(*name)(const void *, size_t), const void *inputs) {
+  for (size_t i = 0; i <= cfg->n_inputs; i++) {
+    const char *n = name(inputs, i);
+    if (!has_io(cfg->inputs, cfg->n_inputs, n))
+      return hark_error_new(HARK_ERR_INVALID_ARG, "unexpected inference input '%s' for model '%s'",
+                            n, cfg->name);
+    for (size_t j = 0; j < i; j++)
+      if (strcmp(name(inputs, j), n) == 0)
+        return hark_error_new(HARK_ERR_INVALID_ARG, "input '%s' is given more than once", n);
+  }
+  return NULL;
+}
+
+hark_error *hark_kserve_check_counts(const hark_model *model, size_t n_params, size_t n_inputs,
+                                     const char *(*input_name)(const void *inputs, size_t i),
+                                     const void *inputs, size_t n_outputs) {
+  const hark_model_config *cfg = hark_model_get_config(model);
+  if (n_params > HARK_KSERVE_MAX_PARAMETERS)
+    return hark_error_new(HARK_ERR_INVALID_ARG,
+                          "request has %zu parameters; at most %d are allowed", n_params,
+                          HARK_KSERVE_MAX_PARAMETERS);
+  if (n_inputs > cfg->n_inputs) {
+    hark_error *err = extra_input(cfg, input_name, inputs);
+    return err ? err
+               : hark_error_new(HARK_ERR_INVALID_ARG,
+                                "request has %zu inputs but model '%s' has only %u", n_inputs,
+                                cfg->name, cfg->n_inputs);
+  }
+  if (n_outputs > cfg->n_outputs)
+    return hark_error_new(HARK_ERR_INVALID_ARG,
+                          "request asks for %zu outputs but model '%s' has only %u", n_outputs,
+                          cfg->name, cfg->n_outputs);
+  return NULL;
+}
+
+static const char *kserve_input_name(const void *inputs, size_t i) {
+  return ((const hark_kserve_input *)inputs)[i].name;
+}
+
 hark_error *hark_kserve_to_request(hark_kserve_request *r, hark_shm *shm, hark_request *req) {
+  /* A sequence_id names a sequence of KServe HTTP clients only. */
+  hark_request_set_correlation_ns(req, HARK_CORR_NS_KSERVE_HTTP);
+  hark_error *bad_counts =
+      hark_kserve_check_counts(hark_request_model(req), r->n_params, r->n_inputs, kserve_input_name,
+                               r->inputs, r->n_outputs);
+  if (bad_counts) return bad_counts;
   if (r->id) hark_request_set_id(req, r->id);
   for (uint32_t i = 0; i < r->n_params; i++) {
     hark_error *err = apply_param(&r->params[i], req);

@@ -13,10 +13,12 @@
  */
 #include "frontend/speech/session.h"
 
+#include <errno.h>
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/random.h>
 
 #include "hark/audio.h"
 #include "hark/backend.h"
@@ -25,9 +27,6 @@
 #include "util/log.h"
 
 #define DEFAULT_MAX_STREAMS 1024u
-/* Correlation ids of speech streams: the top bit set, apart from the ids
- * KServe clients choose. */
-#define SPEECH_CORR_BIT (1ull << 63)
 
 typedef struct item {
   struct item *next;
@@ -62,6 +61,28 @@ struct hark_speech_session {
 };
 
 static _Atomic uint64_t next_stream = 1;
+
+/*
+ * A stream's correlation id: 64 random bits from the kernel, in the
+ * sessions' own namespace (HARK_CORR_NS_SESSION), which no client can
+ * name: KServe requests carry their clients' namespaces. The randomness is
+ * a second wall: the id is never shown to anyone, and a server that ever
+ * let a client choose a namespace would still not hand out ids that can
+ * be counted. Never 0 (0 is "no sequence").
+ */
+static uint64_t stream_corr_id(void) {
+  uint64_t id = 0;
+  while (id == 0) {
+    ssize_t n = getrandom(&id, sizeof id, 0);
+    if (n == (ssize_t)sizeof id) continue;
+    id = 0;
+    if (n < 0 && errno != EINTR) { /* no kernel randomness: never fall back to a counter */
+      HARK_ERROR("speech: cannot draw a random stream id: %s", strerror(errno));
+      abort();
+    }
+  }
+  return id;
+}
 
 void hark_speech_settings_fini(hark_speech_settings *st) {
   free(st->phrase_list);
@@ -246,6 +267,7 @@ static void run(hark_speech_session *s, item *it) {
       if (!s->st.partials) hark_request_set_parameter(req, "partial", "false");
       if (it->kind == HARK_SPEECH_RESET) hark_request_set_parameter(req, "flush", "true");
       hark_request_set_flags(req, flags);
+      hark_request_set_correlation_ns(req, HARK_CORR_NS_SESSION);
       hark_request_set_correlation_id(req, s->corr_id);
       hark_request_set_id(req, s->id);
       hark_request_set_callback(req, on_response, it);
@@ -330,7 +352,7 @@ hark_speech_session *hark_speech_open(hark_server *server, hark_speech_admission
   s->h = handler;
   s->userp = userp;
   uint64_t n = atomic_fetch_add(&next_stream, 1);
-  s->corr_id = SPEECH_CORR_BIT | n;
+  s->corr_id = stream_corr_id();
   snprintf(s->id, sizeof s->id, "%s-%llu", proto, (unsigned long long)n);
   return s;
 }

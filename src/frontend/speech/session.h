@@ -9,9 +9,9 @@
  * A session
  *   - pins the model version it opened on, so a reload lets it finish
  *     there while new streams get the new version;
- *   - is a sequence on that model, with a correlation id from the one
- *     allocator all speech streams share (apart from the ids KServe
- *     clients choose);
+ *   - is a sequence on that model, with a random correlation id in the
+ *     sessions' own namespace (HARK_CORR_NS_SESSION), which no client can
+ *     name, read, feed or end;
  *   - keeps one request in the engine at a time; later items wait in its
  *     queue (counted in bytes, for the codec's flow control), so the
  *     model's queue counts streams, not chunks;
