@@ -71,6 +71,20 @@ class Accumulator(torch.nn.Module):
         return s, torch.full([x.shape[0], 1], x.shape[0], dtype=torch.int64), s
 
 
+class RowSum(torch.nn.Module):
+    """Each row's sum, and the rows forward saw: rows of other lengths
+    cannot share a forward call."""
+
+    def forward(self, x):
+        return x.sum(dim=1, keepdim=True), torch.full([x.shape[0], 1], x.shape[1],
+                                                       dtype=torch.int64)
+
+
+class TakesInt(torch.nn.Module):
+    def forward(self, x, n: int):
+        return x * n
+
+
 class FloatOut(torch.nn.Module):
     def forward(self, x):
         return x.float()
@@ -131,6 +145,36 @@ sequence_batching {
             initial_state { data_type: TYPE_FP32 dims: [ 2 ] zero_data: true name: "z" } } ]
 }
 """,
+    "rowsum": """
+backend: "pytorch"
+max_batch_size: 16
+input [ { name: "INPUT__0" data_type: TYPE_INT32 dims: [ -1 ] } ]
+output [ { name: "SUM__0" data_type: TYPE_INT64 dims: [ 1 ] },
+         { name: "LENGTH__1" data_type: TYPE_INT64 dims: [ 1 ] } ]
+instance_group [ { count: 3 kind: KIND_CPU } ]
+dynamic_batching { max_queue_delay_microseconds: 20000 }
+""",
+    "int_argument": f"""
+backend: "pytorch"
+input [ {{ name: "INPUT__0" {FP32_VEC} }}, {{ name: "N__1" data_type: TYPE_INT64 dims: [ 1 ] }} ]
+output [ {{ name: "OUTPUT__0" {FP32_VEC} }} ]
+""",
+    "extra_output": f"""
+backend: "pytorch"
+input [ {{ name: "INPUT__0" {FP32_VEC} }} ]
+output [ {{ name: "OUTPUT__0" {FP32_VEC} }}, {{ name: "OUTPUT__1" {FP32_VEC} }} ]
+""",
+    "bad_threads": f"""
+backend: "pytorch"
+input [ {{ name: "INPUT__0" {FP32_VEC} }} ]
+output [ {{ name: "OUTPUT__0" {FP32_VEC} }} ]
+parameters {{ key: "INTRA_OP_THREAD_COUNT" value: {{ string_value: "many" }} }}
+""",
+    "no_uint32": """
+backend: "pytorch"
+input [ { name: "INPUT__0" data_type: TYPE_UINT32 dims: [ 1 ] } ]
+output [ { name: "OUTPUT__0" data_type: TYPE_UINT32 dims: [ 1 ] } ]
+""",
     "wrong_type": """
 backend: "pytorch"
 input [ { name: "INPUT__0" data_type: TYPE_INT32 dims: [ 2 ] } ]
@@ -160,7 +204,9 @@ output [ {{ name: "OUTPUT__0" {FP32_VEC} }}, {{ name: "OUTPUT__1" {FP32_VEC} }} 
 }
 
 MODULES = {"adder": Adder, "named": Named, "types": Types, "raiser": Raiser, "affine": Affine,
-           "accumulator": Accumulator, "wrong_type": FloatOut, "unmatched": Adder}
+           "accumulator": Accumulator, "wrong_type": FloatOut, "unmatched": Adder,
+           "rowsum": RowSum, "int_argument": TakesInt, "extra_output": Raiser,
+           "bad_threads": Raiser, "no_uint32": Raiser}
 
 
 def build_repo():
@@ -323,6 +369,38 @@ class PyTorchBackend(unittest.TestCase):
         self.assertEqual(out["OUTPUT__0"]["shape"], [3, 4])
         self.assertEqual(out["BATCH__1"]["shape"], [3, 1])
 
+    def test_batches_of_rows_of_different_lengths(self):
+        # -1 dims: requests whose rows differ in length cannot be stacked;
+        # each still gets its own answer from the same execution.
+        n = 48
+        results = [None] * n
+
+        def one(i):
+            row = list(range(i % 5 + 1))
+            results[i] = (row, self.infer("rowsum", infer_body([("INPUT__0", [1, len(row)],
+                                                                 "INT32", [row])])))
+
+        threads = [threading.Thread(target=one, args=(i,)) for i in range(n)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        for row, (status, res) in results:
+            self.assertEqual(status, 200, res)
+            out = {o["name"]: o for o in res["outputs"]}
+            self.assertEqual(out["SUM__0"]["data"], [sum(row)])
+            self.assertEqual(out["LENGTH__1"]["data"], [len(row)])
+
+    def test_default_threads_never_oversubscribe(self):
+        cores = len(os.sched_getaffinity(0))
+        log = self.server.output()
+        # rowsum: 3 instances, no parameter; affine: INTRA_OP_THREAD_COUNT 1.
+        self.assertIn(f"pytorch: model 'rowsum' version 1 from {self.repo}/rowsum/1/model.pt: "
+                      f"1 input(s), 2 output(s), intra-op threads {max(1, cores // 3)} per "
+                      "instance", log)
+        self.assertIn("model 'affine' version 1 from", log)
+        self.assertIn("intra-op threads 1 per instance", log)
+
     def test_implicit_state_across_interleaved_sequences(self):
         n, steps = 64, 5
         failures = []
@@ -416,7 +494,20 @@ class PyTorchBackend(unittest.TestCase):
         self.assertIn(os.path.join("no_file", "1", "model.pt"), idx["no_file"]["reason"])
         self.assertIn("input 'c' matches no argument of forward(self, a: Tensor, b: Tensor)",
                       idx["unmatched"]["reason"])
-        for name in ("adder", "named", "types", "raiser", "affine", "accumulator", "wrong_type"):
+        self.assertIn("input 'N__1' binds forward argument 'n' of type int; expected Tensor",
+                      idx["int_argument"]["reason"])
+        self.assertIn("output 'OUTPUT__1' is result 1 of forward, but forward returns Tensor "
+                      "(1 result)", idx["extra_output"]["reason"])
+        self.assertIn("parameter INTRA_OP_THREAD_COUNT must be a whole number 0..4096 "
+                      "(0 = default), got 'many'", idx["bad_threads"]["reason"])
+        self.assertIn("tensor 'INPUT__0' has data type TYPE_UINT32, which TorchScript has no "
+                      "type for", idx["no_uint32"]["reason"])
+        for name in ("not_archive", "no_file", "unmatched", "int_argument", "extra_output",
+                     "bad_threads", "no_uint32"):
+            self.assertIn(f"model '{name}'", idx[name]["reason"])
+            self.assertEqual(idx[name]["state"], "UNAVAILABLE", idx[name])
+        for name in ("adder", "named", "types", "raiser", "affine", "accumulator", "wrong_type",
+                     "rowsum", "custom_file"):
             self.assertEqual(idx[name]["state"], "READY", idx[name])
         status, res = self.infer("not_archive", infer_body([("INPUT__0", [1], "FP32", [1])]))
         self.assertNotEqual(status, 200, res)
