@@ -72,8 +72,8 @@ std::string exception_message(const char *what) {
   size_t end = s.find_last_not_of("\n ");
   if (end == std::string::npos) return s;
   size_t start = s.rfind('\n', end);
-  return s.substr(start == std::string::npos ? 0 : start + 1,
-                  end - (start == std::string::npos ? 0 : start + 1) + 1);
+  start = start == std::string::npos ? 0 : start + 1;
+  return s.substr(start, end - start + 1);
 }
 
 at::Tensor stack_input(group_ctx &g, const binding &in, const hark_tensor *first) {

@@ -6,10 +6,11 @@ repository: an adder bound by Triton's NAME__<index> convention, one bound
 by forward's argument names, every data type the backend takes, a module
 that raises, a batched model hit by many concurrent requests (batches of
 more than one must form, and every request must get its own rows back), a
-stateful accumulator with implicit state over 64 interleaved sequences, and
-models that must fail to load (not an archive, no file, inputs that do not
-match forward) or fail at execution (a result of the wrong type, shapes the
-module rejects) while harkd keeps serving.
+stateful accumulator with implicit state over 64 interleaved sequences, a
+sequence model without batching that takes START, CORRID and its state by
+argument name, and models that must fail to load (not an archive, no file,
+inputs that do not match forward) or fail at execution (a result of the
+wrong type, shapes the module rejects) while harkd keeps serving.
 
 The backend is built wherever libtorch is installed, and scripts/setup.sh
 installs it: a missing libhark_pytorch.so is a failure, never a skip.
@@ -83,6 +84,15 @@ class RowSum(torch.nn.Module):
 class TakesInt(torch.nn.Module):
     def forward(self, x, n: int):
         return x * n
+
+
+class Counter(torch.nn.Module):
+    """Bound by argument names: the sequence's START and CORRID controls
+    and its implicit state come in beside the input."""
+
+    def forward(self, x, start, corrid, acc):
+        t = acc + x
+        return t, start, corrid, t
 
 
 class FloatOut(torch.nn.Module):
@@ -175,6 +185,22 @@ backend: "pytorch"
 input [ { name: "INPUT__0" data_type: TYPE_UINT32 dims: [ 1 ] } ]
 output [ { name: "OUTPUT__0" data_type: TYPE_UINT32 dims: [ 1 ] } ]
 """,
+    "counter": """
+backend: "pytorch"
+max_batch_size: 0
+input [ { name: "x" data_type: TYPE_FP32 dims: [ 1 ] } ]
+output [ { name: "total" data_type: TYPE_FP32 dims: [ 1 ] },
+         { name: "started" data_type: TYPE_INT32 dims: [ 1 ] },
+         { name: "corr" data_type: TYPE_INT64 dims: [ 1 ] } ]
+sequence_batching {
+  direct { }
+  control_input [
+    { name: "start" control [ { kind: CONTROL_SEQUENCE_START int32_false_true: [ 0, 1 ] } ] },
+    { name: "corrid" control [ { kind: CONTROL_SEQUENCE_CORRID data_type: TYPE_INT64 } ] } ]
+  state [ { input_name: "acc" output_name: "acc_out" data_type: TYPE_FP32 dims: [ 1 ]
+            initial_state { data_type: TYPE_FP32 dims: [ 1 ] zero_data: true name: "z" } } ]
+}
+""",
     "wrong_type": """
 backend: "pytorch"
 input [ { name: "INPUT__0" data_type: TYPE_INT32 dims: [ 2 ] } ]
@@ -205,7 +231,7 @@ output [ {{ name: "OUTPUT__0" {FP32_VEC} }}, {{ name: "OUTPUT__1" {FP32_VEC} }} 
 
 MODULES = {"adder": Adder, "named": Named, "types": Types, "raiser": Raiser, "affine": Affine,
            "accumulator": Accumulator, "wrong_type": FloatOut, "unmatched": Adder,
-           "rowsum": RowSum, "int_argument": TakesInt, "extra_output": Raiser,
+           "rowsum": RowSum, "counter": Counter, "int_argument": TakesInt, "extra_output": Raiser,
            "bad_threads": Raiser, "no_uint32": Raiser}
 
 
@@ -446,6 +472,21 @@ class PyTorchBackend(unittest.TestCase):
         self.assertEqual(status, 200, res)
         self.assertEqual(res["outputs"][0]["data"], [3, 4])
 
+    def test_controls_and_state_without_batching(self):
+        for seq in (7, 8):
+            total = 0.0
+            for step, v in enumerate([1.0, 2.5, -0.5]):
+                total += v * seq
+                params = {"sequence_id": seq, "sequence_start": step == 0,
+                          "sequence_end": step == 2}
+                out = self.outputs("counter", infer_body([("x", [1], "FP32", [v * seq])],
+                                                         parameters=params))
+                self.assertEqual(out["total"]["data"], [total])
+                self.assertEqual(out["started"]["data"], [1 if step == 0 else 0])
+                self.assertEqual(out["corr"]["data"], [seq])
+                self.assertEqual(out["total"]["shape"], [1])
+                self.assertNotIn("acc_out", out)
+
     # ---- failures at execution: only the batch fails, harkd serves on ----
 
     def test_module_that_raises(self):
@@ -507,7 +548,7 @@ class PyTorchBackend(unittest.TestCase):
             self.assertIn(f"model '{name}'", idx[name]["reason"])
             self.assertEqual(idx[name]["state"], "UNAVAILABLE", idx[name])
         for name in ("adder", "named", "types", "raiser", "affine", "accumulator", "wrong_type",
-                     "rowsum", "custom_file"):
+                     "rowsum", "custom_file", "counter"):
             self.assertEqual(idx[name]["state"], "READY", idx[name])
         status, res = self.infer("not_archive", infer_body([("INPUT__0", [1], "FP32", [1])]))
         self.assertNotEqual(status, 200, res)
