@@ -477,6 +477,36 @@ static hark_error *finish_ensemble(cfg_ctx *c) {
   return NULL;
 }
 
+/* Triton's platforms that name a backend hark has: the platform stands
+ * for that backend, as in Triton's own config autocompletion. */
+static const struct {
+  const char *platform, *backend;
+} platform_backends[] = {
+    {"pytorch_libtorch", "pytorch"},
+};
+
+/* A platform other than "ensemble": the backend it stands for, which an
+ * explicit 'backend' must agree with. */
+static hark_error *finish_backend_platform(cfg_ctx *c) {
+  hark_model_config *cfg = c->cfg;
+  uint32_t line = hark_cfg_line_of(c->root, "platform", 0, 0);
+  for (size_t i = 0; i < ARRAY_LEN(platform_backends); i++) {
+    if (strcmp(cfg->platform, platform_backends[i].platform) != 0) continue;
+    const char *want = platform_backends[i].backend;
+    if (*cfg->backend && strcmp(cfg->backend, want) != 0)
+      return hark_cfg_fail(c, HARK_ERR_INVALID_ARG, hark_cfg_line_of(c->root, "backend", 0, line),
+                           "platform '%s' runs on backend '%s', but 'backend' names '%s'",
+                           cfg->platform, want, cfg->backend);
+    free(cfg->backend);
+    cfg->backend = strdup(want);
+    return cfg->backend ? NULL : hark_cfg_out_of_memory();
+  }
+  return hark_cfg_fail(c, HARK_ERR_UNSUPPORTED, line,
+                       "unsupported platform '%s': hark runs a model through its 'backend', as "
+                       "platform \"ensemble\" or as platform \"pytorch_libtorch\"",
+                       cfg->platform);
+}
+
 /* A model runs either through a backend or as an ensemble of models. */
 static hark_error *finish_platform(cfg_ctx *c) {
   hark_model_config *cfg = c->cfg;
@@ -486,12 +516,8 @@ static hark_error *finish_platform(cfg_ctx *c) {
   if (!cfg->platform || !cfg->backend || !cfg->default_model_filename)
     return hark_cfg_out_of_memory();
   if (strcmp(cfg->platform, "ensemble") == 0) return finish_ensemble(c);
-  if (*cfg->platform)
-    return hark_cfg_fail(
-        c, HARK_ERR_UNSUPPORTED, hark_cfg_line_of(c->root, "platform", 0, 0),
-        "unsupported platform '%s': hark runs a model through its 'backend', or as "
-        "platform \"ensemble\"",
-        cfg->platform);
+  hark_error *err = *cfg->platform ? finish_backend_platform(c) : NULL;
+  if (err) return err;
   const hark_pb_field *ens = hark_cfg_find_value(c->root, "ensemble_scheduling", 0);
   if (ens)
     return hark_cfg_fail(c, HARK_ERR_INVALID_ARG, ens->line,

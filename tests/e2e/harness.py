@@ -45,6 +45,16 @@ def die_with_parent():
     libc.prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
 
 
+# harkd starts through setpriv (util-linux, essential in Debian), which sets
+# the same parent-death signal and execs it, rather than with a preexec_fn:
+# a preexec_fn makes subprocess fork() instead of vfork(), which runs
+# grpcio's fork handlers, and Debian's grpcio 1.51 aborts in them at random
+# while a closed channel's threads wind down ("thread_pool.cc: assertion
+# failed: state_ == State::kRunning", grpc/grpc#31885): test_grpc and
+# test_riva crashed that way under load, between their server classes.
+DIE_WITH_PARENT = ["setpriv", "--pdeathsig", "KILL", "--"]
+
+
 def free_port():
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
@@ -64,8 +74,8 @@ class Harkd:
         cmd = [os.path.join(BIN_DIR, "harkd"), "--model-repository", repo,
                "--http-port", str(self.http_port), "--metrics-port", str(self.metrics_port),
                "--grpc-port", str(self.grpc_port), "--http-address", "127.0.0.1", *args]
-        self.proc = subprocess.Popen(cmd, stdout=self.log, stderr=subprocess.STDOUT,
-                                     preexec_fn=die_with_parent)
+        self.proc = subprocess.Popen(DIE_WITH_PARENT + cmd, stdout=self.log,
+                                     stderr=subprocess.STDOUT)
         self.wait_live()
         if wait_ready:
             self.wait_ready()

@@ -286,6 +286,21 @@ static void test_ensemble(void **state) {
   hark_model_config_free(cfg);
 }
 
+/* Triton's platform for TorchScript stands for hark's pytorch backend. */
+static void test_platform_backend(void **state) {
+  (void)state;
+  hark_model_config *cfg = parse("platform: \"pytorch_libtorch\"");
+  assert_string_equal(cfg->platform, "pytorch_libtorch");
+  assert_string_equal(cfg->backend, "pytorch");
+  hark_model_config_free(cfg);
+  cfg = parse("platform: \"pytorch_libtorch\" backend: \"pytorch\"");
+  assert_string_equal(cfg->backend, "pytorch");
+  hark_model_config_free(cfg);
+  cfg = parse("backend: \"pytorch\"");
+  assert_string_equal(cfg->platform, "");
+  hark_model_config_free(cfg);
+}
+
 static void test_parameters_and_misc(void **state) {
   (void)state;
   hark_model_config *cfg = parse(
@@ -482,8 +497,8 @@ static void test_unsupported_fields(void **state) {
       {"backend: \"b\"\ninstance_group { rate_limiter { } }",
        F ":2: unsupported field 'rate_limiter' in 'instance_group'"},
       {"platform: \"tensorrt_plan\"",
-       F ":1: unsupported platform 'tensorrt_plan': hark runs a model through its 'backend', or as "
-         "platform \"ensemble\""},
+       F ":1: unsupported platform 'tensorrt_plan': hark runs a model through its 'backend', as "
+         "platform \"ensemble\" or as platform \"pytorch_libtorch\""},
   };
   run_table(t, sizeof t / sizeof t[0], HARK_ERR_UNSUPPORTED);
 }
@@ -788,6 +803,9 @@ static void test_model_errors(void **state) {
        F ":3: duplicate parameters key 'k'"},
       {"backend: \"b\"\nparameters { value { string_value: \"1\" } }",
        F ":2: parameters entry without a key"},
+      {"platform: \"pytorch_libtorch\"\n\nbackend: \"onnxruntime\"",
+       F ":3: platform 'pytorch_libtorch' runs on backend 'pytorch', but 'backend' names "
+         "'onnxruntime'"},
   };
   run_table(t, sizeof t / sizeof t[0], HARK_ERR_INVALID_ARG);
   expect_error_in("backend: \"b\"", 12, NULL, HARK_ERR_INVALID_ARG,
@@ -921,6 +939,7 @@ int main(void) {
       cmocka_unit_test(test_instance_groups),
       cmocka_unit_test(test_dynamic_batching_full),
       cmocka_unit_test(test_ensemble),
+      cmocka_unit_test(test_platform_backend),
       cmocka_unit_test(test_parameters_and_misc),
       cmocka_unit_test(test_json_simple),
       cmocka_unit_test(test_json_full),
