@@ -72,18 +72,29 @@ def frames_of(path):
             for i in range(0, len(samples) - FRAME + 1, FRAME)]
 
 
-def onnxruntime_probabilities(paths):
-    """{basename: [p, ...]} from the ONNX file under onnxruntime-node."""
+def start_onnxruntime(paths):
+    """Starts reference.js on the ONNX file under onnxruntime-node; its
+    result comes from onnxruntime_probabilities."""
     for need in (ONNX, os.path.join(NODE_MODULES, "onnxruntime-node")):
         if not os.path.exists(need):
             raise AssertionError(f"{need} is missing: run scripts/setup.sh "
                                  "(tools/silero/build.sh makes it)")
     env = dict(os.environ, NODE_PATH=NODE_MODULES)
-    out = subprocess.run(["node", REFERENCE_JS, ONNX, *paths], env=env, capture_output=True,
-                         timeout=120)
-    if out.returncode != 0:
-        raise AssertionError("reference.js failed:\n" + out.stderr.decode(errors="replace"))
-    return json.loads(out.stdout)
+    return subprocess.Popen(["node", REFERENCE_JS, ONNX, *paths], env=env,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+
+
+def onnxruntime_probabilities(proc):
+    """{basename: [p, ...]}: what reference.js printed."""
+    try:
+        out, err = proc.communicate(timeout=300)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.communicate()
+        raise
+    if proc.returncode != 0:
+        raise AssertionError("reference.js failed:\n" + err.decode(errors="replace"))
+    return json.loads(out)
 
 
 def frame_request(frame, seq, start=False, end=False, model="silero_vad"):
@@ -122,18 +133,45 @@ def link_repo(config=None, model_file=None):
     return root
 
 
+def idle_1s(text):
+    """silero_vad's config as silero_vad_idle, ended after 1 s idle."""
+    out = text.replace('name: "silero_vad"', 'name: "silero_vad_idle"').replace(
+        "max_sequence_idle_microseconds: 30000000", "max_sequence_idle_microseconds: 1000000")
+    assert "silero_vad_idle" in out and "1000000\n" in out, "config changed shape"
+    return out
+
+
+MISSING = "/nonexistent/hark-silero/model.pt"
+
+
+def missing_weights(text):
+    """silero_vad's config as silero_vad_missing (its model.pt links to
+    MISSING)."""
+    return text.replace('name: "silero_vad"', 'name: "silero_vad_missing"')
+
+
 class SileroVadTest(unittest.TestCase):
-    """The shipped model, with its idle timeout cut to 1 s so that a
-    vanished sequence's expiry can be seen."""
+    """One harkd: the shipped model; a copy of it (silero_vad_idle) whose
+    sequences end after 1 s idle, so that a vanished sequence's expiry can
+    be seen without stretching the others' idle limit on a loaded host;
+    and a copy whose weights are missing (so readiness is not strict)."""
 
     @classmethod
     def setUpClass(cls):
         cls.paths = recordings()
         assert len(cls.paths) == 5, cls.paths
-        cls.reference = onnxruntime_probabilities(cls.paths)
-        cls.repo = link_repo(config=lambda t: t.replace(
-            "max_sequence_idle_microseconds: 30000000", "max_sequence_idle_microseconds: 1000000"))
-        cls.server = harness.Harkd(cls.repo, grpc=True)
+        reference = start_onnxruntime(cls.paths)  # runs while harkd starts
+        cls.repo = link_repo()
+        for name, kw in (("silero_vad_idle", {"config": idle_1s}),
+                         ("silero_vad_missing", {"config": missing_weights,
+                                                 "model_file": MISSING})):
+            other = link_repo(**kw)
+            os.rename(os.path.join(other, "silero_vad"), os.path.join(cls.repo, name))
+            shutil.rmtree(other)
+        try:
+            cls.server = harness.Harkd(cls.repo, args=("--strict-readiness", "false"), grpc=True)
+        finally:
+            cls.reference = onnxruntime_probabilities(reference)
         cls.channel = grpc.insecure_channel(f"127.0.0.1:{cls.server.grpc_port}")
         cls.stub = pb_grpc.GRPCInferenceServiceStub(cls.channel)
 
@@ -148,8 +186,10 @@ class SileroVadTest(unittest.TestCase):
     def infer(self, req):
         return self.stub.ModelInfer(req, timeout=60)
 
-    def stream(self, path, seq, results, errors, stop_after=None):
-        frames = frames_of(path)
+    def stream(self, path, seq, results, errors, stop_after=None, limit=None):
+        """Streams the recording's frames (the first `limit`) as sequence
+        `seq`, START to END; with stop_after, vanishes after that many."""
+        frames = frames_of(path)[:limit]
         probs = []
         try:
             for i, frame in enumerate(frames):
@@ -161,8 +201,8 @@ class SileroVadTest(unittest.TestCase):
             errors.append((path, seq, repr(e)))
         results[seq] = probs
 
-    def check_against_reference(self, path, probs):
-        ref = self.reference[os.path.basename(path)]
+    def check_against_reference(self, path, probs, limit=None):
+        ref = self.reference[os.path.basename(path)][:limit]
         self.assertEqual(len(probs), len(ref), path)
         worst = max(abs(a - b) for a, b in zip(probs, ref))
         self.assertLessEqual(worst, TOLERANCE, f"{os.path.basename(path)}: max |hark - ort| "
@@ -170,11 +210,11 @@ class SileroVadTest(unittest.TestCase):
         return worst
 
     def test_matches_onnxruntime_on_librivox(self):
-        # Each recording twice, all ten as concurrent sequences: their
-        # frames interleave and share forward calls.
+        # The five recordings as concurrent sequences: their frames
+        # interleave and share forward calls.
         before = harness.metric_value(self.server.metrics(), "nv_inference_exec_count",
                                       model="silero_vad") or 0
-        jobs = [(p, 7000 + 100 * copy + k) for copy in range(2) for k, p in enumerate(self.paths)]
+        jobs = [(p, 7000 + k) for k, p in enumerate(self.paths)]
         results, errors = {}, []
         threads = [threading.Thread(target=self.stream, args=(p, seq, results, errors))
                    for p, seq in jobs]
@@ -242,14 +282,16 @@ class SileroVadTest(unittest.TestCase):
 
     def test_vanished_sequences_break_no_other(self):
         paths = self.paths[:3]
+        limit = 64  # the first 2 s of each: enough frames to overlap
         results, errors = {}, []
-        # 9001 and 9002 vanish after a few frames; 9010.. run to their END.
+        # 9001 and 9002 vanish after a few frames (no END); 9010.. run to
+        # their END beside them, and 9003's client goes mid-request.
         threads = [threading.Thread(target=self.stream, args=(paths[0], 9001, results, errors),
                                     kwargs={"stop_after": 5}),
                    threading.Thread(target=self.stream, args=(paths[1], 9002, results, errors),
                                     kwargs={"stop_after": 1})]
-        threads += [threading.Thread(target=self.stream, args=(p, 9010 + k, results, errors))
-                    for k, p in enumerate(paths)]
+        threads += [threading.Thread(target=self.stream, args=(p, 9010 + k, results, errors),
+                                     kwargs={"limit": limit}) for k, p in enumerate(paths)]
         for t in threads:
             t.start()
         self.vanish_over_http(9003, frames_of(paths[2])[0])
@@ -257,39 +299,40 @@ class SileroVadTest(unittest.TestCase):
             t.join()
         self.assertEqual(errors, [])
         for k, p in enumerate(paths):
-            self.check_against_reference(p, results[9010 + k])
-        # Idle past max_sequence_idle_microseconds (1 s here): the vanished
-        # sequences are ended and their state freed; a later frame of one
-        # without START is told so, and a new START begins afresh.
-        time.sleep(2.5)
+            self.check_against_reference(p, results[9010 + k], limit)
+        # A vanished sequence's next frame carries on from its state.
         frame = frames_of(paths[0])[5]
+        p = probability(self.infer(frame_request(frame, 9001, end=True)))
+        self.assertAlmostEqual(p, self.reference[os.path.basename(paths[0])][5], delta=TOLERANCE)
+
+    def test_missing_weights_fail_the_load_naming_the_file(self):
+        status, idx = self.server.json("POST", "/v2/repository/index")
+        self.assertEqual(status, 200, idx)
+        states = {m["name"]: m for m in idx}
+        entry = states["silero_vad_missing"]
+        self.assertEqual(entry["state"], "UNAVAILABLE", entry)
+        self.assertIn("no TorchScript file", entry["reason"])
+        self.assertIn(f"it links to '{MISSING}': No such file or directory", entry["reason"])
+        # The others serve.
+        self.assertEqual(states["silero_vad"]["state"], "READY", states)
+        self.assertEqual(states["silero_vad_idle"]["state"], "READY", states)
+
+    def test_idle_sequence_is_ended(self):
+        # Past max_sequence_idle_microseconds (1 s for silero_vad_idle) a
+        # vanished sequence is ended and its state freed; a later frame
+        # without START is told so, and a new START begins afresh.
+        frames = frames_of(self.paths[0])
+        probability(self.infer(frame_request(frames[0], 9500, start=True,
+                                             model="silero_vad_idle")))
+        time.sleep(2.5)
         with self.assertRaises(grpc.RpcError) as cm:
-            self.infer(frame_request(frame, 9001))
+            self.infer(frame_request(frames[1], 9500, model="silero_vad_idle"))
         self.assertEqual(cm.exception.code(), grpc.StatusCode.INVALID_ARGUMENT)
-        self.assertIn("timed out", cm.exception.details())
-        first = frames_of(paths[0])[0]
-        p = probability(self.infer(frame_request(first, 9001, start=True, end=True)))
-        self.assertAlmostEqual(p, self.reference[os.path.basename(paths[0])][0],
+        self.assertIn("timed out idle", cm.exception.details())
+        p = probability(self.infer(frame_request(frames[0], 9500, start=True, end=True,
+                                                 model="silero_vad_idle")))
+        self.assertAlmostEqual(p, self.reference[os.path.basename(self.paths[0])][0],
                                delta=TOLERANCE)
-
-
-class MissingWeightsTest(unittest.TestCase):
-    def test_load_fails_naming_the_file(self):
-        missing = "/nonexistent/hark-silero/model.pt"
-        repo = link_repo(model_file=missing)
-        server = harness.Harkd(repo, args=("--strict-readiness", "false"))
-        try:
-            status, idx = server.json("POST", "/v2/repository/index")
-            self.assertEqual(status, 200, idx)
-            entry = {m["name"]: m for m in idx}["silero_vad"]
-            self.assertEqual(entry["state"], "UNAVAILABLE", entry)
-            self.assertIn("no TorchScript file", entry["reason"])
-            self.assertIn(f"it links to '{missing}': No such file or directory", entry["reason"])
-            status, _ = server.json("GET", "/v2/health/live")
-            self.assertEqual(status, 200)
-        finally:
-            server.stop()
-            shutil.rmtree(repo, ignore_errors=True)
 
 
 if __name__ == "__main__":
