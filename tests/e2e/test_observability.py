@@ -225,8 +225,8 @@ class Observability(ServerTest):
                 self.assertIn(key, obj, line)
             self.assertIn(obj["level"], ("ERROR", "WARNING", "INFO", "VERBOSE"), line)
             self.assertRegex(obj["time"], r"^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{6}Z$")
-            if "file" in obj:  # C sources, and C++ ones in backends/pytorch
-                self.assertRegex(f'{obj["file"]}:{obj["line"]}', r"^[\w/]+\.cc?:\d+$")
+            if "file" in obj:
+                self.assertRegex(f'{obj["file"]}:{obj["line"]}', r"^[\w/]+\.c:\d+$")
         started = [json.loads(l) for l in raw if "Started HTTPService" in l]
         self.assertEqual(len(started), 1)
         self.assertEqual(started[0]["level"], "INFO")
