@@ -170,10 +170,12 @@ static void choose_profile(asr_model *m, asr_stream *as) {
 }
 
 /* One streaming reply's latency: the model's windows and the stream's
- * breaker. */
+ * breaker. A stream whose breaker tripped no longer counts in the model's
+ * windows: its breaker already answers for it, and one client whose own
+ * replies run late (a huge chunk, say) must not degrade every stream. */
 static void judge_latency(asr_model *m, asr_stream *as, double latency) {
   const ps_degrade_settings *ds = &ps_pool_settings(m->pool)->degrade;
-  int change = ps_degrade_observe(&m->degrade, hark_now_ns(), latency);
+  int change = as->breaker ? 0 : ps_degrade_observe(&m->degrade, hark_now_ns(), latency);
   if (change) {
     uint64_t transitions;
     uint32_t p99;

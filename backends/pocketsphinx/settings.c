@@ -12,6 +12,8 @@
  *   decoder_pool_size        decoders at most (default 4 per core)
  *   decoder_pool_preload     decoders made at load, before the model is ready
  *                            (default 1; at most decoder_pool_size)
+ *   decoder_pool_spare       idle decoders kept ready by a background thread
+ *                            (default 1; 0: a stream that finds none makes one)
  *   decoder_wait_ms          wait for a free decoder before UNAVAILABLE
  *   max_buffered_ms          unprocessed audio a stream may hold
  *   block_samples            front-end block (2048, as pocketsphinx_continuous)
@@ -109,6 +111,7 @@ int ps_settings_init(ps_settings *s, ps_param_fn get, void *ctx, char *err, size
   long cores = sysconf(_SC_NPROCESSORS_ONLN);
   s->pool_size = (uint32_t)(4 * (cores > 0 ? cores : 1));
   s->pool_preload = 1;
+  s->pool_spare = 1;
   s->decoder_wait_ms = 2000;
   s->max_buffered_ms = 10000;
   s->block_samples = 2048;
@@ -165,6 +168,8 @@ int ps_settings_init(ps_settings *s, ps_param_fn get, void *ctx, char *err, size
       bad = parse_u32(v, 1, 4096, &s->pool_size);
     } else if (!strcmp(key, "decoder_pool_preload")) {
       bad = parse_u32(v, 1, 4096, &s->pool_preload);
+    } else if (!strcmp(key, "decoder_pool_spare")) {
+      bad = parse_u32(v, 0, 4096, &s->pool_spare);
     } else if (!strcmp(key, "decoder_wait_ms")) {
       bad = parse_u32(v, 0, 600000, &s->decoder_wait_ms);
     } else if (!strcmp(key, "max_buffered_ms")) {
@@ -196,6 +201,12 @@ int ps_settings_init(ps_settings *s, ps_param_fn get, void *ctx, char *err, size
   if (s->pool_preload > s->pool_size) {
     snprintf(err, errlen, "pocketsphinx: decoder_pool_preload %u is more than decoder_pool_size %u",
              s->pool_preload, s->pool_size);
+    ps_settings_fini(s);
+    return -1;
+  }
+  if (s->pool_spare > s->pool_size) {
+    snprintf(err, errlen, "pocketsphinx: decoder_pool_spare %u is more than decoder_pool_size %u",
+             s->pool_spare, s->pool_size);
     ps_settings_fini(s);
     return -1;
   }

@@ -198,7 +198,10 @@ static ps_status ensure_decoder(ps_stream *st, char *err, size_t errlen) {
   uint32_t wait = st->closing && waited < budget ? (uint32_t)(budget - waited) : 0;
   ps_decoder_t *ps = ps_pool_acquire(st->pool, wait);
   if (!ps) {
-    if (!st->closing && now_ms() - st->wait_since_ms < budget) return PS_WAIT;
+    /* Waiting for another stream's decoder is bounded by decoder_wait_ms;
+     * for one being made, by the stream's buffer (max_buffered_ms). */
+    if (!st->closing && (now_ms() - st->wait_since_ms < budget || ps_pool_growing(st->pool)))
+      return PS_WAIT;
     ps_pool_count_timeout(st->pool);
     ps_pool_stats s;
     ps_pool_get_stats(st->pool, &s);
