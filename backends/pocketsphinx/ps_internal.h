@@ -56,6 +56,7 @@ typedef struct ps_settings {
   uint32_t pool_preload;        /* decoders made at load (at least 1, at most pool_size) */
   uint32_t pool_spare;          /* idle decoders a background thread keeps ready (0: off) */
   uint32_t decoder_wait_ms;     /* how long a stream waits for a free decoder */
+  uint32_t decoder_idle_ms;     /* audio lag that takes a held decoder back (0: never) */
   uint32_t max_buffered_ms;     /* audio a stream may hold unprocessed */
   uint32_t block_samples;       /* samples per front-end block (continuous: 2048) */
   uint32_t max_alternatives;    /* cap on request max_alternatives */
@@ -198,6 +199,9 @@ ps_status ps_stream_feed(ps_stream *st, const uint8_t *pcm, size_t len, unsigned
                          ps_result *res, char *err, size_t errlen);
 /* True while the stream holds a decoder (inside an utterance). */
 int ps_stream_has_decoder(const ps_stream *st);
+/* Times the stream's decoder was taken back because its audio stalled
+ * (decoder_idle_ms). */
+uint32_t ps_stream_stalls(const ps_stream *st);
 /* Seconds of the stream's audio (at the model rate) recognised so far. */
 double ps_stream_audio_processed(const ps_stream *st);
 /* The profile the stream's next utterance decodes with (the current one
