@@ -489,6 +489,7 @@ static hark_error *run_one(asr_model *m, hark_request *req) {
     ps_result_init(&r, want_alt);
     double before = ps_stream_audio_processed(st), cpu = thread_cpu_seconds();
     uint32_t stalls = ps_stream_stalls(st);
+    ps_stream_set_arrival(st, hark_request_received_ns(req) / 1000000u);
     ps_status s = ps_stream_feed(st, pcm, len, ff, &r, why, sizeof why);
     if (ps_stream_stalls(st) != stalls) {
       hark_metric_add(m->decoder_stalls, 1);

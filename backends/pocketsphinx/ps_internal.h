@@ -199,6 +199,10 @@ ps_status ps_stream_feed(ps_stream *st, const uint8_t *pcm, size_t len, unsigned
                          ps_result *res, char *err, size_t errlen);
 /* True while the stream holds a decoder (inside an utterance). */
 int ps_stream_has_decoder(const ps_stream *st);
+/* When the message the next ps_stream_feed carries arrived (CLOCK_MONOTONIC
+ * ms; default: when the call starts): decoder_idle_ms counts the client's
+ * gaps, not the time its messages waited inside the server. */
+void ps_stream_set_arrival(ps_stream *st, uint64_t arrival_ms);
 /* Times the stream's decoder was taken back because its audio stalled
  * (decoder_idle_ms). */
 uint32_t ps_stream_stalls(const ps_stream *st);

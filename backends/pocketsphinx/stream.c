@@ -22,10 +22,14 @@
  * A closing call (END, flush) owes its client a final, so it waits for a
  * decoder in place, for what is left of the budget.
  *
- * A stream that holds a decoder must keep its audio coming: once the
- * audio received since it took the decoder falls decoder_idle_ms behind
- * the clock (a paused client, one trickling a few bytes now and then), the
- * next call ends its utterance there (a final) and gives the decoder back.
+ * A stream that holds a decoder must keep its audio coming: once the time
+ * the server spent waiting for its next message, summed since it took the
+ * decoder, exceeds the audio those messages carried by decoder_idle_ms (a
+ * paused client, one trickling a few bytes now and then), the next call
+ * ends its utterance there (a final) and gives the decoder back. Only the
+ * client's gaps count (from one call's end to the next message's
+ * arrival): a client that waits for each reply of a slow server is not
+ * behind.
  * The stream then decodes again only once a second of speech is pending
  * (or an utterance ends), so a trickle can no longer hold a decoder while
  * other speakers wait, and a client that resumes at real time loses no
@@ -62,15 +66,17 @@ struct ps_stream {
   mfcc_t *cep;
   mfcc_t **cep_rows;
   int n_cep, cap_cep;
-  ps_decoder_t *ps;       /* held only inside an utterance */
-  int utt_started;        /* speech seen at a block end (continuous's utt_started) */
-  int end_pending;        /* the utterance ended; close it once its cepstra are in */
-  int closing;            /* this call ends the stream or the utterance */
-  uint64_t wait_since_ms; /* when the stream began waiting for a decoder; 0 */
-  uint64_t held_since_ms; /* when it took its decoder */
-  uint64_t held_in0;      /* samples_in then */
-  uint64_t samples_in;    /* model-rate samples received */
-  int stalled;            /* its decoder was taken back for want of audio */
+  ps_decoder_t *ps;        /* held only inside an utterance */
+  int utt_started;         /* speech seen at a block end (continuous's utt_started) */
+  int end_pending;         /* the utterance ended; close it once its cepstra are in */
+  int closing;             /* this call ends the stream or the utterance */
+  uint64_t wait_since_ms;  /* when the stream began waiting for a decoder; 0 */
+  uint64_t client_wait_ms; /* gaps between messages since it took its decoder */
+  uint64_t held_in0;       /* samples_in then */
+  uint64_t last_done_ms;   /* when the last call returned */
+  uint64_t arrival_ms;     /* when this call's message arrived (0: now) */
+  uint64_t samples_in;     /* model-rate samples received */
+  int stalled;             /* its decoder was taken back for want of audio */
   uint32_t n_stalls;
   int utt_has_frames;
   ps_cmn_state cmn;
@@ -226,7 +232,7 @@ static ps_status ensure_decoder(ps_stream *st, char *err, size_t errlen) {
     return PS_BUSY;
   }
   st->wait_since_ms = 0;
-  st->held_since_ms = now_ms();
+  st->client_wait_ms = 0;
   st->held_in0 = st->samples_in;
   ps_cmn_restore(ps, &st->cmn);
   if (ps_set_search(ps, ps_pool_search(st->pool, st->profile)) < 0 || ps_start_utt(ps) < 0) {
@@ -538,6 +544,9 @@ static ps_status run_blocks(ps_stream *st, unsigned flags, ps_result *r, char *e
   return PS_OK;
 }
 
+static ps_status feed_queued(ps_stream *st, const int16_t *x, size_t nx, unsigned flags,
+                             ps_result *r, char *err, size_t errlen);
+
 ps_status ps_stream_feed(ps_stream *st, const uint8_t *pcm, size_t len, unsigned flags,
                          ps_result *r, char *err, size_t errlen) {
   ps_status s;
@@ -573,11 +582,24 @@ ps_status ps_stream_feed(ps_stream *st, const uint8_t *pcm, size_t len, unsigned
     snprintf(err, errlen, "pocketsphinx: resampler failed");
     return PS_INTERNAL;
   }
+  s = feed_queued(st, x, nx, flags, r, err, errlen);
+  st->last_done_ms = now_ms();
+  st->arrival_ms = 0;
+  return s;
+}
+
+void ps_stream_set_arrival(ps_stream *st, uint64_t arrival_ms) { st->arrival_ms = arrival_ms; }
+
+static ps_status feed_queued(ps_stream *st, const int16_t *x, size_t nx, unsigned flags,
+                             ps_result *r, char *err, size_t errlen) {
+  ps_status s;
+  uint64_t arrival = st->arrival_ms ? st->arrival_ms : now_ms();
+  if (st->ps && st->last_done_ms && arrival > st->last_done_ms)
+    st->client_wait_ms += arrival - st->last_done_ms;
   if ((s = queue_audio(st, x, nx, err, errlen)) != PS_OK) return s;
   if (st->ps && !(flags & (PS_FEED_END | PS_FEED_FLUSH)) && st->set->decoder_idle_ms) {
-    uint64_t held = now_ms() - st->held_since_ms;
     uint64_t got = (st->samples_in - st->held_in0) * 1000u / st->model_rate;
-    if (held > got + st->set->decoder_idle_ms) { /* stalled: the decoder goes back */
+    if (st->client_wait_ms > got + st->set->decoder_idle_ms) { /* the decoder goes back */
       if ((s = drain(st, err, errlen)) != PS_OK) return s;
       if ((s = end_utterance(st, r, err, errlen)) != PS_OK) return s;
       st->stalled = 1;
