@@ -25,7 +25,7 @@ static uint64_t step_down(const hark_adaptive *a, uint64_t delay) {
   return a->min_ns + (excess < unit_of(a) ? 0 : excess);
 }
 
-/* The delay after an empty spell of `idle` ns that started at `delay`. */
+/* The delay after an idle spell of `idle` ns that started at `delay`. */
 static uint64_t decay(const hark_adaptive *a, uint64_t delay, uint64_t idle, uint32_t *steps) {
   *steps = 0;
   while (delay > a->min_ns && idle >= delay) {
@@ -46,7 +46,7 @@ void hark_adaptive_init(hark_adaptive *a, const hark_adaptive_delay *cfg, uint64
   if (start < a->min_ns) start = a->min_ns;
   if (start > a->max_ns) start = a->max_ns;
   atomic_init(&a->delay_ns, start);
-  atomic_init(&a->drained_ns, 0);
+  atomic_init(&a->idle_ns, 0);
   atomic_init(&a->widened, 0);
   atomic_init(&a->narrowed, 0);
 }
@@ -54,17 +54,17 @@ void hark_adaptive_init(hark_adaptive *a, const hark_adaptive_delay *cfg, uint64
 uint64_t hark_adaptive_delay_for(hark_adaptive *a, uint64_t first_ns) {
   uint64_t delay = atomic_load_explicit(&a->delay_ns, memory_order_relaxed);
   if (!a->enabled) return delay;
-  uint64_t drained = atomic_load_explicit(&a->drained_ns, memory_order_relaxed);
-  if (!drained) return delay;
+  uint64_t since = atomic_load_explicit(&a->idle_ns, memory_order_relaxed);
+  if (!since) return delay;
   uint32_t steps;
-  delay = decay(a, delay, first_ns > drained ? first_ns - drained : 0, &steps);
+  delay = decay(a, delay, first_ns > since ? first_ns - since : 0, &steps);
   atomic_store_explicit(&a->delay_ns, delay, memory_order_relaxed);
-  atomic_store_explicit(&a->drained_ns, 0, memory_order_relaxed);
+  atomic_store_explicit(&a->idle_ns, 0, memory_order_relaxed);
   if (steps) atomic_fetch_add_explicit(&a->narrowed, steps, memory_order_relaxed);
   return delay;
 }
 
-void hark_adaptive_formed(hark_adaptive *a, uint32_t depth, uint32_t left, uint64_t now_ns) {
+void hark_adaptive_formed(hark_adaptive *a, uint32_t depth) {
   if (!a->enabled) return;
   uint64_t delay = atomic_load_explicit(&a->delay_ns, memory_order_relaxed);
   uint64_t next = delay;
@@ -76,14 +76,18 @@ void hark_adaptive_formed(hark_adaptive *a, uint32_t depth, uint32_t left, uint6
     atomic_store_explicit(&a->delay_ns, next, memory_order_relaxed);
     atomic_fetch_add_explicit(next > delay ? &a->widened : &a->narrowed, 1, memory_order_relaxed);
   }
-  /* 0 means "not drained": a clock that reads 0 is a test's, one ns on. */
-  atomic_store_explicit(&a->drained_ns, left ? 0 : (now_ns ? now_ns : 1), memory_order_relaxed);
+}
+
+void hark_adaptive_idle(hark_adaptive *a, uint64_t now_ns) {
+  if (!a->enabled || atomic_load_explicit(&a->idle_ns, memory_order_relaxed)) return;
+  /* 0 means "not idle": a clock that reads 0 is a test's, one ns on. */
+  atomic_store_explicit(&a->idle_ns, now_ns ? now_ns : 1, memory_order_relaxed);
 }
 
 uint64_t hark_adaptive_current(const hark_adaptive *a, uint64_t now_ns) {
   uint64_t delay = atomic_load_explicit(&a->delay_ns, memory_order_relaxed);
-  uint64_t drained = atomic_load_explicit(&a->drained_ns, memory_order_relaxed);
-  if (!a->enabled || !drained || now_ns <= drained) return delay;
+  uint64_t since = atomic_load_explicit(&a->idle_ns, memory_order_relaxed);
+  if (!a->enabled || !since || now_ns <= since) return delay;
   uint32_t steps;
-  return decay(a, delay, now_ns - drained, &steps);
+  return decay(a, delay, now_ns - since, &steps);
 }

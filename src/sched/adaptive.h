@@ -14,14 +14,16 @@
  *     nobody gains from the wait, which is latency);
  *   - in between: it stays (the dead band keeps a steady load from
  *     flapping between two rungs).
- * And while the queue stays empty, each stretch as long as the current
- * delay takes it one rung down, counted when the next request arrives —
- * so a lone request after a quiet spell is not held for a delay set by
- * the last burst. Under a constant load the depth grows with the delay, so
+ * And while the batcher is idle — its queue empty and nothing executing,
+ * so no response is about to bring a client back — each stretch as long
+ * as the current delay takes it one rung down, counted when the next
+ * request arrives: a lone request after a quiet spell is not held for a
+ * delay set by the last burst. (Time spent executing is not idle: a
+ * closed-loop client waiting for its response is still load.) Under a constant load the depth grows with the delay, so
  * the delay only ever moves one way until it rests on a rung: it never
  * oscillates. Up and down are six rungs each: min to max in five batches.
  *
- * The fields a scrape reads (the delay, when the queue drained, the
+ * The fields a scrape reads (the delay, when the idle spell began, the
  * counts) are atomics written only under the owner's lock; a reader on any
  * thread gets a consistent-enough view from hark_adaptive_current().
  */
@@ -39,7 +41,7 @@ typedef struct hark_adaptive {
   uint64_t min_ns, max_ns; /* immutable after init */
   uint32_t target;         /* queue depth that widens; half of it narrows */
   atomic_uint_fast64_t delay_ns;
-  atomic_uint_fast64_t drained_ns; /* the queue emptied then; 0: it holds requests */
+  atomic_uint_fast64_t idle_ns; /* idle since then; 0: not idle */
   atomic_uint_fast64_t widened, narrowed;
 } hark_adaptive;
 
@@ -48,15 +50,18 @@ typedef struct hark_adaptive {
 void hark_adaptive_init(hark_adaptive *a, const hark_adaptive_delay *cfg, uint64_t fixed_ns);
 
 /* Before deciding on a queue that holds requests, the earliest of which
- * arrived at `first_ns`: ends an empty spell (narrowing for it) and returns
+ * arrived at `first_ns`: ends an idle spell (narrowing for it) and returns
  * the delay to decide with. */
 uint64_t hark_adaptive_delay_for(hark_adaptive *a, uint64_t first_ns);
 
-/* A batch was formed at `now_ns` with `depth` requests waiting (the batch
- * included), leaving `left`: moves the delay by the law above. */
-void hark_adaptive_formed(hark_adaptive *a, uint32_t depth, uint32_t left, uint64_t now_ns);
+/* A batch was formed with `depth` requests waiting (the batch included):
+ * moves the delay by the law above. */
+void hark_adaptive_formed(hark_adaptive *a, uint32_t depth);
 
-/* The delay in force at `now_ns`, the current empty spell counted. Any
+/* From `now_ns` the queue is empty and nothing executes. */
+void hark_adaptive_idle(hark_adaptive *a, uint64_t now_ns);
+
+/* The delay in force at `now_ns`, the current idle spell counted. Any
  * thread, no lock. */
 uint64_t hark_adaptive_current(const hark_adaptive *a, uint64_t now_ns);
 

@@ -213,10 +213,9 @@ static uint64_t form_batches(dyn_sched *s, uint64_t now, hark_skel_pass *p) {
     hark_batch_decide(&s->policy, s->items, n, s->sk.stopping, now, &d);
     if (d.n_requests == 0) return d.wait_until_ns;
 
-    uint32_t depth = hark_queue_size(s->queue);
+    hark_adaptive_formed(&s->adapt, hark_queue_size(s->queue));
     dyn_instance *di = free_instance(s);
     di->n = hark_queue_pop(s->queue, (void **)di->batch, d.n_requests);
-    hark_adaptive_formed(&s->adapt, depth, hark_queue_size(s->queue), now);
     hark_skel_claim(&s->sk, &di->base, p);
   }
   return UINT64_MAX;
@@ -261,8 +260,10 @@ static void dyn_execute(hark_skel *sk, hark_skel_inst *inst) {
 }
 
 static void dyn_executed(hark_skel *sk, hark_skel_inst *inst) {
-  (void)sk;
+  dyn_sched *s = (dyn_sched *)sk;
   ((dyn_instance *)inst)->n = 0;
+  if (s->adapt.enabled && sk->n_busy == 1 && hark_queue_size(s->queue) == 0)
+    hark_adaptive_idle(&s->adapt, hark_now_ns()); /* the last execution, nothing waiting */
 }
 
 static bool dyn_drained(const hark_skel *sk) {

@@ -462,9 +462,8 @@ static uint32_t form_oldest(hark_seqtab *t, bool flush, uint64_t now, hark_seq_e
     if (d.wait_until_ns < *wake) *wake = d.wait_until_ns;
     return 0;
   }
-  uint32_t depth = t->ready.n;
+  hark_adaptive_formed(&t->adapt, t->ready.n);
   for (uint32_t i = 0; i < d.n_requests; i++) dispatch(t, t->ready.head, &out[i]);
-  hark_adaptive_formed(&t->adapt, depth, t->ready.n, now);
   return d.n_requests;
 }
 
@@ -477,19 +476,22 @@ uint32_t hark_seqtab_form(hark_seqtab *t, uint32_t instance, bool flush, uint64_
 void hark_seqtab_done(hark_seqtab *t, hark_seq *s, uint64_t now) {
   s->in_flight = false;
   t->in_flight--;
+  bool ended = false;
   if (s->flight_flags & HARK_REQUEST_SEQUENCE_END) {
     drop_states(t, s);
     if (!s->n) {
       record_remove(t, s);
-      return;
+      ended = true;
     }
   }
-  if (s->n) {
+  if (!ended && s->n) {
     make_ready(t, s);
-  } else {
+  } else if (!ended) {
     s->idle_since = now;
     list_append(t, LIST_IDLE, s);
   }
+  /* Nothing runs and nothing is ready: the adaptive delay's idle spell. */
+  if (t->in_flight == 0 && t->ready.n == 0) hark_adaptive_idle(&t->adapt, now);
 }
 
 void hark_seqtab_expire(hark_seqtab *t, bool flush, uint64_t now, uint64_t *wake) {
