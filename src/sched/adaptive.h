@@ -3,7 +3,7 @@
  * dynamic_batching and sequence_batching.oldest), as a small controller
  * with no clock and no lock of its own: the batcher that owns it calls it
  * under its lock with the time and the queue depth, so each rule is a unit
- * test with made-up numbers (tests/unit/test_batcher.c).
+ * test with made-up numbers (tests/unit/test_adaptive.c).
  *
  * The law. The delay stands on one of six rungs: min, and min plus 1/16,
  * 1/8, 1/4, 1/2 or all of (max - min). Each time a batch is formed the
@@ -19,9 +19,11 @@
  * as the current delay takes it one rung down, counted when the next
  * request arrives: a lone request after a quiet spell is not held for a
  * delay set by the last burst. (Time spent executing is not idle: a
- * closed-loop client waiting for its response is still load.) Under a constant load the depth grows with the delay, so
- * the delay only ever moves one way until it rests on a rung: it never
- * oscillates. Up and down are six rungs each: min to max in five batches.
+ * closed-loop client waiting for its response is still load.)
+ *
+ * Under a constant load the depth grows with the delay, so the delay only
+ * ever moves one way until it rests on a rung: it does not oscillate. Min
+ * to max takes five deep batches, and back five shallow ones.
  *
  * The fields a scrape reads (the delay, when the idle spell began, the
  * counts) are atomics written only under the owner's lock; a reader on any
