@@ -66,8 +66,8 @@ bench_wait_http() {
   done
 }
 
-# bench_start_harkd [HARKD ARGS...]: harkd on free loopback ports; sets
-# HARKD_PORT, HARKD_URL.
+# bench_start_harkd [HARKD ARGS...]: harkd on free loopback ports, serving
+# $BENCH_REPO (default the repository's models/); sets HARKD_PORT, HARKD_URL.
 # shellcheck disable=SC2120 # the extra arguments are optional
 bench_start_harkd() {
   HARKD_PORT=$(bench_free_port)
