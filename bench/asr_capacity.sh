@@ -23,6 +23,19 @@
 # series whose name mentions decoders (if the server exposes any); on the
 # first protocol only.
 #
+# MODEL_PARAMS ("key=value ..."): parameters set over the model's own, in
+# a copy of the repository made for the run (e.g. "degrade=true", or
+# "profile=fast" for the fast profile's capacity). INSTANCES: the model's
+# instance count instead of its config's.
+#
+# Before the search, one untimed warm-up trial at the limit lets the pool
+# make its decoders (a server in service has them); after it:
+#   - at AT_FRACTION (0.8) of the limit: the chunk latency hark adds over
+#     the library's own step (p50 and p99, ps_bare's from the same run);
+#   - OVERLOAD (1): harkd restarted with --max-streams at the capacity
+#     found, and 2x the limit streams started at once: those admitted must
+#     keep the bounds, the rest be refused at connect with a reason.
+#
 # Env: BUILD_DIR (default ./build), MODEL (asr), AUDIO_DIR, ITERATIONS (2:
 # passes per trial, so each stream slot runs ~2 files), MAX_N (1000),
 # SILENT_STREAMS (200; 0 skips that part), PROTOCOL (ws | grpc | both),
@@ -37,6 +50,10 @@ ITERATIONS=${ITERATIONS:-2}
 MAX_N=${MAX_N:-1000}
 SILENT_STREAMS=${SILENT_STREAMS:-200}
 PROTOCOL=${PROTOCOL:-ws}
+MODEL_PARAMS=${MODEL_PARAMS:-}
+INSTANCES=${INSTANCES:-}
+AT_FRACTION=${AT_FRACTION:-0.8}
+OVERLOAD=${OVERLOAD:-1}
 case $PROTOCOL in
   ws | grpc) PROTOCOLS=("$PROTOCOL") ;;
   both) PROTOCOLS=(ws grpc) ;;
@@ -64,10 +81,36 @@ FLOOR=$(bench_json "$BENCH_TMP/floor.json" \
   '"p50 %.0f ms, p99 %.0f ms, max %.0f ms per 128 ms block; utterance end p50 %.0f ms, max %.0f ms" % (d["block_ms"]["p50"], d["block_ms"]["p99"], d["block_ms"]["max"], d["utterance_end_ms"]["p50"], d["utterance_end_ms"]["max"])')
 bench_log "ps_bare: $BARE_PER CPU s per audio s -> limit $LIMIT streams on $CORES cores"
 
+# The repository the run serves: the shipped one, or a copy of the model
+# with MODEL_PARAMS / INSTANCES applied.
+if [[ -n $MODEL_PARAMS || -n $INSTANCES ]]; then
+  BENCH_REPO=$BENCH_TMP/repo
+  mkdir -p "$BENCH_REPO"
+  cp -r "$BENCH_ROOT/models/$MODEL" "$BENCH_REPO/$MODEL"
+  $PY - "$BENCH_REPO/$MODEL/config.pbtxt" "$INSTANCES" $MODEL_PARAMS <<'PY' || bench_die "cannot apply MODEL_PARAMS"
+import re, sys
+path, instances, pairs = sys.argv[1], sys.argv[2], sys.argv[3:]
+text = open(path).read()
+if instances:
+    text, n = re.subn(r"(instance_group \[ \{ count: )\d+", r"\g<1>" + instances, text)
+    assert n == 1, "no instance_group count to replace"
+for kv in pairs:
+    key, _, value = kv.partition("=")
+    entry = '{ key: "%s" value: { string_value: "%s" } }' % (key, value)
+    text, n = re.subn(r'\{ key: "%s" value: \{ string_value: "[^"]*" \} \}' % re.escape(key), entry, text)
+    if n == 0:
+        text = text.replace("parameters [", "parameters [\n  " + entry + ",", 1)
+open(path, "w").write(text)
+PY
+fi
+
 GRPC_PORT=$(bench_free_port) # a later --grpc-port wins over lib.sh's -1
-bench_start_harkd --model-control-mode explicit --load-model "$MODEL" --grpc-port "$GRPC_PORT" # only what is measured
-HARKD_PID=$BENCH_LAST_PID
-curl -sf -o /dev/null "http://$HARKD_URL/v2/models/$MODEL/ready" || bench_die "model '$MODEL' is not ready"
+start_server() {
+  bench_start_harkd --model-control-mode explicit --load-model "$MODEL" --grpc-port "$GRPC_PORT" "$@" # only what is measured
+  HARKD_PID=$BENCH_LAST_PID
+  curl -sf -o /dev/null "http://$HARKD_URL/v2/models/$MODEL/ready" || bench_die "model '$MODEL' is not ready"
+}
+start_server
 
 # server_url PROTO: what `hark transcribe --server` takes for it.
 server_url() { if [[ $1 == grpc ]]; then echo "grpc://127.0.0.1:$GRPC_PORT"; else echo "$HARKD_URL"; fi; }
@@ -150,6 +193,9 @@ search() {
   CAP[$PROTO]=$lo HI[$PROTO]=$hi
 }
 
+WARM_N=$(awk -v l="$LIMIT" 'BEGIN { n = int(l); print (n < 1 ? 1 : n) }')
+bench_log "warm-up: $WARM_N streams, untimed (the pool makes its decoders)"
+transcribe "$BENCH_TMP/warmup.json" "$WARM_N" --iterations 1 || true
 for PROTO in "${PROTOCOLS[@]}"; do search; done
 PROTO=${PROTOCOLS[0]}
 lo=${CAP[$PROTO]} hi=${HI[$PROTO]}
@@ -234,11 +280,65 @@ PY
 )
 fi
 
+# At AT_FRACTION of the limit: the chunk latency hark adds over the
+# library's own step.
+at_report=""
+AT_N=$(awk -v l="$LIMIT" -v f="$AT_FRACTION" 'BEGIN { n = int(l * f + 0.5); print (n < 1 ? 1 : n) }')
+settle
+transcribe "$BENCH_TMP/at.json" "$AT_N" --iterations "$ITERATIONS" || true
+if [[ -s $BENCH_TMP/at.json ]]; then
+  at_report=$($PY - "$BENCH_TMP/at.json" "$BENCH_TMP/floor.json" "$AT_N" "$AT_FRACTION" "$PROTO" <<'PY'
+import json, sys
+d, fl = json.load(open(sys.argv[1])), json.load(open(sys.argv[2]))
+c, f, b = d["chunk_latency_ms"], d["final_latency_ms"], fl["block_ms"]
+print(f"- At {sys.argv[4]} of the limit ({sys.argv[3]} streams, {sys.argv[5]}): chunk latency p50 {c['p50']} / "
+      f"p99 {c['p99']} / max {c['max']} ms, final p99 {f['p99']} / max {f['max']} ms, {d['errors']} errors, "
+      f"{d['timeouts']} timeouts. The library's own step: p50 {b['p50']} / p99 {b['p99']} ms, so "
+      f"**hark adds p50 {c['p50'] - b['p50']:.1f} ms, p99 {c['p99'] - b['p99']:.1f} ms** per chunk.")
+PY
+)
+else
+  at_report="- At $AT_FRACTION of the limit ($AT_N streams): no result: $(tail -c 300 "$BENCH_TMP/at.json.log")"
+fi
+
+# OVERLOAD: 2x the limit against a server capped at the capacity found.
+over_report="(skipped: OVERLOAD=0)"
+if ((OVERLOAD)) && ((lo >= 1)); then
+  kill "$HARKD_PID" 2>/dev/null && wait "$HARKD_PID" 2>/dev/null || true
+  start_server --max-streams "$lo"
+  OVER_N=$(awk -v l="$LIMIT" 'BEGIN { n = int(2 * l + 0.5); print (n < 2 ? 2 : n) }')
+  bench_log "overload: $OVER_N streams at once, --max-streams $lo"
+  transcribe "$BENCH_TMP/warm2.json" "$lo" --iterations 1 || true # the new server's decoders
+  settle
+  transcribe "$BENCH_TMP/over.json" "$OVER_N" --iterations 1 || true
+  [[ -s $BENCH_TMP/over.json ]] || bench_die "the overload run gave no result: $(tail -c 300 "$BENCH_TMP/over.json.log")"
+  over_report=$($PY - "$BENCH_TMP/over.json" "$OVER_N" "$lo" "$P99_CHUNK_MS" "$P99_FINAL_MS" "$MAX_REPLY_MS" <<'PY'
+import collections, json, sys
+d = json.load(open(sys.argv[1]))
+n, cap, bc, bf, bm = sys.argv[2], sys.argv[3], *map(float, sys.argv[4:7])
+reasons = collections.Counter()
+for fi in d["files"]:
+    for s in fi["streams"]:
+        if s["status"] != "ok":
+            reasons[(s["status"], s.get("http_status"), s.get("reason", ""))] += 1
+c, f = d["chunk_latency_ms"], d["final_latency_ms"]
+kept = c["p99"] <= bc and f["p99"] <= bf and c["max"] <= bm and f["max"] <= bm and d["timeouts"] == 0
+refused_ok = all(st == "error" and (hs in (503, 429) or "too many" in r or "overloaded" in r) for (st, hs, r) in reasons)
+print(f"- At 2x the limit ({n} streams at once, --max-streams {cap}): {d['ok']} admitted and finished, "
+      f"{d['errors']} refused, {d['timeouts']} timed out; admitted streams: chunk p99 {c['p99']} / max {c['max']} ms, "
+      f"final p99 {f['p99']} / max {f['max']} ms — bounds kept: {'yes' if kept else 'NO'}; every refusal at "
+      f"connect with a reason: {'yes' if refused_ok else 'NO'}.")
+for (st, hs, r), k in reasons.most_common(3):
+    print(f"  - {k} × {st}" + (f" HTTP {hs}" if hs else "") + f": {r[:160]}")
+PY
+)
+fi
+
 cat <<EOF
 
 ### Speech: real-time streams per machine
 
-$(bench_machine). Command: \`$(bench_command MODEL ITERATIONS MAX_N SILENT_STREAMS PROTOCOL P99_CHUNK_MS P99_FINAL_MS MAX_REPLY_MS)\`.
+$(bench_machine). Command: \`$(bench_command MODEL MODEL_PARAMS INSTANCES ITERATIONS MAX_N SILENT_STREAMS PROTOCOL P99_CHUNK_MS P99_FINAL_MS MAX_REPLY_MS)\`.
 Bounds: p99 chunk latency ≤ $P99_CHUNK_MS ms, p99 final latency ≤ $P99_FINAL_MS ms, every reply ≤ $MAX_REPLY_MS ms,
 no errors; \`hark transcribe --simulate-realtime --chunk-ms 100\`, passes per trial: $ITERATIONS over
 ${#FILES[@]} LibriVox files. Limit = $CORES cores ÷ ps_bare's $BARE_PER CPU s per audio s (same run).
@@ -267,6 +367,8 @@ fi)
 
 - Trials (protocol:N: verdict p99 chunk, p99 final, max chunk, max final, errors, timeouts, streams):
 $(for k in $(printf '%s\n' "${!SEEN[@]}" | sort -t: -k1,1 -k2n); do echo "  $k: ${SEEN[$k]};"; done)
+$at_report
+$over_report
 - Load average after the run: $(cut -d' ' -f1-3 /proc/loadavg).
 $silent_report
 EOF

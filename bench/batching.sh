@@ -11,7 +11,15 @@
 # /v2/models/{m}/stats "queue" ns/count delta around each run. Prints a
 # markdown snippet.
 #
-# Env: BUILD_DIR (default ./build), ROUNDS (3), DURATION seconds per run (5).
+# MODE=adaptive measures adaptive_queue_delay instead: the same 2 ms model
+# with a fixed small delay (100 us), a fixed large one (5 ms) and an
+# adaptive one between the two, at concurrency 1 (low load: latency, where
+# adaptive should match small), 6 (a batch that never fills: large waits
+# out its 5 ms every time) and 32 (high load: throughput), with the mean
+# batch size from /v2/models/{m}/stats.
+#
+# Env: BUILD_DIR (default ./build), ROUNDS (3), DURATION seconds per run (5),
+# MODE (batching | adaptive).
 # shellcheck source=bench/lib.sh
 source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 
@@ -23,6 +31,80 @@ BATCHED=fixed_cost
 UNBATCHED=fixed_cost_nobatch
 
 bench_need "$HARKD" "$HARK" curl "$PY"
+
+# adaptive_model NAME DYNAMIC_BATCHING_BODY: models/fixed_cost under another
+# name and batching block, in $BENCH_REPO.
+adaptive_model() {
+  mkdir -p "$BENCH_REPO/$1/1"
+  sed -e "s/^name: .*/name: \"$1\"/" -e "s/^dynamic_batching .*/dynamic_batching { $2 }/" \
+    "$BENCH_ROOT/models/fixed_cost/config.pbtxt" >"$BENCH_REPO/$1/config.pbtxt"
+}
+
+# exec_stats MODEL: "inferences executions" of the model so far.
+exec_stats() {
+  curl -sf --max-time 5 "http://$HARKD_URL/v2/models/$1/stats" |
+    $PY -c 'import json,sys; s=json.load(sys.stdin)["model_stats"][0]; print(s["inference_count"], s["execution_count"])'
+}
+
+adaptive_mode() {
+  local models=(fc_small fc_large fc_adaptive) levels=(1 6 32) r m c out before after
+  BENCH_REPO=$BENCH_TMP/repo
+  adaptive_model fc_small "max_queue_delay_microseconds: 100"
+  adaptive_model fc_large "max_queue_delay_microseconds: 5000"
+  adaptive_model fc_adaptive "adaptive_queue_delay { min_microseconds: 100 max_microseconds: 5000 }"
+  bench_start_harkd
+  declare -A A
+  for ((r = 1; r <= ROUNDS; r++)); do
+    bench_log "round $r/$ROUNDS: concurrency ${levels[*]} on ${models[*]} (${DURATION}s each)"
+    for c in "${levels[@]}"; do
+      for m in "${models[@]}"; do
+        out=$BENCH_TMP/$m-$c-$r.json
+        before=$(exec_stats "$m")
+        bench_perf "$out" -m "$m" -u "$HARKD_URL" --concurrency-range "$c" \
+          --measurement-interval "$PERF_INTERVAL_MS" --warmup "$PERF_WARMUP_MS"
+        after=$(exec_stats "$m")
+        local thr p50 p99 batch
+        thr=$(bench_json "$out" 'd["results"][0]["throughput_infer_per_sec"]')
+        p50=$(bench_json "$out" 'd["results"][0]["latency_us"]["p50"]')
+        p99=$(bench_json "$out" 'd["results"][0]["latency_us"]["p99"]')
+        batch=$(awk -v b="$before" -v a="$after" 'BEGIN { split(b, x, " "); split(a, y, " ");
+          n = y[2] - x[2]; printf "%.2f\n", (n > 0 ? (y[1] - x[1]) / n : 0) }')
+        A[$m,$c,thr]+="$thr " A[$m,$c,p50]+="$p50 " A[$m,$c,p99]+="$p99 " A[$m,$c,batch]+="$batch "
+        bench_log "  $m c$c: $thr infer/s, p50 $p50 us, p99 $p99 us, mean batch $batch"
+      done
+    done
+  done
+  amed() { local v; read -ra v <<<"${A[$1,$2,$3]}"; bench_median "${v[@]}"; }
+  cat <<EOF
+
+### Adaptive queue delay on a fixed-cost model
+
+$(bench_machine). Command: \`$(bench_command ROUNDS DURATION MODE)\`.
+Median of $ROUNDS rounds, one harkd. models/fixed_cost (2 ms per execution, max batch 8, one
+instance) with \`max_queue_delay_microseconds: 100\` (fc_small), \`5000\` (fc_large), and
+\`adaptive_queue_delay { min_microseconds: 100 max_microseconds: 5000 }\` (fc_adaptive, target
+depth 8). Mean batch: inference_count / execution_count over each run (warmup included).
+
+| concurrency | model | infer/s | p50 µs | p99 µs | mean batch |
+| ---: | --- | ---: | ---: | ---: | ---: |
+EOF
+  for c in "${levels[@]}"; do
+    for m in "${models[@]}"; do
+      echo "| $c | $m | $(amed "$m" "$c" thr) | $(amed "$m" "$c" p50) | $(amed "$m" "$c" p99) | $(amed "$m" "$c" batch) |"
+    done
+  done
+  local lo hi
+  lo=$(bench_ratio "$(amed fc_adaptive 1 p50)" "$(amed fc_small 1 p50)" 2)
+  hi=$(bench_ratio "$(amed fc_adaptive 32 thr)" "$(amed fc_small 32 thr)" 2)
+  echo
+  echo "- Low load (c1) p50, adaptive / small: **${lo}×**; high load (c32) throughput, adaptive / small: **${hi}×**."
+}
+
+if [[ ${MODE:-batching} == adaptive ]]; then
+  adaptive_mode
+  exit 0
+fi
+
 for m in $BATCHED $UNBATCHED; do
   [[ -f $BENCH_ROOT/models/$m/config.pbtxt ]] || bench_die "models/$m is missing"
 done

@@ -66,14 +66,14 @@ bench_wait_http() {
   done
 }
 
-# bench_start_harkd [HARKD ARGS...]: harkd on free loopback ports; sets
-# HARKD_PORT, HARKD_URL.
+# bench_start_harkd [HARKD ARGS...]: harkd on free loopback ports, serving
+# $BENCH_REPO (default the repository's models/); sets HARKD_PORT, HARKD_URL.
 # shellcheck disable=SC2120 # the extra arguments are optional
 bench_start_harkd() {
   HARKD_PORT=$(bench_free_port)
   HARKD_METRICS_PORT=$(bench_free_port)
   HARKD_URL=127.0.0.1:$HARKD_PORT
-  bench_spawn "$BENCH_TMP/harkd.log" "$HARKD" --model-repository "$BENCH_ROOT/models" \
+  bench_spawn "$BENCH_TMP/harkd.log" "$HARKD" --model-repository "${BENCH_REPO:-$BENCH_ROOT/models}" \
     --http-address 127.0.0.1 --http-port "$HARKD_PORT" --metrics-port "$HARKD_METRICS_PORT" \
     --grpc-port -1 "$@"
   bench_wait_http "http://$HARKD_URL/v2/health/ready" 30 ||

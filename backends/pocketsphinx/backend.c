@@ -40,6 +40,7 @@ typedef struct asr_model {
   hark_metric *degraded, *degrade_transitions, *streams_degraded, *breaker_trips;
   /* /metrics: the pool's size and use, streams with state, audio consumed */
   hark_metric *decoders_max, *decoders_created, *decoders_in_use, *decoder_timeouts;
+  hark_metric *decoder_stalls;
   hark_metric *streams, *audio_seconds;
   /* streaming latency (histograms) and recognition CPU time */
   hark_metric *partial_latency, *final_latency, *compute_seconds;
@@ -50,7 +51,7 @@ static void free_metrics(asr_model *m) {
       m->decoders_max,    m->decoders_created, m->decoders_in_use,     m->decoder_timeouts,
       m->streams,         m->audio_seconds,    m->partial_latency,     m->final_latency,
       m->compute_seconds, m->degraded,         m->degrade_transitions, m->streams_degraded,
-      m->breaker_trips};
+      m->breaker_trips,   m->decoder_stalls};
   for (size_t i = 0; i < sizeof all / sizeof *all; i++) hark_metric_free(all[i]);
 }
 
@@ -86,6 +87,8 @@ static hark_error *make_metrics(hark_model *model, asr_model *m) {
        "or their breaker)"},
       {&m->breaker_trips, HARK_METRIC_COUNTER, "hark_asr_breaker_trips_total",
        "Streams switched to the fast profile by a reply later than breaker_ms"},
+      {&m->decoder_stalls, HARK_METRIC_COUNTER, "hark_decoder_stalls_total",
+       "Decoders taken back from streams whose audio fell decoder_idle_ms behind the clock"},
   };
   for (size_t i = 0; i < sizeof defs / sizeof *defs; i++) {
     hark_error *err = hark_metric_new(model, defs[i].kind, defs[i].name, defs[i].help, defs[i].out);
@@ -170,10 +173,12 @@ static void choose_profile(asr_model *m, asr_stream *as) {
 }
 
 /* One streaming reply's latency: the model's windows and the stream's
- * breaker. */
+ * breaker. A stream whose breaker tripped no longer counts in the model's
+ * windows: its breaker already answers for it, and one client whose own
+ * replies run late (a huge chunk, say) must not degrade every stream. */
 static void judge_latency(asr_model *m, asr_stream *as, double latency) {
   const ps_degrade_settings *ds = &ps_pool_settings(m->pool)->degrade;
-  int change = ps_degrade_observe(&m->degrade, hark_now_ns(), latency);
+  int change = as->breaker ? 0 : ps_degrade_observe(&m->degrade, hark_now_ns(), latency);
   if (change) {
     uint64_t transitions;
     uint32_t p99;
@@ -483,7 +488,16 @@ static hark_error *run_one(asr_model *m, hark_request *req) {
     ps_result r;
     ps_result_init(&r, want_alt);
     double before = ps_stream_audio_processed(st), cpu = thread_cpu_seconds();
+    uint32_t stalls = ps_stream_stalls(st);
+    ps_stream_set_arrival(st, hark_request_received_ns(req) / 1000000u);
     ps_status s = ps_stream_feed(st, pcm, len, ff, &r, why, sizeof why);
+    if (ps_stream_stalls(st) != stalls) {
+      hark_metric_add(m->decoder_stalls, 1);
+      HARK_BACKEND_LOG(HARK_BACKEND_LOG_VERBOSE,
+                       "asr: a stream's audio fell more than %u ms behind the clock; its "
+                       "utterance ended there and its decoder went back to the pool",
+                       ps_pool_settings(m->pool)->decoder_idle_ms);
+    }
     hark_metric_add(m->compute_seconds, thread_cpu_seconds() - cpu);
     hark_metric_add(m->audio_seconds, ps_stream_audio_processed(st) - before);
     if (s != PS_OK)

@@ -4,10 +4,13 @@
  * A decoder holds the acoustic model, dictionary, language model and
  * search tables (tens of MiB), so the pool makes pool_preload of them at
  * load and the rest lazily, up to pool_size, and streams borrow one only
- * for the length of an utterance. A lazy creation runs on the worker of
- * the stream that needed it and costs that worker about half a second of
- * CPU, during which the chunks queued behind it wait: a server that must
- * meet a burst of speakers as soon as it is ready preloads its pool.
+ * for the length of an utterance. A creation costs about half a second of
+ * CPU. With pool_spare (the default), the pool's own thread keeps that
+ * many decoders idle ahead of demand, so a new speaker takes a ready one
+ * and no worker ever spends its half second on a creation while chunks
+ * of other streams wait behind it; a stream that still finds none keeps
+ * its audio and answers at once (its partial catches up when the decoder
+ * comes). Without spares the stream that needs one makes it on its worker.
  * Borrowers wait on a condition variable with a deadline; nobody waits
  * forever and nothing grows without bound. Decoders never carry stream
  * state between borrowers: the front end lives in the stream, and the
@@ -30,6 +33,7 @@
 #include <errno.h>
 #include <pthread.h>
 #include <sphinxbase/err.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -42,7 +46,11 @@ struct ps_pool {
   pthread_mutex_t mu;
   pthread_cond_t cv;
   pthread_mutex_t create_mu;
-  ps_decoder_t **idle; /* stack of idle decoders */
+  pthread_cond_t spare_cv; /* wakes the spare maker */
+  pthread_t spare_thread;
+  bool spare_running, stopping;
+  uint64_t spare_failed_ns; /* when a spare's creation last failed (0: never) */
+  ps_decoder_t **idle;      /* stack of idle decoders */
   uint32_t n_idle;
   ps_decoder_t **all; /* every decoder created, for ps_pool_free */
   uint32_t n_all;
@@ -139,8 +147,77 @@ static ps_decoder_t *decoder_new(ps_pool *p, char *err, size_t errlen) {
     ps_free(ps);
     return NULL;
   }
-  memcpy(p->accurate_search, accurate, sizeof accurate);
+  if (!p->first) memcpy(p->accurate_search, accurate, sizeof accurate); /* the same in all */
   return ps;
+}
+
+/* How much longer than decoder_wait_ms a borrower waits for a decoder
+ * being made for it. */
+#define SPARE_WAIT_MS 30000u
+
+static uint64_t mono_ns(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
+}
+
+/* Spares are wanted while fewer than pool_spare are idle and the pool has
+ * room. A failed creation (memory, say) is not retried for a second, so
+ * the thread cannot spin. Called with the lock held. */
+static bool spare_wanted(const ps_pool *p) {
+  return !p->stopping && p->n_idle < p->settings.pool_spare &&
+         p->n_all + p->creating < p->settings.pool_size &&
+         (!p->spare_failed_ns || mono_ns() - p->spare_failed_ns > 1000000000u);
+}
+
+/* A decoder is being made, or will be, for whoever waits (lock held). */
+static bool growing(const ps_pool *p) {
+  return p->spare_running && (p->creating > 0 || p->n_all < p->settings.pool_size);
+}
+
+bool ps_pool_growing(ps_pool *p) {
+  pthread_mutex_lock(&p->mu);
+  bool g = growing(p);
+  pthread_mutex_unlock(&p->mu);
+  return g;
+}
+
+/* The spare maker: creates decoders one at a time while spares are
+ * wanted, outside the pool lock, and hands each to the idle stack. */
+static void *spare_main(void *arg) {
+  ps_pool *p = arg;
+  pthread_mutex_lock(&p->mu);
+  while (!p->stopping) {
+    if (!spare_wanted(p)) {
+      if (p->spare_failed_ns && p->n_idle < p->settings.pool_spare) { /* retry in a second */
+        struct timespec ts;
+        clock_gettime(CLOCK_REALTIME, &ts);
+        ts.tv_sec += 1;
+        pthread_cond_timedwait(&p->spare_cv, &p->mu, &ts);
+      } else {
+        pthread_cond_wait(&p->spare_cv, &p->mu);
+      }
+      continue;
+    }
+    p->creating++;
+    pthread_mutex_unlock(&p->mu);
+    char err[256];
+    pthread_mutex_lock(&p->create_mu);
+    ps_decoder_t *ps = decoder_new(p, err, sizeof err);
+    pthread_mutex_unlock(&p->create_mu);
+    pthread_mutex_lock(&p->mu);
+    p->creating--;
+    if (ps) {
+      p->all[p->n_all++] = ps;
+      p->idle[p->n_idle++] = ps;
+      p->spare_failed_ns = 0;
+    } else {
+      p->spare_failed_ns = mono_ns();
+    }
+    pthread_cond_broadcast(&p->cv);
+  }
+  pthread_mutex_unlock(&p->mu);
+  return NULL;
 }
 
 ps_pool *ps_pool_new(const ps_settings *s, char *err, size_t errlen) {
@@ -157,6 +234,7 @@ ps_pool *ps_pool_new(const ps_settings *s, char *err, size_t errlen) {
   pthread_mutex_init(&p->mu, NULL);
   pthread_mutex_init(&p->create_mu, NULL);
   pthread_cond_init(&p->cv, NULL);
+  pthread_cond_init(&p->spare_cv, NULL);
   p->idle = calloc(s->pool_size, sizeof *p->idle);
   p->all = calloc(s->pool_size, sizeof *p->all);
   if (!p->idle || !p->all) {
@@ -195,17 +273,33 @@ ps_pool *ps_pool_new(const ps_settings *s, char *err, size_t errlen) {
     p->all[p->n_all++] = ps;
     p->idle[p->n_idle++] = ps;
   }
+  if (s->pool_spare) {
+    if (pthread_create(&p->spare_thread, NULL, spare_main, p) != 0) {
+      snprintf(err, errlen, "pocketsphinx: cannot start the spare decoder thread");
+      ps_pool_free(p);
+      return NULL;
+    }
+    p->spare_running = true; /* it makes the spares the preload left wanting */
+  }
   return p;
 }
 
 void ps_pool_free(ps_pool *p) {
   if (!p) return;
+  if (p->spare_running) { /* waits out a creation in progress */
+    pthread_mutex_lock(&p->mu);
+    p->stopping = true;
+    pthread_cond_signal(&p->spare_cv);
+    pthread_mutex_unlock(&p->mu);
+    pthread_join(p->spare_thread, NULL);
+  }
   for (uint32_t i = 0; i < p->n_all; i++) ps_free(p->all[i]);
   free(p->idle);
   free(p->all);
   ps_settings_fini(&p->settings);
   if (p->fast_cfg) cmd_ln_free_r(p->fast_cfg);
   pthread_cond_destroy(&p->cv);
+  pthread_cond_destroy(&p->spare_cv);
   pthread_mutex_destroy(&p->mu);
   pthread_mutex_destroy(&p->create_mu);
   free(p);
@@ -229,10 +323,13 @@ ps_decoder_t *ps_pool_acquire(ps_pool *p, uint32_t wait_ms) {
     if (p->n_idle > 0) {
       ps_decoder_t *ps = p->idle[--p->n_idle];
       p->in_use++;
+      if (spare_wanted(p)) pthread_cond_signal(&p->spare_cv);
       pthread_mutex_unlock(&p->mu);
       return ps;
     }
-    if (p->n_all + p->creating < p->settings.pool_size) {
+    if (p->spare_running) {
+      if (spare_wanted(p)) pthread_cond_signal(&p->spare_cv);
+    } else if (p->n_all + p->creating < p->settings.pool_size) {
       p->creating++;
       pthread_mutex_unlock(&p->mu);
       char err[256];
@@ -250,7 +347,10 @@ ps_decoder_t *ps_pool_acquire(ps_pool *p, uint32_t wait_ms) {
       return ps;
     }
     if (!have_deadline) {
-      deadline_after(&deadline, wait_ms);
+      /* A decoder the spare maker is making for us is on its way: wait
+       * for it longer than for another stream's release (a creation takes
+       * seconds on a slow or sanitised build). */
+      deadline_after(&deadline, wait_ms && growing(p) ? wait_ms + SPARE_WAIT_MS : wait_ms);
       have_deadline = 1;
     }
     if (!waited) {

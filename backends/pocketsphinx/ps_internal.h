@@ -54,7 +54,9 @@ typedef struct ps_settings {
   ps_degrade_settings degrade;
   uint32_t pool_size;           /* decoders at most */
   uint32_t pool_preload;        /* decoders made at load (at least 1, at most pool_size) */
+  uint32_t pool_spare;          /* idle decoders a background thread keeps ready (0: off) */
   uint32_t decoder_wait_ms;     /* how long a stream waits for a free decoder */
+  uint32_t decoder_idle_ms;     /* audio lag that takes a held decoder back (0: never) */
   uint32_t max_buffered_ms;     /* audio a stream may hold unprocessed */
   uint32_t block_samples;       /* samples per front-end block (continuous: 2048) */
   uint32_t max_alternatives;    /* cap on request max_alternatives */
@@ -95,14 +97,21 @@ typedef struct ps_pool_stats {
 } ps_pool_stats;
 
 /* Creates s->pool_preload decoders now (the first validates the
- * configuration); the rest lazily, up to s->pool_size. NULL with a reason
- * in err. */
+ * configuration); the rest lazily, up to s->pool_size: with pool_spare, a
+ * background thread keeps that many idle ahead of demand, else a stream
+ * that finds none idle makes one. NULL with a reason in err. */
 ps_pool *ps_pool_new(const ps_settings *s, char *err, size_t errlen);
 void ps_pool_free(ps_pool *p);
 /* A decoder, waiting up to wait_ms for one; NULL on timeout (or when a new
- * decoder fails to initialise). Hand it back with ps_pool_release. */
+ * decoder fails to initialise). With pool_spare, a caller that finds none
+ * idle never makes one itself: the background thread does, and the caller
+ * waits for it (wait_ms 0: returns NULL at once, to try again later).
+ * Hand it back with ps_pool_release. */
 ps_decoder_t *ps_pool_acquire(ps_pool *p, uint32_t wait_ms);
 void ps_pool_release(ps_pool *p, ps_decoder_t *ps);
+/* True while the spare maker is making, or will make, another decoder:
+ * a borrower that found none waits for it rather than failing. */
+bool ps_pool_growing(ps_pool *p);
 void ps_pool_get_stats(ps_pool *p, ps_pool_stats *out);
 /* A stream gave up waiting for a decoder (its request failed): counted in
  * the stats' timeouts. Attempts that go on waiting do not count. */
@@ -190,6 +199,13 @@ ps_status ps_stream_feed(ps_stream *st, const uint8_t *pcm, size_t len, unsigned
                          ps_result *res, char *err, size_t errlen);
 /* True while the stream holds a decoder (inside an utterance). */
 int ps_stream_has_decoder(const ps_stream *st);
+/* When the message the next ps_stream_feed carries arrived (CLOCK_MONOTONIC
+ * ms; default: when the call starts): decoder_idle_ms counts the client's
+ * gaps, not the time its messages waited inside the server. */
+void ps_stream_set_arrival(ps_stream *st, uint64_t arrival_ms);
+/* Times the stream's decoder was taken back because its audio stalled
+ * (decoder_idle_ms). */
+uint32_t ps_stream_stalls(const ps_stream *st);
 /* Seconds of the stream's audio (at the model rate) recognised so far. */
 double ps_stream_audio_processed(const ps_stream *st);
 /* The profile the stream's next utterance decodes with (the current one

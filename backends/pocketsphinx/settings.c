@@ -12,7 +12,11 @@
  *   decoder_pool_size        decoders at most (default 4 per core)
  *   decoder_pool_preload     decoders made at load, before the model is ready
  *                            (default 1; at most decoder_pool_size)
+ *   decoder_pool_spare       idle decoders kept ready by a background thread
+ *                            (default 1; 0: a stream that finds none makes one)
  *   decoder_wait_ms          wait for a free decoder before UNAVAILABLE
+ *   decoder_idle_ms          a stream holding a decoder whose audio falls this
+ *                            far behind the clock gives it back (3000; 0: never)
  *   max_buffered_ms          unprocessed audio a stream may hold
  *   block_samples            front-end block (2048, as pocketsphinx_continuous)
  *   max_alternatives         cap on a request's max_alternatives
@@ -109,7 +113,9 @@ int ps_settings_init(ps_settings *s, ps_param_fn get, void *ctx, char *err, size
   long cores = sysconf(_SC_NPROCESSORS_ONLN);
   s->pool_size = (uint32_t)(4 * (cores > 0 ? cores : 1));
   s->pool_preload = 1;
+  s->pool_spare = 1;
   s->decoder_wait_ms = 2000;
+  s->decoder_idle_ms = 3000;
   s->max_buffered_ms = 10000;
   s->block_samples = 2048;
   s->max_alternatives = 10;
@@ -165,8 +171,12 @@ int ps_settings_init(ps_settings *s, ps_param_fn get, void *ctx, char *err, size
       bad = parse_u32(v, 1, 4096, &s->pool_size);
     } else if (!strcmp(key, "decoder_pool_preload")) {
       bad = parse_u32(v, 1, 4096, &s->pool_preload);
+    } else if (!strcmp(key, "decoder_pool_spare")) {
+      bad = parse_u32(v, 0, 4096, &s->pool_spare);
     } else if (!strcmp(key, "decoder_wait_ms")) {
       bad = parse_u32(v, 0, 600000, &s->decoder_wait_ms);
+    } else if (!strcmp(key, "decoder_idle_ms")) {
+      bad = parse_u32(v, 0, 600000, &s->decoder_idle_ms);
     } else if (!strcmp(key, "max_buffered_ms")) {
       bad = parse_u32(v, 1000, 600000, &s->max_buffered_ms);
     } else if (!strcmp(key, "block_samples")) {
@@ -196,6 +206,12 @@ int ps_settings_init(ps_settings *s, ps_param_fn get, void *ctx, char *err, size
   if (s->pool_preload > s->pool_size) {
     snprintf(err, errlen, "pocketsphinx: decoder_pool_preload %u is more than decoder_pool_size %u",
              s->pool_preload, s->pool_size);
+    ps_settings_fini(s);
+    return -1;
+  }
+  if (s->pool_spare > s->pool_size) {
+    snprintf(err, errlen, "pocketsphinx: decoder_pool_spare %u is more than decoder_pool_size %u",
+             s->pool_spare, s->pool_size);
     ps_settings_fini(s);
     return -1;
   }

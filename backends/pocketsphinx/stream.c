@@ -21,6 +21,19 @@
  * once the stream has waited decoder_wait_ms does a call return PS_BUSY.
  * A closing call (END, flush) owes its client a final, so it waits for a
  * decoder in place, for what is left of the budget.
+ *
+ * A stream that holds a decoder must keep its audio coming: once the time
+ * the server spent waiting for its next message, summed since it took the
+ * decoder, exceeds the audio those messages carried by decoder_idle_ms (a
+ * paused client, one trickling a few bytes now and then), the next call
+ * ends its utterance there (a final) and gives the decoder back. Only the
+ * client's gaps count (from one call's end to the next message's
+ * arrival): a client that waits for each reply of a slow server is not
+ * behind.
+ * The stream then decodes again only once a second of speech is pending
+ * (or an utterance ends), so a trickle can no longer hold a decoder while
+ * other speakers wait, and a client that resumes at real time loses no
+ * audio.
  */
 #include "ps_internal.h"
 
@@ -53,11 +66,18 @@ struct ps_stream {
   mfcc_t *cep;
   mfcc_t **cep_rows;
   int n_cep, cap_cep;
-  ps_decoder_t *ps;       /* held only inside an utterance */
-  int utt_started;        /* speech seen at a block end (continuous's utt_started) */
-  int end_pending;        /* the utterance ended; close it once its cepstra are in */
-  int closing;            /* this call ends the stream or the utterance */
-  uint64_t wait_since_ms; /* when the stream began waiting for a decoder; 0 */
+  ps_decoder_t *ps;        /* held only inside an utterance */
+  int utt_started;         /* speech seen at a block end (continuous's utt_started) */
+  int end_pending;         /* the utterance ended; close it once its cepstra are in */
+  int closing;             /* this call ends the stream or the utterance */
+  uint64_t wait_since_ms;  /* when the stream began waiting for a decoder; 0 */
+  uint64_t client_wait_ms; /* gaps between messages since it took its decoder */
+  uint64_t held_in0;       /* samples_in then */
+  uint64_t last_done_ms;   /* when the last call returned */
+  uint64_t arrival_ms;     /* when this call's message arrived (0: now) */
+  uint64_t samples_in;     /* model-rate samples received */
+  int stalled;             /* its decoder was taken back for want of audio */
+  uint32_t n_stalls;
   int utt_has_frames;
   ps_cmn_state cmn;
   uint64_t samples_fed;      /* model-rate samples given to the front end */
@@ -198,7 +218,10 @@ static ps_status ensure_decoder(ps_stream *st, char *err, size_t errlen) {
   uint32_t wait = st->closing && waited < budget ? (uint32_t)(budget - waited) : 0;
   ps_decoder_t *ps = ps_pool_acquire(st->pool, wait);
   if (!ps) {
-    if (!st->closing && now_ms() - st->wait_since_ms < budget) return PS_WAIT;
+    /* Waiting for another stream's decoder is bounded by decoder_wait_ms;
+     * for one being made, by the stream's buffer (max_buffered_ms). */
+    if (!st->closing && (now_ms() - st->wait_since_ms < budget || ps_pool_growing(st->pool)))
+      return PS_WAIT;
     ps_pool_count_timeout(st->pool);
     ps_pool_stats s;
     ps_pool_get_stats(st->pool, &s);
@@ -209,6 +232,8 @@ static ps_status ensure_decoder(ps_stream *st, char *err, size_t errlen) {
     return PS_BUSY;
   }
   st->wait_since_ms = 0;
+  st->client_wait_ms = 0;
+  st->held_in0 = st->samples_in;
   ps_cmn_restore(ps, &st->cmn);
   if (ps_set_search(ps, ps_pool_search(st->pool, st->profile)) < 0 || ps_start_utt(ps) < 0) {
     ps_pool_release(st->pool, ps);
@@ -219,8 +244,16 @@ static ps_status ensure_decoder(ps_stream *st, char *err, size_t errlen) {
   return PS_OK;
 }
 
+/* Cepstral frames (100 a second) a stalled stream must have pending
+ * before it takes a decoder again. */
+#define PS_STALL_RESUME_FRAMES 100
+
 static ps_status drain(ps_stream *st, char *err, size_t errlen) {
   if (st->n_cep == 0) return PS_OK;
+  if (st->stalled && !st->ps && !st->closing && !st->end_pending &&
+      st->n_cep < PS_STALL_RESUME_FRAMES)
+    return PS_OK; /* frames stay pending */
+  st->stalled = 0;
   ps_status s = ensure_decoder(st, err, errlen);
   if (s != PS_OK) return s;
   for (int i = 0; i < st->n_cep; i++) st->cep_rows[i] = st->cep + (size_t)i * st->ncep;
@@ -414,6 +447,7 @@ void ps_stream_free(ps_stream *st) {
 
 uint32_t ps_stream_client_rate(const ps_stream *st) { return st->client_rate; }
 int ps_stream_has_decoder(const ps_stream *st) { return st->ps != NULL; }
+uint32_t ps_stream_stalls(const ps_stream *st) { return st->n_stalls; }
 uint32_t ps_stream_alternatives(const ps_stream *st) { return st->alternatives; }
 void ps_stream_set_profile(ps_stream *st, ps_profile p) { st->profile = p; }
 void ps_stream_set_alternatives(ps_stream *st, uint32_t n) { st->alternatives = n; }
@@ -450,6 +484,7 @@ static ps_status queue_audio(ps_stream *st, const int16_t *x, size_t n, char *er
   }
   memcpy(st->fifo + st->len, x, n * sizeof *x);
   st->len += n;
+  st->samples_in += n;
   return PS_OK;
 }
 
@@ -509,6 +544,9 @@ static ps_status run_blocks(ps_stream *st, unsigned flags, ps_result *r, char *e
   return PS_OK;
 }
 
+static ps_status feed_queued(ps_stream *st, const int16_t *x, size_t nx, unsigned flags,
+                             ps_result *r, char *err, size_t errlen);
+
 ps_status ps_stream_feed(ps_stream *st, const uint8_t *pcm, size_t len, unsigned flags,
                          ps_result *r, char *err, size_t errlen) {
   ps_status s;
@@ -544,7 +582,30 @@ ps_status ps_stream_feed(ps_stream *st, const uint8_t *pcm, size_t len, unsigned
     snprintf(err, errlen, "pocketsphinx: resampler failed");
     return PS_INTERNAL;
   }
+  s = feed_queued(st, x, nx, flags, r, err, errlen);
+  st->last_done_ms = now_ms();
+  st->arrival_ms = 0;
+  return s;
+}
+
+void ps_stream_set_arrival(ps_stream *st, uint64_t arrival_ms) { st->arrival_ms = arrival_ms; }
+
+static ps_status feed_queued(ps_stream *st, const int16_t *x, size_t nx, unsigned flags,
+                             ps_result *r, char *err, size_t errlen) {
+  ps_status s;
+  uint64_t arrival = st->arrival_ms ? st->arrival_ms : now_ms();
+  if (st->ps && st->last_done_ms && arrival > st->last_done_ms)
+    st->client_wait_ms += arrival - st->last_done_ms;
   if ((s = queue_audio(st, x, nx, err, errlen)) != PS_OK) return s;
+  if (st->ps && !(flags & (PS_FEED_END | PS_FEED_FLUSH)) && st->set->decoder_idle_ms) {
+    uint64_t got = (st->samples_in - st->held_in0) * 1000u / st->model_rate;
+    if (st->client_wait_ms > got + st->set->decoder_idle_ms) { /* the decoder goes back */
+      if ((s = drain(st, err, errlen)) != PS_OK) return s;
+      if ((s = end_utterance(st, r, err, errlen)) != PS_OK) return s;
+      st->stalled = 1;
+      st->n_stalls++;
+    }
+  }
   s = run_blocks(st, flags, r, err, errlen);
   if (s == PS_WAIT) s = PS_OK; /* an empty partial while a decoder is awaited */
   if (s == PS_OK && !r->is_final && st->ps && (flags & PS_FEED_PARTIAL)) {

@@ -74,6 +74,24 @@ typedef struct hark_priority_policy {
   hark_queue_policy policy;
 } hark_priority_policy;
 
+/*
+ * adaptive_queue_delay { } — hark's own, not Triton's: inside
+ * dynamic_batching and sequence_batching.oldest, the batcher's queue delay
+ * moves between min_us and max_us instead of staying at
+ * max_queue_delay_microseconds: wider while the queue is at least
+ * target_queue_depth deep (batches fill), narrower while it holds at most
+ * half that or stays empty (a lone request is not held). The law is in
+ * src/sched/adaptive.h.
+ */
+typedef struct hark_adaptive_delay {
+  bool enabled; /* the block is present */
+  uint64_t min_us, max_us;
+  uint32_t target_queue_depth; /* requests; after parsing >= 2 (0 in the file: the
+                                  largest preferred batch size, else max_batch_size) */
+  uint64_t start_us;           /* the delay it starts from: max_queue_delay_microseconds
+                                  when given (within [min_us, max_us]), else min_us */
+} hark_adaptive_delay;
+
 typedef struct hark_dynamic_batching {
   bool enabled; /* the dynamic_batching block is present */
   uint32_t preferred_batch_size[HARK_MAX_PREFERRED_BATCH_SIZES];
@@ -173,6 +191,12 @@ typedef struct hark_model_config {
   hark_kv *parameters; /* parameters { key: "k" value: { string_value: "v" } } */
   uint32_t n_parameters;
   char *default_model_filename;
+  /* Appended here, after every field of API 1.3's layout, so that a backend
+   * built on an older header still finds its fields where it expects:
+   * dynamic_batching { adaptive_queue_delay { } } and
+   * sequence_batching { oldest { adaptive_queue_delay { } } }. */
+  hark_adaptive_delay dynamic_adaptive_delay;
+  hark_adaptive_delay oldest_adaptive_delay;
 } hark_model_config;
 
 /*

@@ -11,6 +11,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "core/config_adaptive.h"
 #include "core/config_impl.h"
 #include "core/config_seq.h"
 #include "core/config_walk.h"
@@ -84,6 +85,8 @@ static const field_spec dynamic_batching_fields[] = {
              default_queue_policy),
     MESSAGE("priority_queue_policy", priority_policy_spec, open_priority_policy,
             done_priority_policy, F_REPEATED),
+    MESSAGE("adaptive_queue_delay", hark_cfg_adaptive_spec, hark_cfg_open_dynamic_adaptive,
+            hark_cfg_done_dynamic_adaptive, 0),
 };
 static const msg_spec dynamic_batching_spec = SPEC(dynamic_batching_fields);
 
@@ -543,7 +546,11 @@ static hark_error *finish_batching(cfg_ctx *c) {
                            hark_cfg_line_of(node, "preferred_batch_size", i, node->line),
                            "preferred_batch_size %u is larger than max_batch_size %u",
                            db->preferred_batch_size[i], cfg->max_batch_size);
-  return NULL;
+  uint32_t depth = cfg->max_batch_size;
+  for (uint32_t i = 0; i < db->n_preferred_batch_size; i++)
+    depth = i == 0 || db->preferred_batch_size[i] > depth ? db->preferred_batch_size[i] : depth;
+  return hark_cfg_finish_adaptive(c, &c->cfg->dynamic_adaptive_delay, node, "dynamic_batching",
+                                  db->max_queue_delay_us, depth);
 }
 
 /* Triton's defaults: one CPU instance; groups named <model>_<index>; and

@@ -80,7 +80,17 @@ static void json_queue_policy(cJSON *o, const hark_queue_policy *p) {
   json_uint(o, "max_queue_size", p->max_queue_size);
 }
 
-static void json_dynamic_batching(cJSON *root, const hark_dynamic_batching *db) {
+/* hark's own block, shown only when the file has it. */
+static void json_adaptive(cJSON *parent, const hark_adaptive_delay *a) {
+  if (!a->enabled) return;
+  cJSON *o = cJSON_AddObjectToObject(parent, "adaptive_queue_delay");
+  json_uint(o, "min_microseconds", a->min_us);
+  json_uint(o, "max_microseconds", a->max_us);
+  json_uint(o, "target_queue_depth", a->target_queue_depth);
+}
+
+static void json_dynamic_batching(cJSON *root, const hark_dynamic_batching *db,
+                                  const hark_adaptive_delay *adaptive) {
   cJSON *o = cJSON_AddObjectToObject(root, "dynamic_batching");
   cJSON *pref = cJSON_AddArrayToObject(o, "preferred_batch_size");
   for (uint32_t i = 0; i < db->n_preferred_batch_size; i++)
@@ -96,6 +106,7 @@ static void json_dynamic_batching(cJSON *root, const hark_dynamic_batching *db) 
     snprintf(key, sizeof key, "%u", db->priority_queue_policy[i].level);
     json_queue_policy(cJSON_AddObjectToObject(map, key), &db->priority_queue_policy[i].policy);
   }
+  json_adaptive(o, adaptive);
 }
 
 static void json_string_map(cJSON *o, const char *key, const hark_kv *kvs, uint32_t n) {
@@ -159,7 +170,8 @@ static void json_control(cJSON *arr, const hark_seq_control *ctl) {
   }
 }
 
-static void json_sequence_batching(cJSON *root, const hark_sequence_batching *sb) {
+static void json_sequence_batching(cJSON *root, const hark_sequence_batching *sb,
+                                   const hark_adaptive_delay *adaptive) {
   cJSON *o = cJSON_AddObjectToObject(root, "sequence_batching");
   json_uint(o, "max_sequence_idle_microseconds", sb->max_sequence_idle_us);
   cJSON *controls = cJSON_AddArrayToObject(o, "control_input");
@@ -171,6 +183,7 @@ static void json_sequence_batching(cJSON *root, const hark_sequence_batching *sb
     for (uint32_t i = 0; i < sb->n_preferred_batch_size; i++)
       cJSON_AddItemToArray(pref, json_raw_int(sb->preferred_batch_size[i]));
     json_uint(s, "max_queue_delay_microseconds", sb->oldest_max_queue_delay_us);
+    json_adaptive(s, adaptive);
   } else {
     cJSON *s = cJSON_AddObjectToObject(o, "direct");
     json_uint(s, "max_queue_delay_microseconds", sb->direct_max_queue_delay_us);
@@ -208,8 +221,10 @@ char *hark_model_config_to_json(const hark_model_config *cfg) {
   json_ios(root, "input", cfg->inputs, cfg->n_inputs, true);
   json_ios(root, "output", cfg->outputs, cfg->n_outputs, false);
   json_instance_groups(root, cfg);
-  if (cfg->dynamic_batching.enabled) json_dynamic_batching(root, &cfg->dynamic_batching);
-  if (cfg->sequence_batching.enabled) json_sequence_batching(root, &cfg->sequence_batching);
+  if (cfg->dynamic_batching.enabled)
+    json_dynamic_batching(root, &cfg->dynamic_batching, &cfg->dynamic_adaptive_delay);
+  if (cfg->sequence_batching.enabled)
+    json_sequence_batching(root, &cfg->sequence_batching, &cfg->oldest_adaptive_delay);
   if (cfg->n_ensemble_steps) json_ensemble(root, cfg);
   json_parameters(root, cfg);
   cJSON_AddBoolToObject(cJSON_AddObjectToObject(root, "model_transaction_policy"), "decoupled",

@@ -14,6 +14,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "core/config_adaptive.h"
 #include "core/config_seq.h"
 
 #define DEFAULT_IDLE_US 1000000u
@@ -350,6 +351,8 @@ static const field_spec direct_fields[] = {
     SCALAR("max_queue_delay_microseconds", V_U64, hark_sequence_batching,
            direct_max_queue_delay_us),
     CUSTOM("minimum_slot_utilization", V_U64, set_utilization, 0, 0, 0),
+    MESSAGE("adaptive_queue_delay", hark_cfg_adaptive_spec, hark_cfg_open_misplaced_adaptive,
+            hark_cfg_done_misplaced_adaptive, 0),
 };
 static const msg_spec direct_spec = SPEC(direct_fields);
 
@@ -360,6 +363,8 @@ static const field_spec oldest_fields[] = {
     SCALAR("max_queue_delay_microseconds", V_U64, hark_sequence_batching,
            oldest_max_queue_delay_us),
     UNSUPPORTED("preserve_ordering"),
+    MESSAGE("adaptive_queue_delay", hark_cfg_adaptive_spec, hark_cfg_open_oldest_adaptive,
+            hark_cfg_done_oldest_adaptive, 0),
 };
 static const msg_spec oldest_spec = SPEC(oldest_fields);
 
@@ -398,6 +403,8 @@ static const field_spec sequence_batching_fields[] = {
     MESSAGE("oldest", oldest_spec, hark_cfg_open_self, done_oldest, 0),
     MESSAGE("state", state_spec, open_state, done_state, F_REPEATED),
     UNSUPPORTED("iterative_sequence"),
+    MESSAGE("adaptive_queue_delay", hark_cfg_adaptive_spec, hark_cfg_open_misplaced_adaptive,
+            hark_cfg_done_misplaced_adaptive, 0),
 };
 const msg_spec hark_cfg_sequence_batching_spec = SPEC(sequence_batching_fields);
 
@@ -440,6 +447,13 @@ hark_error *hark_cfg_finish_sequence_batching(cfg_ctx *c) {
                            hark_cfg_line_of(oldest, "preferred_batch_size", i, node->line),
                            "oldest.preferred_batch_size %u is larger than max_batch_size %u",
                            sb->preferred_batch_size[i], max);
+  uint32_t depth = max;
+  for (uint32_t i = 0; i < sb->n_preferred_batch_size; i++)
+    depth = i == 0 || sb->preferred_batch_size[i] > depth ? sb->preferred_batch_size[i] : depth;
+  hark_error *err =
+      hark_cfg_finish_adaptive(c, &c->cfg->oldest_adaptive_delay, oldest,
+                               "sequence_batching.oldest", sb->oldest_max_queue_delay_us, depth);
+  if (err) return err;
   for (uint32_t i = 0; i < sb->n_controls; i++)
     if (is_model_input(cfg, sb->controls[i].name))
       return hark_cfg_fail(

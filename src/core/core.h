@@ -129,6 +129,8 @@ hark_error *hark_model_create(hark_server *server, hark_backend *backend, const 
 hark_error *hark_model_create_bare(hark_model_config *cfg, int64_t version, hark_model **out);
 hark_error *hark_model_enqueue(hark_model *model, hark_request *req);
 uint32_t hark_model_queued(const hark_model *model);
+/* Its batcher's queue delay now (sched.h); false when it has none. */
+bool hark_model_queue_delay(const hark_model *model, hark_sched_delay *out);
 /* Stops accepting, waits for every request and reference to finish,
  * finalizes the backend state and frees. Blocks: never call it from a
  * worker or the event loop. */

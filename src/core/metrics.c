@@ -123,6 +123,8 @@ typedef struct snap {
   int64_t version;
   double load_secs;
   hark_model_stats st;
+  bool has_delay; /* a batcher with a queue delay */
+  hark_sched_delay delay;
 } snap;
 
 typedef struct snaps {
@@ -143,6 +145,7 @@ static void collect(hark_model *m, void *userp) {
   x->version = hark_model_version(m);
   x->load_secs = m->load_secs;
   hark_model_stats_read(m, &x->st);
+  x->has_delay = hark_model_queue_delay(m, &x->delay);
 }
 
 typedef struct out {
@@ -247,6 +250,45 @@ static void histogram(out *o, const snaps *s, const char *name, const char *help
     emit(o, "} %llu\n%s_count{", (unsigned long long)h->sum_us, name);
     labels(o, &s->v[i]);
     emit(o, "} %llu\n", (unsigned long long)h->count);
+  }
+}
+
+/* ---- the batchers' queue delay ------------------------------------------------ */
+
+/* hark's own families: the delay a batcher holds a pending batch for (the
+ * fixed max_queue_delay, or where adaptive_queue_delay has moved it), for
+ * every model with one, and the adaptive ones' moves. */
+static void queue_delay(out *o, const snaps *s) {
+  bool any = false, adaptive = false;
+  for (size_t i = 0; i < s->n; i++) {
+    any |= s->v[i].has_delay;
+    adaptive |= s->v[i].has_delay && s->v[i].delay.adaptive;
+  }
+  if (!any) return;
+  emit(o,
+       "# HELP hark_queue_delay_us The queue delay the batcher holds a pending batch for now, "
+       "in microseconds (moves with adaptive_queue_delay)\n"
+       "# TYPE hark_queue_delay_us gauge\n");
+  for (size_t i = 0; i < s->n; i++) {
+    if (!s->v[i].has_delay) continue;
+    emit(o, "hark_queue_delay_us{");
+    labels(o, &s->v[i]);
+    emit(o, "} %llu\n", (unsigned long long)s->v[i].delay.delay_us);
+  }
+  if (!adaptive) return;
+  emit(o,
+       "# HELP hark_queue_delay_adjustments_total Steps the adaptive queue delay moved: "
+       "widen (the queue was deep) or narrow (it drained)\n"
+       "# TYPE hark_queue_delay_adjustments_total counter\n");
+  for (size_t i = 0; i < s->n; i++) {
+    const snap *x = &s->v[i];
+    if (!x->has_delay || !x->delay.adaptive) continue;
+    emit(o, "hark_queue_delay_adjustments_total{");
+    labels(o, x);
+    emit(o, ",direction=\"widen\"} %llu\nhark_queue_delay_adjustments_total{",
+         (unsigned long long)x->delay.widened);
+    labels(o, x);
+    emit(o, ",direction=\"narrow\"} %llu\n", (unsigned long long)x->delay.narrowed);
   }
 }
 
@@ -381,6 +423,7 @@ char *hark_server_metrics_render(hark_server *server) {
   histogram(&o, &s, "hark_inference_queue_duration_us",
             "Time requests waited in the scheduler queue, in microseconds",
             offsetof(hark_model_stats, queue_duration));
+  queue_delay(&o, &s);
   for (size_t i = 0; i < s.n; i++) free(s.v[i].name);
   free(s.v);
   host_gauges(&o);

@@ -228,6 +228,10 @@ uint32_t hark_model_queued(const hark_model *m) {
   return m->sched ? hark_sched_queued(m->sched) : 0;
 }
 
+bool hark_model_queue_delay(const hark_model *m, hark_sched_delay *out) {
+  return m->sched && hark_sched_queue_delay(m->sched, out);
+}
+
 /* Frees per-sequence backend state through the backend's sequence_fini
  * (read only from backends built on API 1.1 or newer). */
 static void model_sequence_fini(void *ctx, void *state) {

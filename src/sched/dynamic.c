@@ -13,6 +13,10 @@
  * scheduler's batches may run inline (skeleton.c) once enough executions
  * have been timed to know they are cheap.
  *
+ * With adaptive_queue_delay, the batcher's max_queue_delay is not fixed:
+ * before each decision it is the controller's (adaptive.h), and each
+ * batch formed tells the controller how deep the queue was.
+ *
  * preserve_ordering wraps each accepted request's callback. Responses are
  * buffered per request in acceptance order; whoever adds a deliverable
  * response becomes the single "drainer" and delivers, outside the lock,
@@ -23,6 +27,7 @@
 #include <stdlib.h>
 
 #include "core/engine.h"
+#include "sched/adaptive.h"
 #include "sched/batcher.h"
 #include "sched/queue.h"
 #include "sched/skeleton.h"
@@ -63,7 +68,8 @@ struct order_slot {
 struct dyn_sched {
   hark_skel sk; /* first */
   hark_queue *queue;
-  hark_batch_policy policy;
+  hark_batch_policy policy; /* its max_queue_delay_ns is adapt's, when adaptive */
+  hark_adaptive adapt;
   uint32_t priority_levels; /* 0: priorities off, request priorities ignored */
   hark_batch_item *items;   /* scratch for the batcher, items_cap long */
   uint32_t items_cap;
@@ -194,14 +200,20 @@ static uint64_t form_batches(dyn_sched *s, uint64_t now, hark_skel_pass *p) {
     if (!any_free) return UINT64_MAX; /* a finishing execution pumps again */
 
     uint32_t n = 0;
+    uint64_t first = UINT64_MAX;
     for (const hark_queue_node *node = hark_queue_first(s->queue); node && n < s->items_cap;
-         node = hark_queue_next(s->queue, node))
-      s->items[n++] =
+         node = hark_queue_next(s->queue, node)) {
+      s->items[n] =
           (hark_batch_item){hark_queue_node_batch_size(node), hark_queue_node_enqueued_ns(node)};
+      if (s->items[n].enqueued_ns < first) first = s->items[n].enqueued_ns;
+      n++;
+    }
+    if (s->adapt.enabled) s->policy.max_queue_delay_ns = hark_adaptive_delay_for(&s->adapt, first);
     hark_batch_decision d;
     hark_batch_decide(&s->policy, s->items, n, s->sk.stopping, now, &d);
     if (d.n_requests == 0) return d.wait_until_ns;
 
+    hark_adaptive_formed(&s->adapt, hark_queue_size(s->queue));
     dyn_instance *di = free_instance(s);
     di->n = hark_queue_pop(s->queue, (void **)di->batch, d.n_requests);
     hark_skel_claim(&s->sk, &di->base, p);
@@ -248,8 +260,10 @@ static void dyn_execute(hark_skel *sk, hark_skel_inst *inst) {
 }
 
 static void dyn_executed(hark_skel *sk, hark_skel_inst *inst) {
-  (void)sk;
+  dyn_sched *s = (dyn_sched *)sk;
   ((dyn_instance *)inst)->n = 0;
+  if (s->adapt.enabled && sk->n_busy == 1 && hark_queue_size(s->queue) == 0)
+    hark_adaptive_idle(&s->adapt, hark_now_ns()); /* the last execution, nothing waiting */
 }
 
 static bool dyn_drained(const hark_skel *sk) {
@@ -291,6 +305,12 @@ static hark_error *dyn_enqueue(hark_sched *base, hark_request *req) {
 
 static void dyn_stop(hark_sched *base) { hark_skel_stop((hark_skel *)base); }
 
+/* The default scheduler has no queue delay to report. */
+static const hark_adaptive *dyn_delay(const hark_sched *base) {
+  const dyn_sched *s = (const dyn_sched *)base;
+  return s->policy.single ? NULL : &s->adapt;
+}
+
 static void dyn_destroy(dyn_sched *s) {
   hark_skel_fini(&s->sk);
   if (s->insts)
@@ -322,6 +342,7 @@ static const hark_sched_ops dyn_ops = {
     .free = dyn_free,
     .queued = hark_skel_queued,
     .busy = hark_skel_busy,
+    .delay = dyn_delay,
 };
 
 static const hark_skel_ops dyn_skel_ops = {
@@ -355,6 +376,9 @@ hark_error *hark_sched_dynamic_new(const hark_sched_desc *desc, hark_sched **out
   s->ordered = db->enabled && db->preserve_ordering;
   s->priority_levels = db->priority_levels;
   hark_batch_policy_init(&s->policy, cfg);
+  hark_adaptive_init(&s->adapt, s->policy.single ? NULL : &cfg->dynamic_adaptive_delay,
+                     s->policy.max_queue_delay_ns);
+  s->policy.max_queue_delay_ns = atomic_load(&s->adapt.delay_ns);
   hark_error *err = hark_queue_new(db, desc->default_max_queue, &s->queue);
   if (err) {
     hark_error *wrapped =

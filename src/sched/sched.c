@@ -9,6 +9,7 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "sched/adaptive.h"
 #include "sched/sched_impl.h"
 
 hark_error *hark_sched_new(const hark_sched_desc *desc, hark_sched **out) {
@@ -36,6 +37,20 @@ void hark_sched_free(hark_sched *sched) {
 
 uint32_t hark_sched_queued(const hark_sched *sched) { return sched->ops->queued(sched); }
 uint32_t hark_sched_busy(const hark_sched *sched) { return sched->ops->busy(sched); }
+
+bool hark_sched_queue_delay(const hark_sched *sched, hark_sched_delay *out) {
+  const hark_adaptive *a = sched && sched->ops->delay ? sched->ops->delay(sched) : NULL;
+  if (!a) return false;
+  *out = (hark_sched_delay){
+      .adaptive = a->enabled,
+      .delay_us = hark_adaptive_current(a, hark_now_ns()) / 1000u,
+      .min_us = a->min_ns / 1000u,
+      .max_us = a->max_ns / 1000u,
+      .widened = atomic_load_explicit(&a->widened, memory_order_relaxed),
+      .narrowed = atomic_load_explicit(&a->narrowed, memory_order_relaxed),
+  };
+  return true;
+}
 
 /* A comma-separated list of ids in a fixed buffer; "..." once full. */
 typedef struct id_list {

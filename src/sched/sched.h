@@ -82,4 +82,17 @@ uint32_t hark_sched_queued(const hark_sched *sched);
  * models). */
 uint32_t hark_sched_busy(const hark_sched *sched);
 
+/* The queue delay a batcher decides with: fixed max_queue_delay, or where
+ * the config's adaptive_queue_delay has moved it. */
+typedef struct hark_sched_delay {
+  bool adaptive;
+  uint64_t delay_us;          /* in force now */
+  uint64_t min_us, max_us;    /* its bounds (both the fixed delay when not adaptive) */
+  uint64_t widened, narrowed; /* rungs moved since load (adaptive only) */
+} hark_sched_delay;
+
+/* Any thread, no lock. False for schedulers without a queue delay: the
+ * default scheduler, the sequence batcher's direct strategy, ensembles. */
+bool hark_sched_queue_delay(const hark_sched *sched, hark_sched_delay *out);
+
 #endif

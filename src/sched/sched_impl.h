@@ -36,6 +36,9 @@ typedef struct hark_sched_ops {
   void (*free)(hark_sched *sched); /* called after stop */
   uint32_t (*queued)(const hark_sched *sched);
   uint32_t (*busy)(const hark_sched *sched);
+  /* The queue delay's controller (adaptive.h), read from any thread;
+   * NULL (or a NULL hook): the scheduler has no queue delay. */
+  const struct hark_adaptive *(*delay)(const hark_sched *sched);
 } hark_sched_ops;
 
 /* Every scheduler struct starts with this. */

@@ -15,6 +15,7 @@
 #include <string.h>
 
 #include "hark/request.h"
+#include "sched/adaptive.h"
 #include "sched/batcher.h"
 #include "sched/seqtab.h"
 #include "util/alloc.h"
@@ -75,6 +76,7 @@ struct hark_seqtab {
   expired_id expired[HARK_SEQ_EXPIRED_MEMORY];
   uint32_t expired_next;
   hark_batch_policy bp;
+  hark_adaptive adapt;    /* oldest: bp's max_queue_delay_ns */
   hark_batch_item *items; /* oldest: max_batch + 1 */
 };
 
@@ -91,6 +93,7 @@ void hark_seq_policy_init(hark_seq_policy *p, const hark_model_config *cfg, uint
       p->preferred[p->n_preferred++] = sb->preferred_batch_size[i];
   p->max_queue_delay_ns =
       (p->oldest ? sb->oldest_max_queue_delay_us : sb->direct_max_queue_delay_us) * 1000u;
+  if (p->oldest) p->adaptive = cfg->oldest_adaptive_delay;
   p->min_slot_utilization = sb->minimum_slot_utilization;
   p->idle_ns = (sb->max_sequence_idle_us ? sb->max_sequence_idle_us : 1000000u) * 1000u;
   p->max_queued = max_queue ? max_queue : 4096;
@@ -323,6 +326,8 @@ hark_seqtab *hark_seqtab_new(const hark_seq_policy *p) {
                               .max_queue_delay_ns = t->p.max_queue_delay_ns};
   for (uint32_t i = 0; i < t->p.n_preferred; i++)
     t->bp.preferred[t->bp.n_preferred++] = t->p.preferred[i];
+  hark_adaptive_init(&t->adapt, t->p.oldest ? &t->p.adaptive : NULL, t->p.max_queue_delay_ns);
+  t->bp.max_queue_delay_ns = atomic_load(&t->adapt.delay_ns);
   if (!t->buckets || !t->slots || !t->items) {
     hark_seqtab_free(t);
     return NULL;
@@ -445,14 +450,19 @@ static uint32_t form_direct(hark_seqtab *t, uint32_t instance, bool flush, uint6
 static uint32_t form_oldest(hark_seqtab *t, bool flush, uint64_t now, hark_seq_entry *out,
                             uint64_t *wake) {
   uint32_t n = 0;
-  for (hark_seq *s = t->ready.head; s && n <= t->p.max_batch; s = s->next)
+  uint64_t first = UINT64_MAX;
+  for (hark_seq *s = t->ready.head; s && n <= t->p.max_batch; s = s->next) {
     t->items[n++] = (hark_batch_item){1, s->head->enqueued_ns};
+    if (s->head->enqueued_ns < first) first = s->head->enqueued_ns;
+  }
+  if (n && t->adapt.enabled) t->bp.max_queue_delay_ns = hark_adaptive_delay_for(&t->adapt, first);
   hark_batch_decision d;
   hark_batch_decide(&t->bp, t->items, n, flush, now, &d);
   if (d.n_requests == 0) {
     if (d.wait_until_ns < *wake) *wake = d.wait_until_ns;
     return 0;
   }
+  hark_adaptive_formed(&t->adapt, t->ready.n);
   for (uint32_t i = 0; i < d.n_requests; i++) dispatch(t, t->ready.head, &out[i]);
   return d.n_requests;
 }
@@ -466,19 +476,22 @@ uint32_t hark_seqtab_form(hark_seqtab *t, uint32_t instance, bool flush, uint64_
 void hark_seqtab_done(hark_seqtab *t, hark_seq *s, uint64_t now) {
   s->in_flight = false;
   t->in_flight--;
+  bool ended = false;
   if (s->flight_flags & HARK_REQUEST_SEQUENCE_END) {
     drop_states(t, s);
     if (!s->n) {
       record_remove(t, s);
-      return;
+      ended = true;
     }
   }
-  if (s->n) {
+  if (!ended && s->n) {
     make_ready(t, s);
-  } else {
+  } else if (!ended) {
     s->idle_since = now;
     list_append(t, LIST_IDLE, s);
   }
+  /* Nothing runs and nothing is ready: the adaptive delay's idle spell. */
+  if (t->in_flight == 0 && t->ready.n == 0) hark_adaptive_idle(&t->adapt, now);
 }
 
 void hark_seqtab_expire(hark_seqtab *t, bool flush, uint64_t now, uint64_t *wake) {
@@ -505,3 +518,7 @@ uint32_t hark_seqtab_queued(const hark_seqtab *t) { return t->queued; }
 uint32_t hark_seqtab_live(const hark_seqtab *t) { return t->n_live; }
 uint32_t hark_seqtab_backlog(const hark_seqtab *t) { return t->backlog.n; }
 uint32_t hark_seqtab_in_flight(const hark_seqtab *t) { return t->in_flight; }
+
+const struct hark_adaptive *hark_seqtab_delay(const hark_seqtab *t) {
+  return t->p.oldest ? &t->adapt : NULL;
+}

@@ -18,7 +18,8 @@
  *     the head of its FIFO; `direct` batches the ready slots of one
  *     instance (minimum_slot_utilization, max_queue_delay), `oldest` the
  *     oldest ready heads of distinct sequences (the dynamic batcher's rules
- *     over them: max batch, preferred sizes, max_queue_delay);
+ *     over them: max batch, preferred sizes, max_queue_delay — which
+ *     adaptive_queue_delay moves by the count of ready sequences);
  *   - endings: after an END request, after max_sequence_idle without a
  *     request (remembering the id for a while, bounded), or — when
  *     flushing — as soon as a sequence is idle. The sequence's opaque
@@ -59,10 +60,11 @@ typedef struct hark_seq_policy {
   uint32_t preferred[HARK_MAX_PREFERRED_BATCH_SIZES]; /* oldest */
   uint32_t n_preferred;
   uint64_t max_queue_delay_ns;
-  float min_slot_utilization; /* direct: fraction of an instance's slots */
-  uint64_t idle_ns;           /* max_sequence_idle */
-  uint32_t max_queued;        /* requests waiting to run, sequences with a slot */
-  uint32_t max_backlog;       /* requests waiting for a slot (backlog sequences) */
+  hark_adaptive_delay adaptive; /* oldest: max_queue_delay_ns adapts (adaptive.h) */
+  float min_slot_utilization;   /* direct: fraction of an instance's slots */
+  uint64_t idle_ns;             /* max_sequence_idle */
+  uint32_t max_queued;          /* requests waiting to run, sequences with a slot */
+  uint32_t max_backlog;         /* requests waiting for a slot (backlog sequences) */
 } hark_seq_policy;
 
 /* From the model's config; n_instances and the bound on waiting requests
@@ -138,5 +140,9 @@ uint32_t hark_seqtab_queued(const hark_seqtab *t);  /* requests waiting */
 uint32_t hark_seqtab_live(const hark_seqtab *t);    /* sequences, backlog included */
 uint32_t hark_seqtab_backlog(const hark_seqtab *t); /* sequences without a slot */
 uint32_t hark_seqtab_in_flight(const hark_seqtab *t);
+/* oldest: the queue delay's controller, which a scrape may read from any
+ * thread (adaptive.h); NULL for direct. The depth it sees is the number of
+ * sequences with a request ready to run. */
+const struct hark_adaptive *hark_seqtab_delay(const hark_seqtab *t);
 
 #endif

@@ -439,12 +439,18 @@ static void seq_destroy(seq_sched *s) {
 
 static void seq_free(hark_sched *base) { seq_destroy((seq_sched *)base); }
 
+static const struct hark_adaptive *seq_delay(const hark_sched *base) {
+  const seq_sched *s = (const seq_sched *)base;
+  return s->tab ? hark_seqtab_delay(s->tab) : NULL;
+}
+
 static const hark_sched_ops seq_ops = {
     .enqueue = seq_enqueue,
     .stop = seq_stop,
     .free = seq_free,
     .queued = hark_skel_queued,
     .busy = hark_skel_busy,
+    .delay = seq_delay,
 };
 
 static const hark_skel_ops seq_skel_ops = {

@@ -6,7 +6,7 @@ import threading
 import time
 import unittest
 
-from harness import Harkd, MODELS, main, make_repo
+from harness import Harkd, MODELS, main, make_repo, metric_value
 
 VEC = [0.5] * 16
 
@@ -174,6 +174,112 @@ dynamic_batching { preferred_batch_size: [ 1 ] priority_levels: 2 default_priori
                                        fp_request(parameters={"priority": 9}))
         self.assertEqual(status, 400, doc)
 
+
+ADAPTIVE = """
+dynamic_batching {
+  adaptive_queue_delay { min_microseconds: 100 max_microseconds: 50000 target_queue_depth: 4 }
+}"""
+
+
+class AdaptiveQueueDelay(unittest.TestCase):
+    """dynamic_batching { adaptive_queue_delay { } } on a 20 ms model:
+    /metrics shows the delay at min, widening under a deep queue, back at
+    min once idle; the config shows the block; bad blocks fail to load
+    with the field named."""
+
+    BAD = {
+        "bad_bounds": "min_microseconds: 5000 max_microseconds: 1000",
+        "bad_max": "max_microseconds: 20000000",
+        "bad_negative": "min_microseconds: -1 max_microseconds: 1000",
+    }
+
+    @classmethod
+    def setUpClass(cls):
+        models = {"adaptive": slow_model("adaptive", 20000, ADAPTIVE),
+                  "fixed": slow_model("fixed", 1000,
+                                      "dynamic_batching { max_queue_delay_microseconds: 300 }"),
+                  "bad_direct": slow_model("bad_direct", 1000, """
+sequence_batching { direct { adaptive_queue_delay { max_microseconds: 1000 } } }""")}
+        for name, block in cls.BAD.items():
+            models[name] = slow_model(name, 1000,
+                                      f"dynamic_batching {{ adaptive_queue_delay {{ {block} }} }}")
+        cls.server = Harkd(make_repo(models), wait_ready=False)
+        deadline = time.time() + 30
+        while cls.server.request("GET", "/v2/models/adaptive/ready")[0] != 200:
+            if time.time() > deadline:
+                raise AssertionError("model 'adaptive' not ready:\n" + cls.server.output())
+            time.sleep(0.05)
+
+    @classmethod
+    def tearDownClass(cls):
+        cls.server.stop()
+
+    def gauge(self, model="adaptive"):
+        return metric_value(self.server.metrics(), "hark_queue_delay_us", model=model, version="1")
+
+    def moves(self, direction):
+        return metric_value(self.server.metrics(), "hark_queue_delay_adjustments_total",
+                            model="adaptive", version="1", direction=direction)
+
+    def test_gauge_widens_under_load_and_returns_to_min(self):
+        self.assertEqual(self.gauge(), 100)
+        self.assertEqual(self.gauge("fixed"), 300)  # a fixed delay is shown as it is
+        stop = threading.Event()
+        statuses = []
+
+        def client():
+            while not stop.is_set():
+                statuses.append(self.server.json("POST", "/v2/models/adaptive/infer",
+                                                 fp_request())[0])
+        threads = [threading.Thread(target=client) for _ in range(24)]
+        for t in threads:
+            t.start()
+        seen = []
+        deadline = time.time() + 2.0
+        while time.time() < deadline:
+            seen.append(self.gauge())
+            time.sleep(0.02)
+        stop.set()
+        for t in threads:
+            t.join()
+        self.assertTrue(statuses and all(s == 200 for s in statuses), set(statuses))
+        self.assertGreater(max(seen), 100, seen)
+        self.assertLessEqual(max(seen), 50000, seen)
+        self.assertGreater(self.moves("widen"), 0)
+        # Idle: each stretch as long as the delay takes it a rung down.
+        deadline = time.time() + 10
+        while self.gauge() != 100 and time.time() < deadline:
+            time.sleep(0.05)
+        self.assertEqual(self.gauge(), 100)
+        # A lone request now goes with the narrowest delay, and says so.
+        self.assertEqual(self.server.json("POST", "/v2/models/adaptive/infer",
+                                          fp_request())[0], 200)
+        self.assertEqual(self.gauge(), 100)
+        self.assertGreater(self.moves("narrow"), 0)
+
+    def test_config_shows_the_block(self):
+        status, doc = self.server.json("GET", "/v2/models/adaptive/config")
+        self.assertEqual(status, 200, doc)
+        self.assertEqual(doc["dynamic_batching"]["adaptive_queue_delay"],
+                         {"min_microseconds": 100, "max_microseconds": 50000,
+                          "target_queue_depth": 4})
+        status, doc = self.server.json("GET", "/v2/models/fixed/config")
+        self.assertNotIn("adaptive_queue_delay", doc["dynamic_batching"])
+
+    def test_bad_blocks_fail_to_load_naming_the_field(self):
+        status, doc = self.server.json("POST", "/v2/repository/index", {})
+        self.assertEqual(status, 200, doc)
+        reasons = {e["name"]: e.get("reason", "") for e in doc}
+        self.assertIn("min_microseconds 5000 is larger than max_microseconds 1000",
+                      reasons["bad_bounds"])
+        self.assertIn("value 20000000 for field 'max_microseconds' is out of range",
+                      reasons["bad_max"])
+        self.assertIn("value -1 for field 'min_microseconds' is out of range",
+                      reasons["bad_negative"])
+        self.assertIn("adaptive_queue_delay adapts a batcher's max_queue_delay_microseconds",
+                      reasons["bad_direct"])
+        for name in list(self.BAD) + ["bad_direct"]:
+            self.assertEqual(self.server.request("GET", f"/v2/models/{name}/ready")[0], 400)
 
 if __name__ == "__main__":
     main()

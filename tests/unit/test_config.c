@@ -617,6 +617,135 @@ static void test_batching_errors(void **state) {
   run_table(t, sizeof t / sizeof t[0], HARK_ERR_INVALID_ARG);
 }
 
+/* ---- adaptive_queue_delay (hark's own) --------------------------------------------- */
+
+#define SEQ_OLDEST(inner)                                                                       \
+  "backend: \"b\"\nmax_batch_size: 8\nsequence_batching {\n oldest { max_candidate_sequences: " \
+  "16\n" inner " } }"
+
+static void test_adaptive_queue_delay(void **state) {
+  (void)state;
+  /* Absent: nothing changes. */
+  hark_model_config *cfg = parse_in(SIMPLE, "simple");
+  assert_false(cfg->dynamic_adaptive_delay.enabled);
+  assert_false(cfg->oldest_adaptive_delay.enabled);
+  hark_model_config_free(cfg);
+
+  /* Defaults: target is the largest preferred size; the start is min. */
+  cfg = parse(
+      "backend: \"b\"\nmax_batch_size: 8\ndynamic_batching { preferred_batch_size: [ 4, "
+      "2 ]\n adaptive_queue_delay { min_microseconds: 100 max_microseconds: 5000 } }");
+  const hark_adaptive_delay *a = &cfg->dynamic_adaptive_delay;
+  assert_true(a->enabled);
+  assert_int_equal(a->min_us, 100);
+  assert_int_equal(a->max_us, 5000);
+  assert_int_equal(a->target_queue_depth, 4);
+  assert_int_equal(a->start_us, 100);
+  char *json = hark_model_config_to_json(cfg);
+  cJSON *doc = cJSON_Parse(json);
+  assert_int_equal(get(doc, "dynamic_batching.adaptive_queue_delay.min_microseconds")->valueint,
+                   100);
+  assert_int_equal(get(doc, "dynamic_batching.adaptive_queue_delay.max_microseconds")->valueint,
+                   5000);
+  assert_int_equal(get(doc, "dynamic_batching.adaptive_queue_delay.target_queue_depth")->valueint,
+                   4);
+  cJSON_Delete(doc);
+  free(json);
+  hark_model_config_free(cfg);
+
+  /* Without preferred sizes: max_batch_size; max_queue_delay is the start. */
+  cfg = parse(
+      "backend: \"b\"\nmax_batch_size: 8\ndynamic_batching { "
+      "max_queue_delay_microseconds: 700\n adaptive_queue_delay { max_microseconds: 800 "
+      "target_queue_depth: 3 } }");
+  a = &cfg->dynamic_adaptive_delay;
+  assert_int_equal(a->min_us, 0);
+  assert_int_equal(a->target_queue_depth, 3);
+  assert_int_equal(a->start_us, 700);
+  hark_model_config_free(cfg);
+  cfg = parse(
+      "backend: \"b\"\nmax_batch_size: 8\ndynamic_batching { "
+      "adaptive_queue_delay { max_microseconds: 800 } }");
+  assert_int_equal(cfg->dynamic_adaptive_delay.target_queue_depth, 8);
+  hark_model_config_free(cfg);
+
+  /* oldest: the same block; max_batch_size 1 still gets a target of 2. */
+  cfg = parse(SEQ_OLDEST(" adaptive_queue_delay { min_microseconds: 10 max_microseconds: 20 }"));
+  a = &cfg->oldest_adaptive_delay;
+  assert_true(a->enabled);
+  assert_false(cfg->dynamic_adaptive_delay.enabled);
+  assert_int_equal(a->target_queue_depth, 8);
+  json = hark_model_config_to_json(cfg);
+  doc = cJSON_Parse(json);
+  assert_int_equal(
+      get(doc, "sequence_batching.oldest.adaptive_queue_delay.max_microseconds")->valueint, 20);
+  cJSON_Delete(doc);
+  free(json);
+  hark_model_config_free(cfg);
+  cfg = parse(
+      "backend: \"b\"\nmax_batch_size: 1\nsequence_batching { oldest { "
+      "max_candidate_sequences: 4 adaptive_queue_delay { max_microseconds: 20 } } }");
+  assert_int_equal(cfg->oldest_adaptive_delay.target_queue_depth, 2);
+  hark_model_config_free(cfg);
+}
+
+static void test_adaptive_queue_delay_errors(void **state) {
+  (void)state;
+  static const bad_config t[] = {
+      {"backend: \"b\"\nmax_batch_size: 8\ndynamic_batching {\n adaptive_queue_delay {\n "
+       "min_microseconds: 5000 max_microseconds: 1000 } }",
+       F ":5: dynamic_batching.adaptive_queue_delay.min_microseconds 5000 is larger than "
+         "max_microseconds 1000"},
+      {"backend: \"b\"\nmax_batch_size: 8\ndynamic_batching {\n adaptive_queue_delay { "
+       "min_microseconds: 10 } }",
+       F ":4: dynamic_batching.adaptive_queue_delay needs max_microseconds (the widest the queue "
+         "delay may grow, 1 to 10000000)"},
+      {"backend: \"b\"\nmax_batch_size: 8\ndynamic_batching { adaptive_queue_delay {\n "
+       "max_microseconds: 20000000 } }",
+       F ":4: value 20000000 for field 'max_microseconds' is out of range [1, 10000000]"},
+      {"backend: \"b\"\nmax_batch_size: 8\ndynamic_batching { adaptive_queue_delay {\n "
+       "max_microseconds: 0 } }",
+       F ":4: value 0 for field 'max_microseconds' is out of range [1, 10000000]"},
+      {"backend: \"b\"\nmax_batch_size: 8\ndynamic_batching { adaptive_queue_delay {\n "
+       "min_microseconds: -5 max_microseconds: 10 } }",
+       F ":4: value -5 for field 'min_microseconds' is out of range [0, 10000000]"},
+      {"backend: \"b\"\nmax_batch_size: 8\ndynamic_batching { adaptive_queue_delay {\n "
+       "max_microseconds: 10 target_queue_depth: 1 } }",
+       F ":4: value 1 for field 'target_queue_depth' is out of range [2, 1048576]"},
+      {"backend: \"b\"\nmax_batch_size: 8\ndynamic_batching { adaptive_queue_delay { "
+       "max_microseconds: 10 unknown: 1 } }",
+       F ":3: unknown field 'unknown' in 'dynamic_batching.adaptive_queue_delay'"},
+      {"backend: \"b\"\nmax_batch_size: 8\ndynamic_batching {\n max_queue_delay_microseconds: 50\n "
+       "adaptive_queue_delay { min_microseconds: 100 max_microseconds: 1000 } }",
+       F ":4: dynamic_batching.max_queue_delay_microseconds 50 is outside adaptive_queue_delay's "
+         "[100, 1000]: with adaptive_queue_delay it is the delay to start from"},
+      {SEQ_OLDEST(" max_queue_delay_microseconds: 5000\n adaptive_queue_delay { max_microseconds: "
+                  "1000 }"),
+       F ":5: sequence_batching.oldest.max_queue_delay_microseconds 5000 is outside "
+         "adaptive_queue_delay's [0, 1000]: with adaptive_queue_delay it is the delay to start "
+         "from"},
+      {SEQ_OLDEST(" adaptive_queue_delay {\n min_microseconds: 9 max_microseconds: 8 }"),
+       F ":6: sequence_batching.oldest.adaptive_queue_delay.min_microseconds 9 is larger than "
+         "max_microseconds 8"},
+      /* Where it does not belong: the strategy without a queue delay. */
+      {"backend: \"b\"\nmax_batch_size: 8\nsequence_batching { direct {\n adaptive_queue_delay { "
+       "max_microseconds: 10 } } }",
+       F ":4: adaptive_queue_delay adapts a batcher's max_queue_delay_microseconds: it belongs "
+         "inside dynamic_batching or sequence_batching's 'oldest' strategy (the 'direct' strategy "
+         "batches by slot and has no such delay)"},
+      {"backend: \"b\"\nmax_batch_size: 8\nsequence_batching {\n adaptive_queue_delay { "
+       "max_microseconds: 10 } }",
+       F ":4: adaptive_queue_delay adapts a batcher's max_queue_delay_microseconds: it belongs "
+         "inside dynamic_batching or sequence_batching's 'oldest' strategy (the 'direct' strategy "
+         "batches by slot and has no such delay)"},
+      {"backend: \"b\"\nadaptive_queue_delay { max_microseconds: 10 }",
+       F ":2: unknown field 'adaptive_queue_delay'"},
+      {"backend: \"b\"\n\ndynamic_batching { adaptive_queue_delay { max_microseconds: 10 } }",
+       F ":3: dynamic_batching needs max_batch_size > 0 (the model must batch)"},
+  };
+  run_table(t, sizeof t / sizeof t[0], HARK_ERR_INVALID_ARG);
+}
+
 /* ---- sequence_batching ------------------------------------------------------------ */
 
 static void test_sequence_batching_defaults(void **state) {
@@ -948,6 +1077,8 @@ int main(void) {
       cmocka_unit_test(test_io_errors),
       cmocka_unit_test(test_value_range_errors),
       cmocka_unit_test(test_batching_errors),
+      cmocka_unit_test(test_adaptive_queue_delay),
+      cmocka_unit_test(test_adaptive_queue_delay_errors),
       cmocka_unit_test(test_sequence_batching_defaults),
       cmocka_unit_test(test_sequence_batching_full),
       cmocka_unit_test(test_sequence_batching_errors),

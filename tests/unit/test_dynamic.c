@@ -230,6 +230,101 @@ static void test_inline_runs(void **state) {
   fake_stop(f);
 }
 
+/* Holds batches with `tag` from now on; a held batch without it goes. */
+static void hold_only(fake *f, int tag) {
+  pthread_mutex_lock(&f->lock);
+  f->hold_tag = tag;
+  pthread_cond_broadcast(&f->cond);
+  pthread_mutex_unlock(&f->lock);
+}
+
+static hark_sched_delay delay_now(fake *f) {
+  hark_sched_delay d;
+  assert_true(hark_sched_queue_delay(f->sched, &d));
+  return d;
+}
+
+/* adaptive_queue_delay (min 0, max 800 ms: rungs of 50, 100, 200, 400 and
+ * 800 ms; target 4). Each batch formed from a deep queue (eight requests
+ * queued behind a busy instance) widens the delay one rung, up to max and
+ * no further; full batches still leave at once. A lone request waits out
+ * the wide delay and narrows it; a quiet spell takes it back to 0, where a
+ * lone request goes at once. */
+static void test_adaptive_queue_delay(void **state) {
+  (void)state;
+  fake *f = fake_start(
+      "max_batch_size: 8\n"
+      "dynamic_batching { adaptive_queue_delay { max_microseconds: 800000 "
+      "target_queue_depth: 4 } }\n",
+      1, 2);
+  hark_sched_delay d = delay_now(f);
+  assert_true(d.adaptive);
+  assert_int_equal(d.delay_us, 0);
+  assert_int_equal(d.min_us, 0);
+  assert_int_equal(d.max_us, 800000);
+
+  hold_only(f, 0);
+  fake_send(f, 0, 0, 0); /* delay 0: at once, and held */
+  fake_wait(f, &f->n_batches, 1);
+  const uint64_t rungs_ms[] = {50, 100, 200, 400, 800, 800};
+  for (int r = 0; r < 6; r++) {
+    int first = 1 + 8 * r;
+    for (int i = 0; i < 8; i++) fake_send(f, first + i, 0, 0);
+    assert_int_equal(hark_sched_queued(f->sched), 8);
+    hold_only(f, first + 7); /* the held batch goes; this one is held */
+    fake_wait(f, &f->n_batches, r + 2);
+    assert_int_equal(f->batches[r + 1].n, 8);
+    assert_int_equal(f->batches[r + 1].tags[0], first);
+    d = delay_now(f);
+    assert_int_equal(d.delay_us, rungs_ms[r] * 1000);
+  }
+  assert_int_equal(d.widened, 5);
+  assert_int_equal(d.narrowed, 0);
+  fake_release(f);
+  fake_wait(f, &f->n_finals, 49);
+
+  /* A lone request waits out the wide delay, and narrows it. */
+  fake_send(f, 49, 0, 0);
+  sleep_ms(50);
+  assert_int_equal(fake_count(f, &f->n_batches), 7);
+  fake_wait(f, &f->n_finals, 50);
+  fake_wait_quiet(f);
+  assert_int_equal(delay_now(f).delay_us, 400000);
+
+  /* Quiet for 400 + 200 + 100 + 50 ms: back to 0, and a lone request goes
+   * at once. */
+  sleep_ms(800);
+  d = delay_now(f);
+  assert_int_equal(d.delay_us, 0);
+  fake_send(f, 50, 0, 0);
+  fake_wait(f, &f->n_finals, 51);
+  d = delay_now(f);
+  assert_int_equal(d.delay_us, 0);
+  assert_int_equal(d.narrowed, 5);
+  assert_all_ok(f, 51);
+  fake_stop(f);
+}
+
+/* Without the block the delay is max_queue_delay, fixed; the default
+ * scheduler has none. */
+static void test_fixed_queue_delay_reported(void **state) {
+  (void)state;
+  fake *f = fake_start(
+      "max_batch_size: 8\n"
+      "dynamic_batching { max_queue_delay_microseconds: 1500 }\n",
+      1, 2);
+  hark_sched_delay d = delay_now(f);
+  assert_false(d.adaptive);
+  assert_int_equal(d.delay_us, 1500);
+  for (int i = 0; i < 16; i++) fake_send(f, i, 0, 0);
+  fake_wait(f, &f->n_finals, 16);
+  assert_int_equal(delay_now(f).delay_us, 1500);
+  fake_stop(f);
+  f = fake_start("max_batch_size: 8\n", 1, 2);
+  assert_false(hark_sched_queue_delay(f->sched, &d));
+  fake_stop(f);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_preferred_size_and_flush),
@@ -239,6 +334,8 @@ int main(void) {
       cmocka_unit_test(test_queue_bound_and_reject_timeouts),
       cmocka_unit_test(test_preserve_ordering),
       cmocka_unit_test(test_inline_runs),
+      cmocka_unit_test(test_adaptive_queue_delay),
+      cmocka_unit_test(test_fixed_queue_delay_reported),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }

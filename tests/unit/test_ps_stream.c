@@ -448,7 +448,8 @@ static size_t feed_until_decoder(ps_stream *st, const blob *b) {
  * rest come on demand; more than the pool may hold is refused. */
 static void test_pool_preload(void **state) {
   (void)state;
-  const char *kv[] = {"decoder_pool_size", "3", "decoder_pool_preload", "2", NULL};
+  const char *kv[] = {
+      "decoder_pool_size", "3", "decoder_pool_preload", "2", "decoder_pool_spare", "0", NULL};
   ps_pool *pool = make_pool(kv);
   ps_pool_stats st;
   ps_pool_get_stats(pool, &st);
@@ -461,11 +462,47 @@ static void test_pool_preload(void **state) {
   for (int i = 0; i < 3; i++) ps_pool_release(pool, d[i]);
   ps_pool_free(pool);
 
+  const char *bad[] = {"decoder_pool_size", "2", "decoder_pool_spare", "3", NULL};
+  ps_settings s0;
+  char e0[256] = "";
+  assert_int_equal(ps_settings_init(&s0, param_get, (void *)bad, e0, sizeof e0), -1);
+  assert_non_null(strstr(e0, "decoder_pool_spare 3 is more than decoder_pool_size 2"));
+
   ps_settings s;
   char err[256] = "";
   const char *over[] = {"decoder_pool_size", "2", "decoder_pool_preload", "3", NULL};
   assert_int_equal(ps_settings_init(&s, param_get, (void *)over, err, sizeof err), -1);
   assert_non_null(strstr(err, "decoder_pool_preload 3 is more than decoder_pool_size 2"));
+}
+
+/* decoder_pool_spare: the pool's thread keeps that many decoders idle
+ * ahead of demand; a borrower that finds none never makes one (it gets
+ * NULL at once with no wait, or waits for the thread's). */
+static void test_pool_spare(void **state) {
+  (void)state;
+  const char *kv[] = {"decoder_pool_size", "3", "decoder_pool_spare", "1", NULL};
+  ps_pool *pool = make_pool(kv);
+  ps_pool_stats st;
+  ps_decoder_t *a = ps_pool_acquire(pool, 0); /* the preloaded one */
+  assert_non_null(a);
+  for (int i = 0; i < 600; i++) { /* the spare comes without anyone asking */
+    ps_pool_get_stats(pool, &st);
+    if (st.created == 2) break;
+    usleep(50 * 1000);
+  }
+  assert_int_equal(st.created, 2);
+  ps_decoder_t *b = ps_pool_acquire(pool, 0); /* the spare, at once */
+  assert_non_null(b);
+  ps_decoder_t *c = ps_pool_acquire(pool, 30000); /* waits for the third */
+  assert_non_null(c);
+  ps_pool_get_stats(pool, &st);
+  assert_int_equal(st.created, 3);
+  assert_int_equal(st.in_use, 3);
+  assert_null(ps_pool_acquire(pool, 0)); /* full: nothing more is made */
+  ps_pool_release(pool, a);
+  ps_pool_release(pool, b);
+  ps_pool_release(pool, c);
+  ps_pool_free(pool);
 }
 
 static void test_pool_exhaustion_waits_then_unavailable(void **state) {
@@ -526,6 +563,63 @@ static void test_pool_exhaustion_waits_then_unavailable(void **state) {
   ps_stream_free(sc);
   free(a.bytes);
   free(b.bytes);
+  ps_pool_free(pool);
+}
+
+/* decoder_idle_ms: a stream holding a decoder whose audio falls that far
+ * behind the clock gives it back at its next call (a final of what it
+ * said), and takes one again only with a second of speech pending; the
+ * rest of its audio is still recognised. */
+static void test_decoder_idle(void **state) {
+  (void)state;
+  const char *kv[] = {"decoder_pool_size", "1", "decoder_idle_ms", "300", NULL};
+  ps_pool *pool = make_pool(kv);
+  blob a = read_file(DATA "sense_and_sensibility_01_austen_64kb-0870.wav");
+  char err[256] = "";
+  ps_stream *st = ps_stream_new(pool, 16000, NULL, err, sizeof err);
+  size_t off = feed_until_decoder(st, &a);
+  ps_result r;
+  ps_result_init(&r, 0);
+  /* two bytes now and then: the audio falls behind the clock */
+  assert_int_equal(ps_stream_feed(st, a.bytes + off, 2, PS_FEED_PARTIAL, &r, err, sizeof err),
+                   PS_OK);
+  assert_false(r.is_final);
+  ps_result_fini(&r);
+  off += 2;
+  usleep(800 * 1000); /* the audio sent so far is ~0.3 s ahead; now 0.5 s behind */
+  ps_result_init(&r, 0);
+  assert_int_equal(ps_stream_feed(st, a.bytes + off, 2, PS_FEED_PARTIAL, &r, err, sizeof err),
+                   PS_OK);
+  off += 2;
+  assert_true(r.is_final);
+  assert_false(ps_stream_has_decoder(st));
+  assert_int_equal(ps_stream_stalls(st), 1);
+  ps_pool_stats ps_st;
+  ps_pool_get_stats(pool, &ps_st);
+  assert_int_equal(ps_st.in_use, 0);
+  ps_result_fini(&r);
+  /* more trickle takes no decoder */
+  for (int i = 0; i < 3; i++) {
+    ps_result_init(&r, 0);
+    assert_int_equal(ps_stream_feed(st, a.bytes + off, 2, PS_FEED_PARTIAL, &r, err, sizeof err),
+                     PS_OK);
+    off += 2;
+    assert_false(ps_stream_has_decoder(st));
+    ps_result_fini(&r);
+  }
+  /* another stream gets the decoder meanwhile */
+  ps_stream *other = ps_stream_new(pool, 16000, NULL, err, sizeof err);
+  char *t1 = stream_bytes(pool, other, a.bytes, a.len, 3200, 1, NULL);
+  assert_true(strlen(t1) > 10);
+  ps_stream_free(other);
+  /* the first stream resumes: the rest of its audio is recognised */
+  char *t2 = stream_bytes(pool, st, a.bytes + off, a.len - off, 3200, 1, NULL);
+  assert_true(strlen(t2) > 10);
+  printf("    stalled stream resumed: '%s'\n", t2);
+  free(t1);
+  free(t2);
+  ps_stream_free(st);
+  free(a.bytes);
   ps_pool_free(pool);
 }
 
@@ -693,7 +787,7 @@ static void test_resampled_input_and_wer(void **state) {
 
 static void test_memory(void **state) {
   (void)state;
-  const char *kv[] = {"decoder_pool_size", "4", NULL};
+  const char *kv[] = {"decoder_pool_size", "4", "decoder_pool_spare", "0", NULL};
   long r0 = rss_kib();
   ps_pool *pool = make_pool(kv);
   long r1 = rss_kib();
@@ -722,6 +816,8 @@ int main(void) {
       cmocka_unit_test(test_multi_utterance_stream),
       cmocka_unit_test(test_concurrent_streams_share_decoders),
       cmocka_unit_test(test_pool_preload),
+      cmocka_unit_test(test_pool_spare),
+      cmocka_unit_test(test_decoder_idle),
       cmocka_unit_test(test_pool_exhaustion_waits_then_unavailable),
       cmocka_unit_test(test_flush_and_bad_input),
       cmocka_unit_test(test_resampled_input_and_wer),

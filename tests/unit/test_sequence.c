@@ -34,6 +34,7 @@
 #include "fake_run.h"
 #include "hark/request.h"
 #include "hark/server.h"
+#include "sched/adaptive.h"
 #include "sched/seqtab.h"
 #include "test_repo.h"
 
@@ -372,6 +373,61 @@ static void test_oldest_waits_for_preferred(void **state) {
   assert_int_equal(hark_seqtab_form(t, 0, false, 2 * MS, e, &wake), 2);
   push_ok(t, num(3), START, 3, 3 * MS);
   assert_int_equal(hark_seqtab_form(t, 0, false, 103 * MS, e, &wake), 1); /* delay ran out */
+  hark_seqtab_free(t);
+}
+
+/* oldest with adaptive_queue_delay (min 0, max 16 ms: rungs 1, 2, 4, 8,
+ * 16 ms; target 4 ready sequences): many streams with a frame ready widen
+ * the delay, which then gathers the next round of frames into one batch; a
+ * lone frame narrows it, and a quiet spell takes it back to 0. */
+static void test_oldest_adaptive_delay(void **state) {
+  (void)state;
+  hark_seq_policy p = oldest_policy(16, 8);
+  p.adaptive =
+      (hark_adaptive_delay){.enabled = true, .min_us = 0, .max_us = 16000, .target_queue_depth = 4};
+  hark_seqtab *t = hark_seqtab_new(&p);
+  const hark_adaptive *a = hark_seqtab_delay(t);
+  assert_non_null(a);
+  hark_seq_entry e[8];
+  hark_seq *seqs[6];
+  uint64_t wake;
+
+  /* Six streams start at once: delay 0 sends them at once, and widens. */
+  for (int i = 0; i < 6; i++) push_ok(t, num(1 + i), START, 1 + i, 1 * MS);
+  assert_int_equal(form(t, 0, 1 * MS, e), 6);
+  for (int i = 0; i < 6; i++) seqs[i] = e[i].seq;
+  assert_int_equal(hark_adaptive_current(a, 1 * MS), 1 * MS);
+  for (int i = 0; i < 6; i++) hark_seqtab_done(t, seqs[i], 2 * MS);
+
+  /* Their next frames trickle in: the first now waits for the others. */
+  push_ok(t, num(1), 0, 11, 2 * MS);
+  wake = UINT64_MAX;
+  assert_int_equal(hark_seqtab_form(t, 0, false, 2 * MS, e, &wake), 0);
+  assert_int_equal(wake, 3 * MS);
+  for (int i = 1; i < 6; i++) push_ok(t, num(1 + i), 0, 11 + i, 2 * MS + 500000);
+  assert_int_equal(form(t, 0, 3 * MS, e), 6); /* one batch, and wider still */
+  assert_int_equal(hark_adaptive_current(a, 3 * MS), 2 * MS);
+  for (int i = 0; i < 6; i++) hark_seqtab_done(t, e[i].seq, 3 * MS);
+
+  /* One stream alone: it waits out the delay, and narrows it. */
+  push_ok(t, num(1), 0, 21, 4 * MS);
+  assert_int_equal(form(t, 0, 5 * MS, e), 0);
+  assert_int_equal(form(t, 0, 6 * MS, e), 1);
+  assert_int_equal(hark_adaptive_current(a, 6 * MS), 1 * MS);
+  hark_seqtab_done(t, e[0].seq, 6 * MS);
+
+  /* Quiet for longer than the delay: back to 0, and a frame goes at once. */
+  assert_int_equal(hark_adaptive_current(a, 8 * MS), 0);
+  push_ok(t, num(2), 0, 22, 20 * MS);
+  assert_int_equal(form(t, 0, 20 * MS, e), 1);
+  assert_int_equal(atomic_load(&a->widened), 2);
+  assert_int_equal(atomic_load(&a->narrowed), 2);
+  hark_seqtab_free(t);
+
+  /* direct has no queue delay to adapt. */
+  hark_seq_policy d = direct_policy(1, 4);
+  t = hark_seqtab_new(&d);
+  assert_null(hark_seqtab_delay(t));
   hark_seqtab_free(t);
 }
 
@@ -727,6 +783,7 @@ int main(void) {
       cmocka_unit_test(test_direct_batches_an_instance),
       cmocka_unit_test(test_oldest_batches),
       cmocka_unit_test(test_oldest_waits_for_preferred),
+      cmocka_unit_test(test_oldest_adaptive_delay),
       cmocka_unit_test(test_one_shot),
       cmocka_unit_test(test_queue_bound),
       cmocka_unit_test(test_many_sequences),
