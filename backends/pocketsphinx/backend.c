@@ -23,6 +23,14 @@
  * decode fast until as many windows pass within it; and a stream one of
  * whose replies ran past breaker_ms decodes fast from its next utterance
  * on (its breaker), so one late stream does not hold the others back.
+ *
+ * VAD-gated models (parameter vad_model, e.g. asr_silero): each request
+ * with audio also carries VAD_PROB, the VAD model's speech probability of
+ * each 32 ms of the stream's audio (the speech front ends compute it with
+ * the model vad_model names, batched across streams), and the stream's
+ * gate (gate.c) opens and closes utterances on it. Request parameters
+ * start_threshold / stop_threshold join silence_ms / startspeech_ms (the
+ * stop and start histories) as the stream's endpointing.
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -326,11 +334,24 @@ static hark_error *parse_rate(const asr_model *m, hark_request *req, uint32_t *r
 }
 
 /* The stream's endpointing, from the parameters silence_ms and
- * startspeech_ms of its first request (0 or absent: the model's). */
-static hark_error *parse_endpointing(hark_request *req, ps_endpointing *ep) {
+ * startspeech_ms of its first request (0 or absent: the model's), and
+ * for a gated model start_threshold and stop_threshold. */
+static hark_error *parse_endpointing(const asr_model *m, hark_request *req, ps_endpointing *ep) {
   const char *keys[2] = {"silence_ms", "startspeech_ms"};
   uint32_t *vals[2] = {&ep->silence_ms, &ep->startspeech_ms};
-  *ep = (ps_endpointing){0, 0};
+  *ep = (ps_endpointing){0, 0, 0, 0};
+  const char *tkeys[2] = {"start_threshold", "stop_threshold"};
+  float *tvals[2] = {&ep->start_threshold, &ep->stop_threshold};
+  for (int i = 0; i < 2 && ps_pool_settings(m->pool)->gate.on; i++) {
+    const char *v = hark_request_parameter(req, tkeys[i]);
+    if (!v) continue;
+    char *end;
+    double t = strtod(v, &end);
+    if (end == v || *end || !(t >= 0.0 && t <= 1.0))
+      return hark_error_new(HARK_ERR_INVALID_ARG, "asr: %s '%s' is not a fraction in 0.0..1.0",
+                            tkeys[i], v);
+    *tvals[i] = (float)t;
+  }
   for (int i = 0; i < 2; i++) {
     const char *v = hark_request_parameter(req, keys[i]);
     if (!v) continue;
@@ -431,6 +452,38 @@ static hark_code status_code(ps_status s) {
   }
 }
 
+/* A gated model's VAD_PROB (FP32, one per 32 ms of audio) into the
+ * stream; a request with audio must carry it. */
+static hark_error *take_probs(hark_request *req, ps_stream *st, size_t len) {
+  const hark_tensor *t = hark_request_input_by_name(req, "VAD_PROB");
+  if (!ps_stream_gated(st)) {
+    if (t && t->byte_size)
+      return hark_error_new(HARK_ERR_INVALID_ARG,
+                            "asr: input VAD_PROB is for models with a vad_model parameter");
+    return NULL;
+  }
+  if (!t) {
+    if (!len) return NULL;
+    const char *vad =
+        hark_model_config_parameter(hark_model_get_config(hark_request_model(req)), "vad_model");
+    return hark_error_new(HARK_ERR_INVALID_ARG,
+                          "asr: input VAD_PROB is missing: this model's utterances are opened by "
+                          "the speech probabilities of '%s' (one FP32 per 32 ms of audio), which "
+                          "the Vosk WebSocket and Riva streaming front ends compute",
+                          vad ? vad : "?");
+  }
+  if (t->datatype != HARK_TYPE_FP32 || t->byte_size % sizeof(float))
+    return hark_error_new(HARK_ERR_INVALID_ARG, "asr: input VAD_PROB must be FP32");
+  size_t n = t->byte_size / sizeof(float);
+  float *p = malloc(n ? t->byte_size : 1);
+  if (!p) return hark_error_new(HARK_ERR_INTERNAL, "asr: out of memory");
+  if (n) memcpy(p, t->data, t->byte_size); /* the tensor's data may not be aligned */
+  char why[256];
+  ps_status s = ps_stream_add_probs(st, p, n, why, sizeof why);
+  free(p);
+  return s == PS_OK ? NULL : hark_error_new(status_code(s), "asr: %s", why);
+}
+
 /* Runs one request; returns an error to fail it with, or NULL once its
  * FINAL response has been sent. */
 static hark_error *run_one(asr_model *m, hark_request *req) {
@@ -468,7 +521,7 @@ static hark_error *run_one(asr_model *m, hark_request *req) {
                          pname);
   char why[512] = "";
   ps_endpointing ep;
-  if (!err && !as) err = parse_endpointing(req, &ep);
+  if (!err && !as) err = parse_endpointing(m, req, &ep);
   if (!err && !as) {
     as = stream_new(m, rate, &ep, profile, why, sizeof why);
     if (!as) err = hark_error_new(HARK_ERR_INVALID_ARG, "asr: %s", why);
@@ -482,6 +535,7 @@ static hark_error *run_one(asr_model *m, hark_request *req) {
   if (!err) choose_profile(m, as);
   int end = (flags & HARK_REQUEST_SEQUENCE_END) != 0;
   hark_response *resp = NULL;
+  if (!err) err = take_probs(req, st, len);
   if (!err) {
     unsigned ff = (end ? PS_FEED_END : 0) | (param_true(req, "flush", 0) ? PS_FEED_FLUSH : 0) |
                   (param_true(req, "partial", 1) ? PS_FEED_PARTIAL : 0);

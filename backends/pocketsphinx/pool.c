@@ -394,19 +394,22 @@ void ps_pool_get_stats(ps_pool *p, ps_pool_stats *out) {
  * from the config when the front end is made: so the config is changed for
  * that moment, under the lock every front end is made under. Nothing else
  * reads these arguments after the decoders were built. */
-fe_t *ps_pool_fe_new(ps_pool *p, const ps_endpointing *ep) {
+fe_t *ps_pool_fe_new(ps_pool *p, const ps_endpointing *ep, bool gated) {
   pthread_mutex_lock(&p->mu);
   cmd_ln_t *cfg = ps_get_config(p->first);
   long post = cmd_ln_int32_r(cfg, "-vad_postspeech"),
        start = cmd_ln_int32_r(cfg, "-vad_startspeech");
+  long remove = cmd_ln_boolean_r(cfg, "-remove_silence");
   /* 100 frames a second */
-  if (ep && ep->silence_ms)
+  if (!gated && ep && ep->silence_ms)
     cmd_ln_set_int32_r(cfg, "-vad_postspeech", (int32)((ep->silence_ms + 5) / 10));
-  if (ep && ep->startspeech_ms)
+  if (!gated && ep && ep->startspeech_ms)
     cmd_ln_set_int32_r(cfg, "-vad_startspeech", (int32)((ep->startspeech_ms + 5) / 10));
+  if (gated) cmd_ln_set_boolean_r(cfg, "-remove_silence", 0);
   fe_t *fe = fe_init_auto_r(cfg);
   cmd_ln_set_int32_r(cfg, "-vad_postspeech", (int32)post);
   cmd_ln_set_int32_r(cfg, "-vad_startspeech", (int32)start);
+  cmd_ln_set_boolean_r(cfg, "-remove_silence", remove);
   pthread_mutex_unlock(&p->mu);
   return fe;
 }

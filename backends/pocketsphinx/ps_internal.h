@@ -3,6 +3,7 @@
  *   settings.c  model parameters -> pocketsphinx arguments + hark settings
  *   pool.c      the model's bounded pool of decoders
  *   stream.c    one stream's recognition (front end, endpointing, results)
+ *   gate.c      utterances opened by a neural VAD's probabilities (VAD_PROB)
  *   backend.c   the hark backend API glue
  *
  * The central idea (stream.c): every stream owns a sphinxbase front end
@@ -45,6 +46,21 @@ typedef struct ps_degrade_settings {
   uint32_t breaker_ms; /* breaker_ms: one reply this late switches its stream */
 } ps_degrade_settings;
 
+/* A neural VAD's gate (gate.c): parameter vad_model names the VAD whose
+ * per-frame speech probabilities (input VAD_PROB, one per 32 ms) open and
+ * close utterances in place of the front end's energy detector. */
+#define PS_GATE_FRAME_MS 32u
+typedef struct ps_gate_settings {
+  int on;                  /* vad_model is set */
+  float speech_threshold;  /* a frame at least this probable is speech (0.5) */
+  float silence_threshold; /* below this it is silence (0.35) */
+  uint32_t start_history_ms;
+  float start_threshold; /* of start_history_ms speech opens an utterance */
+  uint32_t stop_history_ms;
+  float stop_threshold;  /* of stop_history_ms silence closes it */
+  uint32_t prespeech_ms; /* audio kept before the opening window */
+} ps_gate_settings;
+
 typedef struct ps_settings {
   char *argv[PS_MAX_ARGS]; /* "-hmm", "/usr/share/...", ... (owned) */
   int argc;
@@ -62,6 +78,7 @@ typedef struct ps_settings {
   uint32_t max_alternatives;    /* cap on request max_alternatives */
   uint32_t default_sample_rate; /* of audio that names no rate */
   int verbose;                  /* keep the library's log on stderr */
+  ps_gate_settings gate;
 } ps_settings;
 
 typedef const char *(*ps_param_fn)(void *ctx, uint32_t i, const char **key);
@@ -116,15 +133,19 @@ void ps_pool_get_stats(ps_pool *p, ps_pool_stats *out);
 /* A stream gave up waiting for a decoder (its request failed): counted in
  * the stats' timeouts. Attempts that go on waiting do not count. */
 void ps_pool_count_timeout(ps_pool *p);
-/* A stream's own endpointing, over the model's (0 = the model's). */
+/* A stream's own endpointing, over the model's (0 = the model's). With a
+ * gate, silence_ms and startspeech_ms are its stop and start histories. */
 typedef struct ps_endpointing {
   uint32_t silence_ms;     /* silence that ends an utterance (-vad_postspeech) */
   uint32_t startspeech_ms; /* speech that opens one (-vad_startspeech) */
+  float start_threshold;   /* gate only: fraction of start history (0: the model's) */
+  float stop_threshold;    /* gate only: fraction of stop history (0: the model's) */
 } ps_endpointing;
 
 /* A front end configured like the decoders', with `ep`'s endpointing when
- * not NULL (freed by ps_pool_fe_free). */
-fe_t *ps_pool_fe_new(ps_pool *p, const ps_endpointing *ep);
+ * not NULL (freed by ps_pool_fe_free). gated: without the energy detector
+ * (-remove_silence no): every frame of the audio given comes out. */
+fe_t *ps_pool_fe_new(ps_pool *p, const ps_endpointing *ep, bool gated);
 void ps_pool_fe_free(ps_pool *p, fe_t *fe);
 /* The cepstral-mean state of a fresh decoder (-cmninit). */
 void ps_pool_cmn_initial(const ps_pool *p, ps_cmn_state *out);
@@ -178,6 +199,14 @@ void ps_result_fini(ps_result *r);
  * the stream's endpointing, NULL for the model's. */
 ps_stream *ps_stream_new(ps_pool *pool, uint32_t client_rate, const ps_endpointing *ep, char *err,
                          size_t errlen);
+/* Gated streams (the model has a vad_model): the speech probabilities of
+ * the next frames of the stream's audio, one per PS_GATE_FRAME_MS of it at
+ * the model rate, in order. Audio waits (bounded by max_buffered_ms) until
+ * its frame's probability is there; at END or flush, audio no probability
+ * covers belongs to the utterance if one is open, else is dropped. PS_FULL
+ * when more than max_buffered_ms of probabilities wait for audio. */
+ps_status ps_stream_add_probs(ps_stream *st, const float *p, size_t n, char *err, size_t errlen);
+bool ps_stream_gated(const ps_stream *st);
 /* Gives back the decoder if it holds one. */
 void ps_stream_free(ps_stream *st);
 uint32_t ps_stream_client_rate(const ps_stream *st);
@@ -211,6 +240,32 @@ double ps_stream_audio_processed(const ps_stream *st);
 /* The profile the stream's next utterance decodes with (the current one
  * keeps its own: a search cannot change inside an utterance). */
 void ps_stream_set_profile(ps_stream *st, ps_profile p);
+
+/* ---- gate.c --------------------------------------------------------------- */
+
+typedef enum ps_gate_event {
+  PS_GATE_IDLE = 0, /* outside an utterance */
+  PS_GATE_OPEN,     /* this frame opens one */
+  PS_GATE_SPEECH,   /* inside one */
+  PS_GATE_CLOSE,    /* this frame (the last of its trailing silence) closes it */
+} ps_gate_event;
+
+typedef struct ps_gate {
+  ps_gate_settings set;               /* the model's, with the stream's endpointing over it */
+  uint32_t start_window, stop_window; /* frames */
+  uint32_t start_need, stop_need;     /* frames of the window that decide */
+  uint8_t *start_ring, *stop_ring;    /* speech / silence flags of the windows */
+  uint32_t start_pos, stop_pos, start_count, stop_count;
+  bool in_speech;
+} ps_gate;
+
+/* 0, or -1 out of memory. ep: the stream's endpointing (NULL: the model's). */
+int ps_gate_init(ps_gate *g, const ps_gate_settings *set, const ps_endpointing *ep);
+void ps_gate_fini(ps_gate *g);
+/* Back outside an utterance, with empty windows. */
+void ps_gate_reset(ps_gate *g);
+/* One frame's probability. */
+ps_gate_event ps_gate_step(ps_gate *g, float prob);
 
 /* ---- degrade.c ------------------------------------------------------------ */
 

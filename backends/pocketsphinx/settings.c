@@ -24,6 +24,13 @@
  *                            none (16000; Vosk's servers assume 8000)
  *   language_code            informational (e.g. "en-US"): what the model recognises
  *   verbose                  "true": keep the library's log
+ *   vad_model                a VAD model whose per-frame speech probabilities
+ *                            (input VAD_PROB) open and close utterances (gate.c);
+ *                            the speech front ends run it, this backend gates:
+ *   speech_threshold, silence_threshold   a frame's probability class (0.5, 0.35)
+ *   start_history_ms, start_threshold     speech that opens an utterance (96, 0.6)
+ *   stop_history_ms, stop_threshold       silence that closes it (512, 0.95)
+ *                            (prespeech_ms: audio kept before the opening window)
  * Any other key is an error naming it (a typo must not pass silently).
  */
 #include "ps_internal.h"
@@ -100,6 +107,15 @@ static int parse_bool(const char *v, int *out) {
   return 0;
 }
 
+/* A fraction or probability in 0..1. */
+static int parse_unit(const char *v, float *out) {
+  char *end;
+  double d = strtod(v, &end);
+  if (end == v || *end || !(d >= 0.0 && d <= 1.0)) return -1;
+  *out = (float)d;
+  return 0;
+}
+
 static int set_frames_arg(ps_settings *s, const char *name, const char *ms_value) {
   uint32_t ms;
   if (parse_u32(ms_value, 0, 600000, &ms) != 0) return -1;
@@ -121,6 +137,7 @@ int ps_settings_init(ps_settings *s, ps_param_fn get, void *ctx, char *err, size
   s->max_alternatives = 10;
   s->default_sample_rate = 16000;
   s->degrade = (ps_degrade_settings){0, 10000, 200, 3, 1000};
+  s->gate = (ps_gate_settings){0, 0.5f, 0.35f, 96, 0.6f, 512, 0.95f, 200};
   for (size_t i = 0; i < sizeof fast_defaults / sizeof *fast_defaults; i++)
     if (set_in(s->fast_argv, &s->fast_argc, fast_defaults[i][0], fast_defaults[i][1])) goto oom;
   if (set_arg(s, "-hmm", PS_MODEL_DIR "/en-us") ||
@@ -164,7 +181,22 @@ int ps_settings_init(ps_settings *s, ps_param_fn get, void *ctx, char *err, size
     } else if (!strcmp(key, "silence_ms")) {
       bad = set_frames_arg(s, "-vad_postspeech", v);
     } else if (!strcmp(key, "prespeech_ms")) {
-      bad = set_frames_arg(s, "-vad_prespeech", v);
+      bad =
+          set_frames_arg(s, "-vad_prespeech", v) || parse_u32(v, 0, 600000, &s->gate.prespeech_ms);
+    } else if (!strcmp(key, "vad_model")) {
+      s->gate.on = *v != '\0';
+    } else if (!strcmp(key, "speech_threshold")) {
+      bad = parse_unit(v, &s->gate.speech_threshold);
+    } else if (!strcmp(key, "silence_threshold")) {
+      bad = parse_unit(v, &s->gate.silence_threshold);
+    } else if (!strcmp(key, "start_threshold")) {
+      bad = parse_unit(v, &s->gate.start_threshold);
+    } else if (!strcmp(key, "stop_threshold")) {
+      bad = parse_unit(v, &s->gate.stop_threshold);
+    } else if (!strcmp(key, "start_history_ms")) {
+      bad = parse_u32(v, 1, 60000, &s->gate.start_history_ms);
+    } else if (!strcmp(key, "stop_history_ms")) {
+      bad = parse_u32(v, 1, 60000, &s->gate.stop_history_ms);
     } else if (!strcmp(key, "startspeech_ms")) {
       bad = set_frames_arg(s, "-vad_startspeech", v);
     } else if (!strcmp(key, "decoder_pool_size")) {

@@ -34,6 +34,13 @@
  * (or an utterance ends), so a trickle can no longer hold a decoder while
  * other speakers wait, and a client that resumes at real time loses no
  * audio.
+ *
+ * Gated streams (the model names a vad_model, gate.c) have a front end
+ * without its detector, and audio reaches it only inside utterances: each
+ * 32 ms frame waits in the fifo for its probability (VAD_PROB), gate.c
+ * judges it, and outside an utterance it is kept only as pre-roll (the
+ * opening window plus prespeech_ms), so a silent stream costs a few
+ * comparisons and no MFCC, no decoder.
  */
 #include "ps_internal.h"
 
@@ -85,6 +92,14 @@ struct ps_stream {
   uint64_t utt_start_sample; /* where this utterance's first cepstrum starts */
   int16_t *conv;             /* bytes -> int16 scratch */
   size_t conv_cap;
+  /* gated streams: probabilities waiting for their audio, probs[p_head..n_probs) */
+  bool gated;
+  ps_gate gate;
+  float *probs;
+  size_t p_head, n_probs, cap_probs, max_probs;
+  size_t judged;          /* fifo[head..judged): pre-roll; [judged..len): not yet judged */
+  size_t frame_samples;   /* model-rate samples a probability covers */
+  size_t preroll_samples; /* opening window plus prespeech_ms */
 };
 
 /* ---- results ------------------------------------------------------------- */
@@ -332,6 +347,7 @@ static ps_status end_utterance(ps_stream *st, ps_result *r, char *err, size_t er
     st->ps = NULL;
   }
   fe_start_utt(st->fe);
+  if (st->gated) ps_gate_reset(&st->gate);
   st->fe_utt_base = st->samples_fed;
   st->utt_started = 0;
   st->end_pending = 0;
@@ -377,6 +393,7 @@ static ps_status fe_block(ps_stream *st, const int16_t *pcm, size_t n, char *err
     st->n_cep += nfr;
     if (left == had && nfr == 0) break;
   }
+  if (st->gated) return PS_OK; /* run_gated keeps the books */
   st->samples_fed += n;
   int out = st->n_cep - before;
   if (out > 0 && !st->utt_has_frames) {
@@ -413,7 +430,19 @@ ps_stream *ps_stream_new(ps_pool *pool, uint32_t client_rate, const ps_endpointi
   st->model_rate = ps_pool_sample_rate(pool);
   st->max = (size_t)st->model_rate * st->set->max_buffered_ms / 1000;
   st->rs = hark_resampler_new(client_rate, st->model_rate, err, errlen);
-  st->fe = st->rs ? ps_pool_fe_new(pool, ep) : NULL;
+  st->gated = st->set->gate.on != 0;
+  if (st->gated && st->rs) {
+    if (ps_gate_init(&st->gate, &st->set->gate, ep) != 0) {
+      snprintf(err, errlen, "pocketsphinx: out of memory");
+      ps_stream_free(st);
+      return NULL;
+    }
+    st->frame_samples = (size_t)st->model_rate * PS_GATE_FRAME_MS / 1000;
+    st->preroll_samples = st->gate.start_window * st->frame_samples +
+                          (size_t)st->model_rate * st->gate.set.prespeech_ms / 1000;
+    st->max_probs = st->set->max_buffered_ms / PS_GATE_FRAME_MS + 64;
+  }
+  st->fe = st->rs ? ps_pool_fe_new(pool, ep, st->gated) : NULL;
   if (!st->fe) {
     if (st->rs) snprintf(err, errlen, "pocketsphinx: cannot create a front end");
     ps_stream_free(st);
@@ -442,6 +471,8 @@ void ps_stream_free(ps_stream *st) {
   free(st->cep);
   free(st->cep_rows);
   free(st->conv);
+  if (st->gated) ps_gate_fini(&st->gate);
+  free(st->probs);
   free(st);
 }
 
@@ -468,6 +499,7 @@ static ps_status queue_audio(ps_stream *st, const int16_t *x, size_t n, char *er
   }
   if (st->head > 0 && st->len + n > st->cap) {
     memmove(st->fifo, st->fifo + st->head, queued * sizeof *st->fifo);
+    if (st->gated) st->judged -= st->head;
     st->len = queued;
     st->head = 0;
   }
@@ -544,6 +576,97 @@ static ps_status run_blocks(ps_stream *st, unsigned flags, ps_result *r, char *e
   return PS_OK;
 }
 
+/* Stream position (model-rate samples since its start) of fifo[i]. */
+static uint64_t stream_index(const ps_stream *st, size_t i) {
+  return st->samples_in - (uint64_t)(st->len - i);
+}
+
+/*
+ * run_blocks for gated streams: judges each frame that has both its audio
+ * and its probability. An opening frame gives the front end the pre-roll
+ * kept before it; frames inside the utterance follow; the closing frame
+ * ends it. With END or flush, the audio no probability covers follows the
+ * gate's state (fed inside an utterance, dropped outside), and an open
+ * utterance closes.
+ */
+static ps_status run_gated(ps_stream *st, unsigned flags, ps_result *r, char *err, size_t errlen) {
+  int closing = (flags & (PS_FEED_END | PS_FEED_FLUSH)) != 0;
+  ps_status s;
+  st->closing = closing;
+  if ((s = drain(st, err, errlen)) != PS_OK) return s;
+  if (st->end_pending && (s = end_utterance(st, r, err, errlen)) != PS_OK) return s;
+  while (st->p_head < st->n_probs) {
+    size_t avail = st->len - st->judged;
+    if (avail == 0 || (avail < st->frame_samples && !closing)) break;
+    size_t a = st->judged, b = a + (avail < st->frame_samples ? avail : st->frame_samples);
+    ps_gate_event ev = ps_gate_step(&st->gate, st->probs[st->p_head++]);
+    st->judged = b;
+    if (ev == PS_GATE_OPEN) {
+      a = b - st->head > st->preroll_samples ? b - st->preroll_samples : st->head;
+      st->utt_start_sample = stream_index(st, a);
+      st->utt_has_frames = 1;
+    }
+    s = PS_OK;
+    if (ev != PS_GATE_IDLE) {
+      s = fe_block(st, st->fifo + a, b - a, err, errlen);
+      st->head = b;
+      if (ev == PS_GATE_CLOSE) st->end_pending = 1;
+    } else if (b - st->head > st->preroll_samples) {
+      st->head = b - st->preroll_samples;
+    }
+    st->samples_fed = stream_index(st, b);
+    if (s != PS_OK) return s;
+    if ((s = drain(st, err, errlen)) != PS_OK) return s;
+    if (st->end_pending && (s = end_utterance(st, r, err, errlen)) != PS_OK) return s;
+  }
+  if (!closing) return PS_OK;
+  if (st->gate.in_speech && st->judged < st->len)
+    s = fe_block(st, st->fifo + st->judged, st->len - st->judged, err, errlen);
+  st->head = st->judged = st->len;
+  st->samples_fed = st->samples_in;
+  if (s != PS_OK || (s = drain(st, err, errlen)) != PS_OK) return s;
+  if (st->gate.in_speech || st->ps) return end_utterance(st, r, err, errlen);
+  ps_gate_reset(&st->gate);
+  return PS_OK;
+}
+
+bool ps_stream_gated(const ps_stream *st) { return st->gated; }
+
+ps_status ps_stream_add_probs(ps_stream *st, const float *p, size_t n, char *err, size_t errlen) {
+  if (n == 0) return PS_OK;
+  if (!st->gated) {
+    snprintf(err, errlen, "VAD_PROB: this model has no vad_model");
+    return PS_INVALID;
+  }
+  size_t waiting = st->n_probs - st->p_head;
+  if (waiting + n > st->max_probs) {
+    snprintf(err, errlen,
+             "pocketsphinx: %zu speech probabilities wait for audio (bound %zu): VAD_PROB runs "
+             "ahead of AUDIO",
+             waiting + n, st->max_probs);
+    return PS_FULL;
+  }
+  if (st->p_head > 0) {
+    memmove(st->probs, st->probs + st->p_head, waiting * sizeof *st->probs);
+    st->n_probs = waiting;
+    st->p_head = 0;
+  }
+  if (st->n_probs + n > st->cap_probs) {
+    size_t cap = st->cap_probs ? st->cap_probs : 64;
+    while (cap < st->n_probs + n) cap *= 2;
+    float *q = realloc(st->probs, cap * sizeof *q);
+    if (!q) {
+      snprintf(err, errlen, "pocketsphinx: out of memory");
+      return PS_INTERNAL;
+    }
+    st->probs = q;
+    st->cap_probs = cap;
+  }
+  memcpy(st->probs + st->n_probs, p, n * sizeof *p);
+  st->n_probs += n;
+  return PS_OK;
+}
+
 static ps_status feed_queued(ps_stream *st, const int16_t *x, size_t nx, unsigned flags,
                              ps_result *r, char *err, size_t errlen);
 
@@ -606,7 +729,7 @@ static ps_status feed_queued(ps_stream *st, const int16_t *x, size_t nx, unsigne
       st->n_stalls++;
     }
   }
-  s = run_blocks(st, flags, r, err, errlen);
+  s = st->gated ? run_gated(st, flags, r, err, errlen) : run_blocks(st, flags, r, err, errlen);
   if (s == PS_WAIT) s = PS_OK; /* an empty partial while a decoder is awaited */
   if (s == PS_OK && !r->is_final && st->ps && (flags & PS_FEED_PARTIAL)) {
     const char *hyp = ps_get_hyp(st->ps, NULL);
