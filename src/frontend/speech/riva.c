@@ -110,6 +110,11 @@ static hark_error *check_endpointing(const Nvidia__Riva__Asr__EndpointingConfig 
   }
   st->startspeech_ms = (uint32_t)ep->start_history;
   st->silence_ms = (uint32_t)ep->stop_history;
+  /* Riva's meaning: the fraction of the history that must be speech (start)
+   * or non-speech (stop); VAD-gated models use them, the energy VAD has no
+   * such notion and ignores them. */
+  st->start_threshold = ep->start_threshold;
+  st->stop_threshold = ep->stop_threshold;
   return NULL;
 }
 

@@ -10,6 +10,23 @@
  * are reported in the order they came, and neither the engine nor the
  * codec is ever called with the lock held. The session frees itself when
  * the codec has closed it and the chain has run dry.
+ *
+ * VAD-gated models (config parameter vad_model, e.g. asr_silero over
+ * silero_vad): the session normalises the stream's audio once to 16 kHz
+ * PCM (WAV header stripped, G.711 expanded, resampled), cuts it into
+ * 512-sample frames (the partial tail waits for the next chunk; at END it
+ * is zero-padded to a whole frame, so the last audio has a probability
+ * too), and an item's run has two phases: its frames go to the VAD model
+ * as requests of a sequence with the stream's correlation id in the
+ * sessions' namespace (START on the stream's first frame, END on its
+ * last: the END item's frame, a zero frame whose probability is not used
+ * when no tail is left), all queued at once (the sequence batcher runs
+ * them in order, each in a batch with other streams' frames); when the
+ * last one is back, the item's request to the speech model goes with the
+ * 16 kHz audio and VAD_PROB (the frames' probabilities). A VAD failure
+ * fails the item with the VAD's reason; an END still reaches the speech
+ * model, so its stream state is freed. A client that vanishes mid-frame:
+ * its tail is dropped and the VAD sequence ends on a zero frame.
  */
 #include "frontend/speech/session.h"
 
@@ -27,8 +44,17 @@
 #include "util/log.h"
 
 #define DEFAULT_MAX_STREAMS 1024u
+#define VAD_RATE 16000u
+#define VAD_FRAME 512u /* samples per VAD request (32 ms) */
 
-typedef struct item {
+typedef struct item item;
+/* One VAD request of an item: which frame it is. */
+typedef struct vad_call {
+  item *it;
+  uint32_t i;
+} vad_call;
+
+struct item {
   struct item *next;
   hark_speech_session *s;
   hark_speech_item_kind kind;
@@ -38,7 +64,16 @@ typedef struct item {
   size_t len;          /* PCM bytes */
   hark_error *err;     /* set: fails when its turn comes (no memory for it) */
   hark_response *last; /* the latest response, until the final */
-} item;
+  /* gated models */
+  float *frames;     /* n_frames x VAD_FRAME samples for the VAD */
+  uint32_t n_frames; /* frames of this item */
+  uint32_t n_probs;  /* of them, those whose probabilities go to the model */
+  float *probs;      /* one per frame, from the VAD */
+  vad_call *calls;   /* one per frame: the VAD requests' userp */
+  _Atomic uint32_t vad_pending;
+  hark_error *vad_err; /* the first VAD failure */
+  uint32_t flags;      /* START/END of the speech model's request */
+};
 
 struct hark_speech_session {
   pthread_mutex_t mu;
@@ -50,7 +85,18 @@ struct hark_speech_session {
   void *userp;
   uint64_t corr_id;
   char id[32];
+  /* gated models: the VAD model (a reference), or why it cannot be had */
+  hark_model *vad;
+  hark_error *vad_unavailable;
+  /* audio normalisation, on the codec's thread (submit and close) */
+  hark_resampler *rs;    /* client rate -> 16 kHz; made on the first audio */
+  bool got_audio;        /* the first audio was checked for a WAV header */
+  bool wav_g711;         /* the WAV's data is G.711 */
+  bool wav_alaw;         /* ... A-law (else mu-law) */
+  float tail[VAD_FRAME]; /* the partial frame waiting for more audio */
+  uint32_t n_tail;
   /* guarded by mu */
+  bool vad_started; /* the VAD sequence has started */
   item *q_head, *q_tail;
   size_t q_bytes;
   bool inflight; /* a chain is running (an item in the engine, or on its way) */
@@ -163,6 +209,15 @@ static void put_settings(hark_request *req, const hark_speech_settings *st) {
   if (st->profile) hark_request_set_parameter(req, "profile", st->profile);
   if (st->silence_ms) set_uint_param(req, "silence_ms", st->silence_ms);
   if (st->startspeech_ms) set_uint_param(req, "startspeech_ms", st->startspeech_ms);
+  char num[32];
+  if (st->start_threshold > 0) {
+    snprintf(num, sizeof num, "%g", (double)st->start_threshold);
+    hark_request_set_parameter(req, "start_threshold", num);
+  }
+  if (st->stop_threshold > 0) {
+    snprintf(num, sizeof num, "%g", (double)st->stop_threshold);
+    hark_request_set_parameter(req, "stop_threshold", num);
+  }
 }
 
 /* A request of `model` carrying `mem` (an AUDIO element, taken). */
@@ -193,6 +248,10 @@ hark_error *hark_speech_request_oneshot(hark_model *model, const hark_speech_set
 /* ---- the chain -------------------------------------------------------------------- */
 
 static void item_free(item *it) {
+  free(it->frames);
+  free(it->probs);
+  free(it->calls);
+  hark_error_free(it->vad_err);
   free(it->mem);
   hark_response_free(it->last);
   hark_error_free(it->err);
@@ -201,6 +260,9 @@ static void item_free(item *it) {
 
 static void session_free(hark_speech_session *s) {
   if (s->model) hark_model_release(s->model);
+  if (s->vad) hark_model_release(s->vad);
+  hark_error_free(s->vad_unavailable);
+  hark_resampler_free(s->rs);
   hark_speech_settings_fini(&s->st);
   pthread_mutex_destroy(&s->mu);
   free(s);
@@ -238,6 +300,141 @@ static item *next_item(hark_speech_session *s, bool *free_it) {
 }
 
 static void on_response(hark_response *resp, uint32_t flags, hark_error *err, void *userp);
+static void run(hark_speech_session *s, item *it);
+
+/* Reports `it` with `status` and runs the rest of the chain. */
+static void finish(hark_speech_session *s, item *it, hark_speech_status status) {
+  if (status == HARK_SPEECH_FAILED) {
+    pthread_mutex_lock(&s->mu);
+    s->failed = true;
+    pthread_mutex_unlock(&s->mu);
+  }
+  report(s, it, status);
+  bool free_it;
+  item *next = next_item(s, &free_it);
+  if (free_it)
+    session_free(s);
+  else
+    run(s, next);
+}
+
+/* Hands `it`'s request to the speech model: true once the engine has it
+ * (on_response goes on from there), else false with it->err set. */
+static bool submit_model(hark_speech_session *s, item *it) {
+  if (!it->mem) { /* no audio: an empty element */
+    it->mem = hark_xmalloc(HARK_BYTES_PREFIX);
+    hark_bytes_put_len(it->mem, 0);
+  }
+  hark_request *req = audio_request(s->model, it->mem, it->len);
+  it->mem = NULL; /* the request's now */
+  if (it->flags & HARK_REQUEST_SEQUENCE_START) put_settings(req, &s->st);
+  if (s->vad) {
+    /* The session resampled the audio to the VAD's rate, WAV header gone. */
+    if (it->flags & HARK_REQUEST_SEQUENCE_START) set_uint_param(req, "sample_rate", VAD_RATE);
+    float *probs = it->probs;
+    it->probs = NULL;
+    uint32_t n = it->vad_err ? 0 : it->n_probs;
+    if (!probs) probs = hark_xcalloc(1, sizeof *probs);
+    hark_request_attach(req, probs, free);
+    int64_t shape[1] = {n};
+    hark_error_free(hark_request_add_input(req, "VAD_PROB", HARK_TYPE_FP32, shape, 1, probs,
+                                           n * sizeof *probs));
+  }
+  if (!s->st.partials) hark_request_set_parameter(req, "partial", "false");
+  if (it->kind == HARK_SPEECH_RESET) hark_request_set_parameter(req, "flush", "true");
+  hark_request_set_flags(req, it->flags);
+  hark_request_set_correlation_ns(req, HARK_CORR_NS_SESSION);
+  hark_request_set_correlation_id(req, s->corr_id);
+  hark_request_set_id(req, s->id);
+  hark_request_set_callback(req, on_response, it);
+  /* Once the engine has it, `it` is on_response's: it may be answered
+   * and freed before hark_server_infer returns. */
+  hark_error *err = hark_server_infer(s->server, req);
+  if (!err) return true;
+  it->err = err;
+  hark_request_free(req);
+  return false;
+}
+
+/* The VAD phase is over (all its requests answered or refused): the
+ * speech model's request goes, unless the VAD failed an item that is not
+ * the stream's END (an END still goes, so the model frees the stream). */
+static void vad_done(hark_speech_session *s, item *it) {
+  if (it->vad_err && it->kind != HARK_SPEECH_END) {
+    it->err = it->vad_err;
+    it->vad_err = NULL;
+    finish(s, it, HARK_SPEECH_FAILED);
+    return;
+  }
+  if (submit_model(s, it)) return;
+  finish(s, it, HARK_SPEECH_FAILED);
+}
+
+static void vad_fail(item *it, hark_error *err) {
+  hark_speech_session *s = it->s;
+  pthread_mutex_lock(&s->mu);
+  if (!it->vad_err)
+    it->vad_err = hark_error_new(hark_error_code(err), "VAD model '%s' failed: %s",
+                                 hark_model_name(s->vad), hark_error_message(err));
+  pthread_mutex_unlock(&s->mu);
+  hark_error_free(err);
+}
+
+/* Engine worker: one frame's speech probability. */
+static void on_vad(hark_response *resp, uint32_t flags, hark_error *err, void *userp) {
+  vad_call *c = userp;
+  item *it = c->it;
+  if (resp) {
+    const hark_tensor *t = hark_response_output(resp, 0);
+    if (t && t->datatype == HARK_TYPE_FP32 && t->byte_size >= sizeof(float))
+      memcpy(&it->probs[c->i], t->data, sizeof(float));
+    else
+      vad_fail(it, hark_error_new(HARK_ERR_INTERNAL, "no FP32 output"));
+    hark_response_free(resp);
+  }
+  if (err) vad_fail(it, err);
+  if (!(flags & HARK_RESPONSE_FINAL)) return;
+  if (atomic_fetch_sub(&it->vad_pending, 1) == 1) vad_done(it->s, it);
+}
+
+/* Sends `it`'s frames to the VAD model, all at once (its sequence batcher
+ * runs them in order). The last answer runs vad_done. */
+static void run_vad(hark_speech_session *s, item *it) {
+  pthread_mutex_lock(&s->mu);
+  bool start = !s->vad_started;
+  s->vad_started = true;
+  pthread_mutex_unlock(&s->mu);
+  bool batched = hark_model_get_config(s->vad)->max_batch_size > 0;
+  static const int64_t shape2[2] = {1, VAD_FRAME}, shape1[1] = {VAD_FRAME};
+  it->probs = hark_xcalloc(it->n_frames, sizeof *it->probs);
+  it->calls = hark_xcalloc(it->n_frames, sizeof *it->calls);
+  atomic_store(&it->vad_pending, it->n_frames + 1); /* + 1 until all are sent */
+  const char *input = hark_model_get_config(s->vad)->inputs[0].name;
+  for (uint32_t i = 0; i < it->n_frames; i++) {
+    float *frame = hark_xmalloc(VAD_FRAME * sizeof *frame);
+    memcpy(frame, it->frames + (size_t)i * VAD_FRAME, VAD_FRAME * sizeof *frame);
+    hark_request *req = hark_request_new(s->vad);
+    hark_request_attach(req, frame, free);
+    hark_error_free(hark_request_add_input(req, input, HARK_TYPE_FP32, batched ? shape2 : shape1,
+                                           batched ? 2 : 1, frame, VAD_FRAME * sizeof *frame));
+    uint32_t flags = start && i == 0 ? HARK_REQUEST_SEQUENCE_START : 0;
+    if (it->kind == HARK_SPEECH_END && i + 1 == it->n_frames) flags |= HARK_REQUEST_SEQUENCE_END;
+    hark_request_set_flags(req, flags);
+    hark_request_set_correlation_ns(req, HARK_CORR_NS_SESSION);
+    hark_request_set_correlation_id(req, s->corr_id);
+    hark_request_set_id(req, s->id);
+    it->calls[i] = (vad_call){it, i};
+    hark_request_set_callback(req, on_vad, &it->calls[i]);
+    hark_error *err = hark_server_infer(s->server, req);
+    if (err) { /* the rest would run out of order: not sent */
+      hark_request_free(req);
+      vad_fail(it, err);
+      atomic_fetch_sub(&it->vad_pending, it->n_frames - i);
+      break;
+    }
+  }
+  if (atomic_fetch_sub(&it->vad_pending, 1) == 1) vad_done(s, it);
+}
 
 /*
  * Runs the chain from `it` (the caller set inflight): each item either
@@ -252,31 +449,19 @@ static void run(hark_speech_session *s, item *it) {
     uint32_t flags = s->started ? 0 : HARK_REQUEST_SEQUENCE_START;
     if (it->kind == HARK_SPEECH_END) flags |= HARK_REQUEST_SEQUENCE_END;
     if (!skip && !pointless && !it->err) s->started = true;
+    /* an END with no VAD sequence to end has no frame to send */
+    if (it->kind == HARK_SPEECH_END && !s->vad_started && it->n_probs == 0) it->n_frames = 0;
     pthread_mutex_unlock(&s->mu);
     hark_speech_status status = HARK_SPEECH_FAILED;
     if (skip || pointless) {
       status = HARK_SPEECH_DROPPED;
     } else if (!it->err) {
-      if (!it->mem) { /* no audio: an empty element */
-        it->mem = hark_xmalloc(HARK_BYTES_PREFIX);
-        hark_bytes_put_len(it->mem, 0);
+      it->flags = flags;
+      if (s->vad && it->n_frames) {
+        run_vad(s, it);
+        return;
       }
-      hark_request *req = audio_request(s->model, it->mem, it->len);
-      it->mem = NULL; /* the request's now */
-      if (flags & HARK_REQUEST_SEQUENCE_START) put_settings(req, &s->st);
-      if (!s->st.partials) hark_request_set_parameter(req, "partial", "false");
-      if (it->kind == HARK_SPEECH_RESET) hark_request_set_parameter(req, "flush", "true");
-      hark_request_set_flags(req, flags);
-      hark_request_set_correlation_ns(req, HARK_CORR_NS_SESSION);
-      hark_request_set_correlation_id(req, s->corr_id);
-      hark_request_set_id(req, s->id);
-      hark_request_set_callback(req, on_response, it);
-      /* Once the engine has it, `it` is on_response's: it may be answered
-       * and freed before hark_server_infer returns. */
-      hark_error *err = hark_server_infer(s->server, req);
-      if (!err) return;
-      it->err = err;
-      hark_request_free(req);
+      if (submit_model(s, it)) return;
     }
     if (status == HARK_SPEECH_FAILED) {
       pthread_mutex_lock(&s->mu);
@@ -304,18 +489,114 @@ static void on_response(hark_response *resp, uint32_t flags, hark_error *err, vo
   else
     hark_error_free(err);
   if (!(flags & HARK_RESPONSE_FINAL)) return;
-  if (it->err) {
-    pthread_mutex_lock(&s->mu);
-    s->failed = true;
-    pthread_mutex_unlock(&s->mu);
+  if (!it->err && it->vad_err) { /* an END that went despite its VAD's failure */
+    it->err = it->vad_err;
+    it->vad_err = NULL;
   }
-  report(s, it, it->err ? HARK_SPEECH_FAILED : HARK_SPEECH_OK);
-  bool free_it;
-  item *next = next_item(s, &free_it);
-  if (free_it)
-    session_free(s);
-  else
-    run(s, next);
+  finish(s, it, it->err ? HARK_SPEECH_FAILED : HARK_SPEECH_OK);
+}
+
+/* ---- gated models: the audio as the VAD sees it ------------------------------------- */
+
+/* The stream's rate before any audio says otherwise: its own, or the model's. */
+static uint32_t stream_rate(const hark_speech_session *s) {
+  if (s->st.sample_rate) return s->st.sample_rate;
+  const char *v =
+      hark_model_config_parameter(hark_model_get_config(s->model), "default_sample_rate");
+  long r = v ? strtol(v, NULL, 10) : 0;
+  return r > 0 ? (uint32_t)r : VAD_RATE;
+}
+
+/* The first audio of a stream may be a WAV file: its rate and encoding
+ * replace the stream's; *pcm / *n skip the header. */
+static hark_error *strip_wav(hark_speech_session *s, const uint8_t **pcm, size_t *n,
+                             uint32_t *rate) {
+  if (!hark_wav_is_wav(*pcm, *n)) return NULL;
+  hark_wav_info info;
+  char why[128];
+  if (hark_wav_parse(*pcm, *n, &info, why, sizeof why) != HARK_WAV_OK)
+    return hark_error_new(HARK_ERR_INVALID_ARG, "AUDIO: %s", why);
+  if (info.channels != 1)
+    return hark_error_new(HARK_ERR_INVALID_ARG,
+                          "AUDIO: WAV has %u channels; only mono is supported", info.channels);
+  *rate = info.sample_rate;
+  s->wav_g711 = info.encoding != HARK_WAV_PCM16;
+  s->wav_alaw = info.encoding == HARK_WAV_ALAW;
+  *pcm += info.data_offset;
+  *n = s->wav_g711 ? info.data_size : info.data_size & ~(size_t)1;
+  return NULL;
+}
+
+/* Appends samples to the item's frames, the partial frame kept in s->tail;
+ * with `end`, the tail zero-padded to a whole frame (a zero frame when the
+ * stream's audio ended on a frame boundary: it ends the VAD's sequence, and
+ * its probability is not used). */
+static void cut_frames(hark_speech_session *s, item *it, const int16_t *y, size_t ny, bool end) {
+  size_t total = s->n_tail + ny;
+  size_t nf = total / VAD_FRAME + (end && total % VAD_FRAME ? 1 : 0);
+  it->n_probs = (uint32_t)nf;
+  if (end && nf == 0) nf = 1;
+  it->n_frames = (uint32_t)nf;
+  if (!nf) {
+    for (size_t i = 0; i < ny; i++) s->tail[s->n_tail++] = (float)y[i] / 32768.0f;
+    return;
+  }
+  it->frames = hark_xcalloc(nf * VAD_FRAME, sizeof *it->frames);
+  size_t k = 0;
+  for (; k < s->n_tail; k++) it->frames[k] = s->tail[k];
+  size_t i = 0;
+  for (; i < ny && k < nf * VAD_FRAME; i++, k++) it->frames[k] = (float)y[i] / 32768.0f;
+  s->n_tail = 0;
+  for (; i < ny; i++) s->tail[s->n_tail++] = (float)y[i] / 32768.0f;
+}
+
+/*
+ * A gated model's item (codec's thread, in submission order): its audio
+ * (16-bit PCM at the stream's rate, maybe a WAV file first) becomes 16 kHz
+ * PCM for the model and whole frames for the VAD. `end`: the stream's last
+ * audio (the resampler's and the tail's rest go with it).
+ */
+static hark_error *normalise(hark_speech_session *s, item *it, bool end) {
+  const uint8_t *pcm = it->mem ? (const uint8_t *)it->mem + HARK_BYTES_PREFIX : NULL;
+  size_t n = it->len;
+  uint32_t rate = stream_rate(s);
+  hark_error *err = NULL;
+  if (!s->got_audio && n > 0) {
+    s->got_audio = true;
+    if ((err = strip_wav(s, &pcm, &n, &rate))) return err;
+  }
+  if (!s->wav_g711 && n % 2)
+    return hark_error_new(HARK_ERR_INVALID_ARG,
+                          "AUDIO: %zu bytes is not a whole number of 16-bit samples", n);
+  size_t m = s->wav_g711 ? n : n / 2;
+  int16_t *x = hark_xmalloc((m ? m : 1) * sizeof *x);
+  for (size_t i = 0; i < m; i++)
+    x[i] = s->wav_g711
+               ? (s->wav_alaw ? hark_audio_alaw_sample(pcm[i]) : hark_audio_mulaw_sample(pcm[i]))
+               : (int16_t)(uint16_t)(pcm[2 * i] | pcm[2 * i + 1] << 8);
+  char why[160];
+  if (!s->rs && (m || end) && !(s->rs = hark_resampler_new(rate, VAD_RATE, why, sizeof why))) {
+    free(x);
+    return hark_error_new(HARK_ERR_INVALID_ARG, "sample rate %u Hz: %s", rate, why);
+  }
+  const int16_t *y = NULL;
+  size_t ny = 0;
+  if (s->rs && hark_resampler_process(s->rs, m ? x : NULL, m, end, &y, &ny) != 0) {
+    free(x);
+    return hark_error_new(HARK_ERR_INTERNAL, "resampler failed");
+  }
+  free(it->mem);
+  it->len = ny * 2;
+  it->mem = hark_xmalloc(HARK_BYTES_PREFIX + it->len);
+  hark_bytes_put_len(it->mem, (uint32_t)it->len);
+  uint8_t *out = (uint8_t *)it->mem + HARK_BYTES_PREFIX;
+  for (size_t i = 0; i < ny; i++) { /* little-endian on any host */
+    out[2 * i] = (uint8_t)((uint16_t)y[i] & 0xff);
+    out[2 * i + 1] = (uint8_t)((uint16_t)y[i] >> 8);
+  }
+  cut_frames(s, it, y, ny, end);
+  free(x);
+  return NULL;
 }
 
 /* Appends `it` (s->mu held). */
@@ -363,6 +644,29 @@ void hark_speech_configure(hark_speech_session *s, hark_model *model,
   s->st = *settings;
   settings->phrase_list = NULL;
   settings->profile = NULL;
+  /* A gated model's VAD is checked when a stream opens on it: the backend
+   * cannot reach other models, and the repository loads models in any
+   * order (the VAD may be loaded, unloaded or reloaded after it). */
+  const char *vad = hark_model_config_parameter(hark_model_get_config(model), "vad_model");
+  if (!vad || !*vad) return;
+  hark_error *err = hark_server_model_acquire(s->server, vad, -1, &s->vad);
+  const hark_model_config *vc = s->vad ? hark_model_get_config(s->vad) : NULL;
+  if (!err &&
+      (vc->n_inputs < 1 || vc->inputs[0].datatype != HARK_TYPE_FP32 || vc->inputs[0].ndims != 1 ||
+       vc->inputs[0].dims[0] != VAD_FRAME || vc->n_outputs < 1 || !vc->sequence_batching.enabled))
+    err = hark_error_new(HARK_ERR_INVALID_ARG,
+                         "is not a VAD: it needs sequence batching, an FP32 input of %u samples "
+                         "(32 ms at 16 kHz) and a speech probability output",
+                         VAD_FRAME);
+  if (!err) return;
+  if (s->vad) hark_model_release(s->vad);
+  s->vad = NULL;
+  s->vad_unavailable =
+      hark_error_new(HARK_ERR_UNAVAILABLE, "model '%s' cannot serve: its VAD model '%s' %s%s",
+                     hark_model_name(model), vad,
+                     hark_error_code(err) == HARK_ERR_INVALID_ARG ? "" : "is not available: ",
+                     hark_error_message(err));
+  hark_error_free(err);
 }
 
 const char *hark_speech_id(const hark_speech_session *s) { return s->id; }
@@ -381,6 +685,11 @@ void hark_speech_submit(hark_speech_session *s, hark_speech_item_kind kind, cons
       it->err =
           hark_error_new(HARK_ERR_RESOURCE_EXHAUSTED, "out of memory for %zu bytes of audio", n);
   }
+  if (s->vad_unavailable && !it->err)
+    it->err = hark_error_new(hark_error_code(s->vad_unavailable), "%s",
+                             hark_error_message(s->vad_unavailable));
+  else if (s->vad && !it->err && kind != HARK_SPEECH_RESET)
+    it->err = normalise(s, it, kind == HARK_SPEECH_END);
   pthread_mutex_lock(&s->mu);
   append_locked(s, it);
   item *first = start_chain_locked(s);
@@ -409,6 +718,10 @@ void hark_speech_close(hark_speech_session *s) {
     item *end = hark_xcalloc(1, sizeof *end);
     end->s = s;
     end->kind = HARK_SPEECH_END;
+    if (s->vad) { /* the tail of a vanished client is dropped; a zero frame ends the VAD's */
+      s->n_tail = 0;
+      cut_frames(s, end, NULL, 0, true);
+    }
     append_locked(s, end);
   }
   item *first = start_chain_locked(s);

@@ -55,13 +55,14 @@ typedef enum hark_speech_encoding {
 
 /* A stream's settings, sent with its first request. */
 typedef struct hark_speech_settings {
-  uint32_t sample_rate;                /* 0: the model's default, or the WAV header's */
-  uint32_t max_alternatives;           /* 0: the transcript only */
-  bool words;                          /* word times and confidences */
-  bool partials;                       /* false: finals only (parameter partial=false) */
-  uint32_t silence_ms, startspeech_ms; /* endpointing; 0: the model's */
-  char *phrase_list;                   /* JSON array text, owned; NULL: none */
-  char *profile;                       /* latency profile, owned; NULL: the model's */
+  uint32_t sample_rate;                  /* 0: the model's default, or the WAV header's */
+  uint32_t max_alternatives;             /* 0: the transcript only */
+  bool words;                            /* word times and confidences */
+  bool partials;                         /* false: finals only (parameter partial=false) */
+  uint32_t silence_ms, startspeech_ms;   /* endpointing; 0: the model's */
+  float start_threshold, stop_threshold; /* endpointing (VAD-gated models); 0: the model's */
+  char *phrase_list;                     /* JSON array text, owned; NULL: none */
+  char *profile;                         /* latency profile, owned; NULL: the model's */
   hark_speech_encoding encoding;
 } hark_speech_settings;
 
