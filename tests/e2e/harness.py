@@ -28,7 +28,7 @@ TEST_MODELS = os.path.join(SOURCE_DIR, "tests", "models")
 # and as much again at exit) and 125 MB of memory, in every test that has
 # no use for it; on a loaded host it pushed harkd past wait_live's limit.
 # The tests that serve it (test_silero_vad) link the shipped folder.
-NOT_BY_DEFAULT = ("silero_vad",)
+NOT_BY_DEFAULT = ("silero_vad", "asr_silero")
 
 
 def _test_repository():
