@@ -385,7 +385,8 @@ static void on_vad(hark_response *resp, uint32_t flags, hark_error *err, void *u
   vad_call *c = userp;
   item *it = c->it;
   if (resp) {
-    const hark_tensor *t = hark_response_output(resp, 0);
+    const char *name = hark_model_get_config(it->s->vad)->outputs[0].name;
+    const hark_tensor *t = hark_response_output_by_name(resp, name);
     if (t && t->datatype == HARK_TYPE_FP32 && t->byte_size >= sizeof(float))
       memcpy(&it->probs[c->i], t->data, sizeof(float));
     else
