@@ -332,6 +332,14 @@ class RealAsrReload(unittest.TestCase):
                         if "text" in reply:
                             finals.append(reply["text"])
                         await asyncio.sleep(0.05)
+                    # Both versions live now (the old one holds this stream):
+                    # /metrics still carries each series once.
+                    wait_for(lambda: "reloaded model 'asr'" in server.output(), timeout=30,
+                             what="the reload")
+                    series = [line.rsplit(" ", 1)[0] for line in server.metrics().splitlines()
+                              if line and not line.startswith("#")]
+                    dups = sorted({x for x in series if series.count(x) > 1})
+                    self.assertEqual(dups, [])
                     await ws.send('{"eof" : 1}')
                     finals.append(json.loads(await ws.recv())["text"])
                     await ws.wait_closed()
