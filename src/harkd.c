@@ -7,11 +7,16 @@
  * get 503, live ones get --exit-timeout-secs to finish, then the rest are
  * closed and the process exits 0. A second signal stops waiting.
  */
+#include <errno.h>
 #include <getopt.h>
+#include <pthread.h>
+#include <semaphore.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
+#include <unistd.h>
 
 #include "frontend/frontends.h"
 #include "hark/server.h"
@@ -20,9 +25,48 @@
 static hark_frontends *g_frontends;
 static volatile sig_atomic_t g_signals;
 
+/* The shutdown watchdog: the drain bounds live work by --exit-timeout-secs,
+ * but a request a backend is still executing, or a loop busy with one
+ * client's input, could hold the exit past it. Each signal posts the
+ * semaphore (async-signal-safe); past the exit timeout plus a grace after
+ * the first, or the grace after the second, the process ends at once. */
+#define WATCHDOG_GRACE_SECS 5
+static sem_t g_watchdog;
+static int g_exit_secs;
+
+static void deadline_in(struct timespec *ts, int secs) {
+  clock_gettime(CLOCK_REALTIME, ts);
+  ts->tv_sec += secs;
+}
+
+static void *watchdog_main(void *arg) {
+  (void)arg;
+  while (sem_wait(&g_watchdog) != 0) { /* the first signal */
+  }
+  struct timespec ts;
+  int secs = g_exit_secs + WATCHDOG_GRACE_SECS;
+  deadline_in(&ts, secs);
+  int rc;
+  while ((rc = sem_timedwait(&g_watchdog, &ts)) != 0 && errno == EINTR) {
+  }
+  if (rc == 0) { /* a second signal: stop waiting, bar the grace */
+    secs = WATCHDOG_GRACE_SECS;
+    deadline_in(&ts, secs);
+    while (sem_timedwait(&g_watchdog, &ts) != 0 && errno == EINTR) {
+    }
+  }
+  HARK_ERROR(
+      "shutdown did not finish within %d s of the signal (work still running in a backend "
+      "or a front end): exiting now",
+      secs);
+  _exit(1);
+  return NULL;
+}
+
 static void on_signal(int sig) {
   (void)sig;
   if (!g_frontends) return;
+  sem_post(&g_watchdog);
   if (g_signals++ == 0)
     hark_frontends_drain(g_frontends); /* readiness off; new work refused; live work finishes */
   else
@@ -311,6 +355,15 @@ int main(int argc, char **argv) {
     hark_server_free(server);
     return 1;
   }
+  g_exit_secs = ho->exit_timeout_secs < 0   ? 0
+                : ho->exit_timeout_secs > 0 ? ho->exit_timeout_secs
+                                            : HARK_DEFAULT_EXIT_TIMEOUT_SECS;
+  pthread_t watchdog;
+  sem_init(&g_watchdog, 0, 0);
+  if (pthread_create(&watchdog, NULL, watchdog_main, NULL) == 0)
+    pthread_detach(watchdog);
+  else
+    HARK_WARN("cannot start the shutdown watchdog: a stuck shutdown will not be cut short");
   struct sigaction sa = {.sa_handler = on_signal};
   sigemptyset(&sa.sa_mask);
   sigaction(SIGINT, &sa, NULL);

@@ -34,7 +34,6 @@
 
 #define SHUTDOWN_GRACE_NS (5ull * 1000000000ull)
 #define STOP_GRACE_NS (1ull * 1000000000ull)
-#define DEFAULT_EXIT_TIMEOUT_SECS 30
 #define DEFAULT_MAX_INPUT (64u << 20)
 #define DEFAULT_BODY_TIMEOUT_SECS 30
 
@@ -452,7 +451,7 @@ static bool drained(hark_http_loop *loop, uint64_t *deadline) {
   if (!*deadline) {
     int secs = http->opts.exit_timeout_secs < 0   ? 0
                : http->opts.exit_timeout_secs > 0 ? http->opts.exit_timeout_secs
-                                                  : DEFAULT_EXIT_TIMEOUT_SECS;
+                                                  : HARK_DEFAULT_EXIT_TIMEOUT_SECS;
     *deadline = now + (uint64_t)secs * 1000000000ull;
     lws_sul_schedule(loop->ctx, 0, &loop->tick, on_tick, 100 * LWS_US_PER_MS);
     HARK_INFO(

@@ -19,6 +19,9 @@
 #ifndef HARK_FRONTEND_HTTP_H
 #define HARK_FRONTEND_HTTP_H
 
+/* How long a drain waits for live streams and requests by default. */
+#define HARK_DEFAULT_EXIT_TIMEOUT_SECS 30
+
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
