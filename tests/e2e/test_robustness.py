@@ -84,6 +84,51 @@ class Robustness(unittest.TestCase):
         self.assert_serving()
 
 
+class EmptyFrameFlood(unittest.TestCase):
+    """Issue 13, finding 4: 200k empty WebSocket frames (1.2 MB on the
+    wire) grew harkd by 841 MB. Each queued message now counts its
+    bookkeeping against the stream's queue, so a flood of empty frames
+    pauses the reading like a flood of audio does."""
+
+    def test_empty_frames_are_bounded(self):
+        server = Harkd(MODELS)
+        try:
+            def rss_kib():
+                with open(f"/proc/{server.proc.pid}/status") as f:
+                    return next(int(l.split()[1]) for l in f if l.startswith("VmRSS:"))
+            before = rss_kib()
+            sock = socket.create_connection(("127.0.0.1", server.http_port), timeout=10)
+            sock.sendall(b"GET /v2/models/asr/stream HTTP/1.1\r\nHost: x\r\n"
+                         b"Upgrade: websocket\r\nConnection: Upgrade\r\n"
+                         b"Sec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\n"
+                         b"Sec-WebSocket-Version: 13\r\n\r\n")
+            head = b""
+            while b"\r\n\r\n" not in head:
+                head += sock.recv(4096)
+            self.assertIn(b" 101 ", head.split(b"\r\n")[0])
+            frame = b"\x82\x80\x01\x02\x03\x04"  # an empty masked binary frame
+            batch = frame * 10000
+            sock.settimeout(2)
+            sent = 0
+            deadline = time.time() + 20
+            try:  # never reading a reply; until the server stops reading
+                while sent < 400000 and time.time() < deadline:
+                    sock.sendall(batch)
+                    sent += 10000
+            except (socket.timeout, OSError):
+                pass
+            time.sleep(1)
+            grew = rss_kib() - before
+            print(f"\n{sent} empty frames sent; harkd RSS grew {grew / 1024:.1f} MiB")
+            if not server.sanitized():  # 5 MiB here; the queue counting no bookkeeping: 40
+                self.assertLess(grew, 16 * 1024)
+            status, doc = server.json("POST", "/v2/models/simple/infer", simple_request(A, B))
+            self.assertEqual(status, 200, doc)
+            sock.close()
+        finally:
+            server.stop()
+
+
 class PortInUse(unittest.TestCase):
     """The event loops share the HTTP port among themselves (SO_REUSEPORT),
     never with another process."""

@@ -132,7 +132,8 @@ hark_model *hark_speech_model(const hark_speech_session *s);
  */
 void hark_speech_submit(hark_speech_session *s, hark_speech_item_kind kind, const void *audio,
                         size_t n, void *tag);
-/* Bytes of audio waiting behind the request in the engine. */
+/* Bytes waiting behind the request in the engine: each message's audio
+ * plus its bookkeeping (a few hundred bytes), so empty messages count. */
 size_t hark_speech_queued_bytes(hark_speech_session *s);
 /* True once an END was submitted. */
 bool hark_speech_ended(hark_speech_session *s);
