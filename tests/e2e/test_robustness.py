@@ -4,12 +4,13 @@ server keeps serving everyone else."""
 import json
 import os
 import resource
+import shutil
 import socket
 import subprocess
 import time
 import unittest
 
-from harness import BIN_DIR, Harkd, MODELS, main, simple_request
+from harness import BIN_DIR, Harkd, MODELS, main, make_repo, simple_request
 
 A, B = [3] * 16, [1] * 16
 
@@ -186,6 +187,32 @@ class RequestLimits(unittest.TestCase):
     @classmethod
     def tearDownClass(cls):
         cls.server.stop()
+
+    def test_declared_shape_costs_only_the_data_sent(self):
+        # Issue 13, finding 4: one element declared as 6e7 INT64 (a 60 MB
+        # body of blanks) cost +515 MB before the count was found wrong; the
+        # buffer now grows with the elements that came.
+        with open(os.path.join(MODELS, "simple", "config.pbtxt")) as f:
+            repo = make_repo({"simple": f.read()})
+        server = Harkd(repo)  # only this model: a low peak to start from
+        try:
+            def hwm_kib():
+                with open(f"/proc/{server.proc.pid}/status") as f:
+                    return next(int(l.split()[1]) for l in f if l.startswith("VmHWM:"))
+            n = 20_000_000
+            body = ('{"inputs":[{"name":"INPUT0","shape":[1,%d],"datatype":"INT64","data":[1'
+                    % n).encode() + b" " * n + b"]}]}"
+            before = hwm_kib()
+            status, _, raw = server.request("POST", "/v2/models/simple/infer", body)
+            self.assertEqual(status, 400)
+            self.assertIn(b"shape needs 20000000 elements but 'data' holds 1", raw)
+            grew = hwm_kib() - before
+            print(f"\npeak RSS grew {grew / 1024:.1f} MiB for a {len(body) >> 20} MiB body")
+            if not server.sanitized():  # the body and its copy; allocated by shape: + 160 MiB
+                self.assertLess(grew, 100 * 1024)
+        finally:
+            server.stop()
+            shutil.rmtree(repo, ignore_errors=True)
 
     def test_parameter_flood(self):
         # 150,000 parameters in 1.7 MB once froze every HTTP client for 23 s.
