@@ -47,6 +47,10 @@
 
 #define PS_MAX_CEP 32
 #define PS_CEP_SLICE 4 /* cepstral frames per ps_process_cep call */
+/* Internal flag: wait for a decoder in place (as a closing call does)
+ * without closing the utterance: the slices of a request that ends the
+ * stream. */
+#define PS_FEED_WAIT 0x100u
 
 struct ps_stream {
   ps_pool *pool;
@@ -522,7 +526,7 @@ static ps_status strip_wav(ps_stream *st, const uint8_t **pcm, size_t *len, char
 static ps_status run_blocks(ps_stream *st, unsigned flags, ps_result *r, char *err, size_t errlen) {
   int closing = (flags & (PS_FEED_END | PS_FEED_FLUSH)) != 0;
   ps_status s;
-  st->closing = closing;
+  st->closing = closing || (flags & PS_FEED_WAIT); /* waits for a decoder in place */
   /* Work a previous call left when no decoder was free. */
   if ((s = drain(st, err, errlen)) != PS_OK) return s;
   if (st->end_pending && (s = end_utterance(st, r, err, errlen)) != PS_OK) return s;
@@ -544,8 +548,33 @@ static ps_status run_blocks(ps_stream *st, unsigned flags, ps_result *r, char *e
   return PS_OK;
 }
 
-static ps_status feed_queued(ps_stream *st, const int16_t *x, size_t nx, unsigned flags,
-                             ps_result *r, char *err, size_t errlen);
+/* Input samples (at the client rate) converted and resampled at a time:
+ * a long request (a whole recording) is recognised slice by slice, so
+ * what it costs in memory is bounded by the slice and the stream's queue,
+ * not by the request's size. */
+#define PS_SLICE_SECONDS 1
+
+static ps_status feed_slice(ps_stream *st, const uint8_t *pcm, size_t n, unsigned flags,
+                            ps_result *r, char *err, size_t errlen);
+
+/* A stream holding a decoder whose client's gaps outran its audio by
+ * decoder_idle_ms gives the decoder back (the utterance's final into r). */
+static ps_status check_stall(ps_stream *st, size_t incoming, unsigned flags, ps_result *r,
+                             char *err, size_t errlen) {
+  uint64_t arrival = st->arrival_ms ? st->arrival_ms : now_ms();
+  if (st->ps && st->last_done_ms && arrival > st->last_done_ms)
+    st->client_wait_ms += arrival - st->last_done_ms;
+  if (!st->ps || (flags & (PS_FEED_END | PS_FEED_FLUSH)) || !st->set->decoder_idle_ms) return PS_OK;
+  uint64_t got = (st->samples_in + incoming - st->held_in0) * 1000u / st->model_rate;
+  if (st->client_wait_ms <= got + st->set->decoder_idle_ms) return PS_OK;
+  ps_status s = drain(st, err, errlen);
+  if (s == PS_OK) s = end_utterance(st, r, err, errlen);
+  if (s == PS_OK) {
+    st->stalled = 1;
+    st->n_stalls++;
+  }
+  return s;
+}
 
 ps_status ps_stream_feed(ps_stream *st, const uint8_t *pcm, size_t len, unsigned flags,
                          ps_result *r, char *err, size_t errlen) {
@@ -559,7 +588,54 @@ ps_status ps_stream_feed(ps_stream *st, const uint8_t *pcm, size_t len, unsigned
     snprintf(err, errlen, "AUDIO: %zu bytes is not a whole number of 16-bit samples", len);
     return PS_INVALID;
   }
-  size_t n = g711 ? len : len / 2;
+  size_t bps = g711 ? 1 : 2, n = len / bps;
+  /* More than the stream may hold, once at the model's rate, is refused
+   * before any of it is converted (a request that ends the stream is
+   * recognised as it goes, so only its slices count). */
+  size_t at_model = (size_t)((uint64_t)n * st->model_rate / st->client_rate);
+  bool ends = (flags & (PS_FEED_END | PS_FEED_FLUSH)) != 0;
+  if (!ends && (st->len - st->head) + at_model > st->max) {
+    snprintf(err, errlen,
+             "pocketsphinx: stream buffer full (%zu ms of audio waiting and %zu ms more sent, "
+             "bound %u ms); audio dropped",
+             (st->len - st->head) * 1000 / st->model_rate, at_model * 1000 / st->model_rate,
+             st->set->max_buffered_ms);
+    return PS_FULL;
+  }
+  s = check_stall(st, at_model, flags, r, err, errlen);
+  size_t slice = (size_t)st->client_rate * PS_SLICE_SECONDS;
+  for (size_t off = 0; s == PS_OK || s == PS_WAIT;) { /* waiting: the audio still queues */
+    size_t k = n - off < slice ? n - off : slice;
+    bool last = off + k == n;
+    unsigned f = last ? flags
+                      : (flags & ~(PS_FEED_END | PS_FEED_FLUSH | PS_FEED_PARTIAL)) |
+                            (ends ? PS_FEED_WAIT : 0);
+    s = feed_slice(st, pcm + off * bps, k, f, r, err, errlen);
+    off += k;
+    if (last) break;
+  }
+  st->last_done_ms = now_ms();
+  st->arrival_ms = 0;
+  if (s == PS_WAIT) s = PS_OK; /* an empty partial while a decoder is awaited */
+  if (s == PS_OK && !r->is_final && st->ps && (flags & PS_FEED_PARTIAL)) {
+    const char *hyp = ps_get_hyp(st->ps, NULL);
+    if (hyp && text_append(&r->text, &r->text_len, hyp) != 0) s = PS_INTERNAL;
+  }
+  if (s == PS_OK && ends) r->is_final = 1;
+  if (!r->text) r->text = strdup("");
+  float conf = 0;
+  for (uint32_t i = 0; i < r->n_words; i++) conf += r->words[i].conf;
+  r->confidence = r->n_words ? conf / (float)r->n_words : 0.0f;
+  r->audio_processed = (float)((double)st->samples_fed / st->model_rate);
+  return s;
+}
+
+void ps_stream_set_arrival(ps_stream *st, uint64_t arrival_ms) { st->arrival_ms = arrival_ms; }
+
+/* n samples of the client's bytes: converted, resampled, queued, and
+ * recognised block by block. */
+static ps_status feed_slice(ps_stream *st, const uint8_t *pcm, size_t n, unsigned flags,
+                            ps_result *r, char *err, size_t errlen) {
   if (n > st->conv_cap) {
     int16_t *c = realloc(st->conv, n * sizeof *c);
     if (!c) {
@@ -582,41 +658,7 @@ ps_status ps_stream_feed(ps_stream *st, const uint8_t *pcm, size_t len, unsigned
     snprintf(err, errlen, "pocketsphinx: resampler failed");
     return PS_INTERNAL;
   }
-  s = feed_queued(st, x, nx, flags, r, err, errlen);
-  st->last_done_ms = now_ms();
-  st->arrival_ms = 0;
-  return s;
-}
-
-void ps_stream_set_arrival(ps_stream *st, uint64_t arrival_ms) { st->arrival_ms = arrival_ms; }
-
-static ps_status feed_queued(ps_stream *st, const int16_t *x, size_t nx, unsigned flags,
-                             ps_result *r, char *err, size_t errlen) {
-  ps_status s;
-  uint64_t arrival = st->arrival_ms ? st->arrival_ms : now_ms();
-  if (st->ps && st->last_done_ms && arrival > st->last_done_ms)
-    st->client_wait_ms += arrival - st->last_done_ms;
-  if ((s = queue_audio(st, x, nx, err, errlen)) != PS_OK) return s;
-  if (st->ps && !(flags & (PS_FEED_END | PS_FEED_FLUSH)) && st->set->decoder_idle_ms) {
-    uint64_t got = (st->samples_in - st->held_in0) * 1000u / st->model_rate;
-    if (st->client_wait_ms > got + st->set->decoder_idle_ms) { /* the decoder goes back */
-      if ((s = drain(st, err, errlen)) != PS_OK) return s;
-      if ((s = end_utterance(st, r, err, errlen)) != PS_OK) return s;
-      st->stalled = 1;
-      st->n_stalls++;
-    }
-  }
-  s = run_blocks(st, flags, r, err, errlen);
-  if (s == PS_WAIT) s = PS_OK; /* an empty partial while a decoder is awaited */
-  if (s == PS_OK && !r->is_final && st->ps && (flags & PS_FEED_PARTIAL)) {
-    const char *hyp = ps_get_hyp(st->ps, NULL);
-    if (hyp && text_append(&r->text, &r->text_len, hyp) != 0) s = PS_INTERNAL;
-  }
-  if (s == PS_OK && (flags & (PS_FEED_END | PS_FEED_FLUSH))) r->is_final = 1;
-  if (!r->text) r->text = strdup("");
-  float conf = 0;
-  for (uint32_t i = 0; i < r->n_words; i++) conf += r->words[i].conf;
-  r->confidence = r->n_words ? conf / (float)r->n_words : 0.0f;
-  r->audio_processed = (float)((double)st->samples_fed / st->model_rate);
+  ps_status s = queue_audio(st, x, nx, err, errlen);
+  if (s == PS_OK) s = run_blocks(st, flags, r, err, errlen);
   return s;
 }
