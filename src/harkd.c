@@ -42,7 +42,8 @@ static void usage(FILE *f) {
           "  --grpc-max-concurrent-streams N  calls one gRPC connection may have open\n"
           "                              (HTTP/2 SETTINGS; more are refused) (1024)\n"
           "  --grpc-max-streams-per-connection N  bidirectional streams (speech) one gRPC\n"
-          "                              connection may have open (256; 0: no cap)\n"
+          "                              connection may have open (default: half of\n"
+          "                              --max-streams, 512; 0: no cap)\n"
           "  --grpc-stream-idle-timeout-secs N  end a gRPC stream that sends nothing this\n"
           "                              long, DEADLINE_EXCEEDED (60; 0: never)\n"
           "  --grpc-keepalive-time MS    ping a gRPC client silent this long (7200000)\n"
@@ -240,7 +241,6 @@ int main(int argc, char **argv) {
       /* Triton's keepalive defaults (gRPC core's server defaults). */
       .grpc = {.max_message_bytes = 64u << 20,
                .max_concurrent_streams = 1024,
-               .max_streams_per_connection = 256,
                .stream_idle_timeout_ms = 60000,
                .keepalive_time_ms = 7200000,
                .keepalive_timeout_ms = 20000,
@@ -255,6 +255,7 @@ int main(int argc, char **argv) {
   hark_http_options *ho = &fo.http;
   hark_grpc_options *go = &fo.grpc;
   const char *loads[64];
+  bool streams_per_conn_set = false;
   int c;
   while ((c = getopt_long(argc, argv, "", opts, NULL)) != -1) {
     switch (c) {
@@ -331,6 +332,7 @@ int main(int argc, char **argv) {
     case O_GRPC_STREAMS_CONN:
       go->max_streams_per_connection =
           (uint32_t)parse_num("--grpc-max-streams-per-connection", optarg, 0, 1 << 20);
+      streams_per_conn_set = true;
       break;
     case O_GRPC_STREAM_IDLE:
       go->stream_idle_timeout_ms =
@@ -417,6 +419,10 @@ int main(int argc, char **argv) {
     usage(stderr);
     return 2;
   }
+  /* Riva's clients put every stream on one channel: by default one
+   * connection may hold half the speech streams, never all of them. */
+  if (!streams_per_conn_set)
+    go->max_streams_per_connection = fo.speech.max_streams > 1 ? fo.speech.max_streams / 2 : 1;
   so.load_models = loads;
   if (so.repository_poll_secs > 0 && so.model_control != HARK_MODEL_CONTROL_POLL)
     HARK_WARN("--repository-poll-secs has no effect without --model-control-mode poll");

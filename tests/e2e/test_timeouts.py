@@ -303,7 +303,7 @@ class GrpcLimits(unittest.TestCase):
         cls.server = Harkd(cls.repo, ["--grpc-max-connection-idle", "1000",
                                       "--grpc-max-concurrent-streams", "4",
                                       "--grpc-max-streams-per-connection", "2",
-                                      "--grpc-stream-idle-timeout-secs", "3"], grpc=True)
+                                      "--grpc-stream-idle-timeout-secs", "6"], grpc=True)
         cls.target = f"127.0.0.1:{cls.server.grpc_port}"
 
     @classmethod
@@ -416,7 +416,8 @@ class GrpcLimits(unittest.TestCase):
         ch.close()
         self.assertEqual(ctx.exception.code(), grpc.StatusCode.DEADLINE_EXCEEDED)
         self.assertIn("stream idle timeout", ctx.exception.details())
-        self.assertLess(time.monotonic() - t0, 10)
+        self.assertGreater(time.monotonic() - t0, 4)
+        self.assertLess(time.monotonic() - t0, 20)
 
     def test_ping_flood_gets_enhance_your_calm(self):
         before = limit_hits(self.server, "grpc_ping_strikes")
@@ -435,7 +436,7 @@ class GrpcKeepalive(unittest.TestCase):
     def setUpClass(cls):
         cls.repo = repo("simple")
         cls.server = Harkd(cls.repo, ["--grpc-keepalive-time", "300",
-                                      "--grpc-keepalive-timeout", "500",
+                                      "--grpc-keepalive-timeout", "1500",
                                       "--grpc-keepalive-permit-without-calls", "true",
                                       "--grpc-http2-max-pings-without-data", "0"], grpc=True)
 
