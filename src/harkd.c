@@ -9,12 +9,14 @@
  */
 #include <errno.h>
 #include <getopt.h>
+#include <limits.h>
 #include <pthread.h>
 #include <semaphore.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -81,6 +83,27 @@ static void usage(FILE *f) {
           "  --grpc-port N               gRPC: KServe v2 + health (default 8001; -1 off)\n"
           "  --grpc-address ADDR         gRPC bind address (default: --http-address's)\n"
           "  --grpc-max-message-bytes N  largest gRPC message (default 67108864)\n"
+          "  --grpc-max-concurrent-streams N  calls one gRPC connection may have open\n"
+          "                              (HTTP/2 SETTINGS; more are refused) (1024)\n"
+          "  --grpc-max-streams-per-connection N  bidirectional streams (speech) one gRPC\n"
+          "                              connection may have open (default: half of\n"
+          "                              --max-streams, 512; 0: no cap)\n"
+          "  --grpc-stream-idle-timeout-secs N  end a gRPC stream that sends nothing this\n"
+          "                              long, DEADLINE_EXCEEDED (60; 0: never)\n"
+          "  --grpc-keepalive-time MS    ping a gRPC client silent this long (7200000)\n"
+          "  --grpc-keepalive-timeout MS close it if the ping is unanswered this long (20000)\n"
+          "  --grpc-keepalive-permit-without-calls BOOL  keepalive pings both ways on a\n"
+          "                              connection without calls (false)\n"
+          "  --grpc-http2-max-pings-without-data N  our pings between data (2; 0: any)\n"
+          "  --grpc-http2-min-recv-ping-interval-without-data MS  a client ping sooner is\n"
+          "                              a strike (300000)\n"
+          "  --grpc-http2-max-ping-strikes N  strikes before GOAWAY ENHANCE_YOUR_CALM\n"
+          "                              (2; 0: any)\n"
+          "  --grpc-max-connection-idle MS  GOAWAY and close a connection without calls\n"
+          "                              this long (300000; 0: never)\n"
+          "  --grpc-max-connection-age MS  GOAWAY a connection this old (0: never)\n"
+          "  --grpc-max-connection-age-grace MS  then close it this much later (30000;\n"
+          "                              0: when its calls end)\n"
 
           "  --metrics-port N            Prometheus /metrics (default 8002; -1 off)\n"
           "  --http-address ADDR         bind address (default all interfaces)\n"
@@ -98,7 +121,13 @@ static void usage(FILE *f) {
           "                              can open; turn on for trusted local clients)\n"
           "  --backend-directory DIR     where libhark_<backend>.so live\n"
           "  --http-max-input-size BYTES largest request body (default 67108864)\n"
-          "  --http-body-timeout-secs N  drop a client that stalls mid-request (default 30)\n"
+          "  --http-body-timeout-secs N  drop a client that stalls mid-body this long (30)\n"
+          "  --http-header-timeout-secs N  a request head must be whole within N s (10;\n"
+          "                              408 and close)\n"
+          "  --http-body-deadline-secs N  a request body must be whole within N s of its\n"
+          "                              head (60; 408 and close)\n"
+          "  --send-timeout-secs N       drop a client that reads nothing of what is sent\n"
+          "                              to it for N s: HTTP, WebSocket, gRPC (60)\n"
           "  --http-thread-count N       event loops serving the HTTP and gRPC ports\n"
           "                              (default: one per core, at most 16)\n"
           "  --worker-threads N          CPU worker pool size (default: one per core)\n"
@@ -127,7 +156,7 @@ static void usage(FILE *f) {
 }
 
 static bool parse_bool(const char *s) {
-  return strcmp(s, "true") == 0 || strcmp(s, "1") == 0 || strcmp(s, "on") == 0;
+  return strcasecmp(s, "true") == 0 || strcmp(s, "1") == 0 || strcasecmp(s, "on") == 0;
 }
 
 static long parse_num(const char *flag, const char *s, long lo, long hi) {
@@ -174,7 +203,22 @@ int main(int argc, char **argv) {
     O_EXIT_TIMEOUT,
     O_UNLOAD_TIMEOUT,
     O_HTTP_THREADS,
-    O_INLINE
+    O_INLINE,
+    O_HDRTO,
+    O_BODYDL,
+    O_SENDTO,
+    O_GRPC_MAX_CONC,
+    O_GRPC_STREAMS_CONN,
+    O_GRPC_STREAM_IDLE,
+    O_GRPC_KA_TIME,
+    O_GRPC_KA_TIMEOUT,
+    O_GRPC_KA_PERMIT,
+    O_GRPC_MAX_PINGS,
+    O_GRPC_MIN_PING,
+    O_GRPC_STRIKES,
+    O_GRPC_IDLE,
+    O_GRPC_AGE,
+    O_GRPC_AGE_GRACE
   };
   static const struct option opts[] = {
       {"model-repository", required_argument, 0, O_REPO},
@@ -210,6 +254,21 @@ int main(int argc, char **argv) {
       {"ws-idle-timeout-secs", required_argument, 0, O_WSIDLE},
       {"grpc-address", required_argument, 0, O_GRPC_ADDR},
       {"grpc-max-message-bytes", required_argument, 0, O_GRPC_MAX},
+      {"http-header-timeout-secs", required_argument, 0, O_HDRTO},
+      {"http-body-deadline-secs", required_argument, 0, O_BODYDL},
+      {"send-timeout-secs", required_argument, 0, O_SENDTO},
+      {"grpc-max-concurrent-streams", required_argument, 0, O_GRPC_MAX_CONC},
+      {"grpc-max-streams-per-connection", required_argument, 0, O_GRPC_STREAMS_CONN},
+      {"grpc-stream-idle-timeout-secs", required_argument, 0, O_GRPC_STREAM_IDLE},
+      {"grpc-keepalive-time", required_argument, 0, O_GRPC_KA_TIME},
+      {"grpc-keepalive-timeout", required_argument, 0, O_GRPC_KA_TIMEOUT},
+      {"grpc-keepalive-permit-without-calls", required_argument, 0, O_GRPC_KA_PERMIT},
+      {"grpc-http2-max-pings-without-data", required_argument, 0, O_GRPC_MAX_PINGS},
+      {"grpc-http2-min-recv-ping-interval-without-data", required_argument, 0, O_GRPC_MIN_PING},
+      {"grpc-http2-max-ping-strikes", required_argument, 0, O_GRPC_STRIKES},
+      {"grpc-max-connection-idle", required_argument, 0, O_GRPC_IDLE},
+      {"grpc-max-connection-age", required_argument, 0, O_GRPC_AGE},
+      {"grpc-max-connection-age-grace", required_argument, 0, O_GRPC_AGE_GRACE},
       {"help", no_argument, 0, O_HELP},
       {0, 0, 0, 0}};
   hark_server_options so = {.strict_readiness = true, .inline_max_us = 50};
@@ -218,15 +277,29 @@ int main(int argc, char **argv) {
                .metrics_port = 8002,
                .max_input_size = 64u << 20,
                .body_timeout_secs = 30,
+               .header_timeout_secs = 10,
+               .body_deadline_secs = 60,
+               .send_timeout_secs = 60,
                .ws_max_message = 1u << 20,
                .ws_idle_timeout_secs = 60},
-      .grpc = {.max_message_bytes = 64u << 20},
+      /* Triton's keepalive defaults (gRPC core's server defaults). */
+      .grpc = {.max_message_bytes = 64u << 20,
+               .max_concurrent_streams = 1024,
+               .stream_idle_timeout_ms = 60000,
+               .keepalive_time_ms = 7200000,
+               .keepalive_timeout_ms = 20000,
+               .max_pings_without_data = 2,
+               .min_recv_ping_interval_ms = 300000,
+               .max_ping_strikes = 2,
+               .max_connection_idle_ms = 300000,
+               .max_connection_age_grace_ms = 30000},
       .grpc_port = 8001,
       .speech = {.speech_model = "asr", .max_streams = 1024},
   };
   hark_http_options *ho = &fo.http;
   hark_grpc_options *go = &fo.grpc;
   const char *loads[64];
+  bool streams_per_conn_set = false;
   int c;
   while ((c = getopt_long(argc, argv, "", opts, NULL)) != -1) {
     switch (c) {
@@ -287,6 +360,60 @@ int main(int argc, char **argv) {
     case O_BODYTO:
       ho->body_timeout_secs = (int)parse_num("--http-body-timeout-secs", optarg, 1, 3600);
       break;
+    case O_HDRTO:
+      ho->header_timeout_secs = (int)parse_num("--http-header-timeout-secs", optarg, 1, 3600);
+      break;
+    case O_BODYDL:
+      ho->body_deadline_secs = (int)parse_num("--http-body-deadline-secs", optarg, 1, 86400);
+      break;
+    case O_SENDTO:
+      ho->send_timeout_secs = (int)parse_num("--send-timeout-secs", optarg, 1, 86400);
+      break;
+    case O_GRPC_MAX_CONC:
+      go->max_concurrent_streams =
+          (uint32_t)parse_num("--grpc-max-concurrent-streams", optarg, 1, 1 << 20);
+      break;
+    case O_GRPC_STREAMS_CONN:
+      go->max_streams_per_connection =
+          (uint32_t)parse_num("--grpc-max-streams-per-connection", optarg, 0, 1 << 20);
+      streams_per_conn_set = true;
+      break;
+    case O_GRPC_STREAM_IDLE:
+      go->stream_idle_timeout_ms =
+          1000u * (uint64_t)parse_num("--grpc-stream-idle-timeout-secs", optarg, 0, 86400);
+      break;
+    case O_GRPC_KA_TIME:
+      go->keepalive_time_ms = (uint64_t)parse_num("--grpc-keepalive-time", optarg, 0, INT_MAX);
+      break;
+    case O_GRPC_KA_TIMEOUT:
+      go->keepalive_timeout_ms =
+          (uint64_t)parse_num("--grpc-keepalive-timeout", optarg, 1, INT_MAX);
+      break;
+    case O_GRPC_KA_PERMIT: go->keepalive_permit_without_calls = parse_bool(optarg); break;
+    case O_GRPC_MAX_PINGS:
+      go->max_pings_without_data =
+          (uint32_t)parse_num("--grpc-http2-max-pings-without-data", optarg, 0, INT_MAX);
+      break;
+    case O_GRPC_MIN_PING:
+      go->min_recv_ping_interval_ms = (uint64_t)parse_num(
+          "--grpc-http2-min-recv-ping-interval-without-data", optarg, 0, INT_MAX);
+      break;
+    case O_GRPC_STRIKES:
+      go->max_ping_strikes =
+          (uint32_t)parse_num("--grpc-http2-max-ping-strikes", optarg, 0, INT_MAX);
+      break;
+    case O_GRPC_IDLE:
+      go->max_connection_idle_ms =
+          (uint64_t)parse_num("--grpc-max-connection-idle", optarg, 0, INT_MAX);
+      break;
+    case O_GRPC_AGE:
+      go->max_connection_age_ms =
+          (uint64_t)parse_num("--grpc-max-connection-age", optarg, 0, INT_MAX);
+      break;
+    case O_GRPC_AGE_GRACE:
+      go->max_connection_age_grace_ms =
+          (uint64_t)parse_num("--grpc-max-connection-age-grace", optarg, 0, INT_MAX);
+      break;
     case O_HTTP_THREADS:
       ho->threads = (unsigned)parse_num("--http-thread-count", optarg, 1, HARK_HTTP_MAX_THREADS);
       break;
@@ -336,6 +463,10 @@ int main(int argc, char **argv) {
     usage(stderr);
     return 2;
   }
+  /* Riva's clients put every stream on one channel: by default one
+   * connection may hold half the speech streams, never all of them. */
+  if (!streams_per_conn_set)
+    go->max_streams_per_connection = fo.speech.max_streams > 1 ? fo.speech.max_streams / 2 : 1;
   so.load_models = loads;
   if (so.repository_poll_secs > 0 && so.model_control != HARK_MODEL_CONTROL_POLL)
     HARK_WARN("--repository-poll-secs has no effect without --model-control-mode poll");

@@ -20,6 +20,7 @@
 #include <protobuf-c/protobuf-c.h>
 #include <stdbool.h>
 #include <stddef.h>
+#include <stdint.h>
 
 #include "hark/types.h"
 #include "util/arena.h"
@@ -77,8 +78,39 @@ typedef struct hark_grpc_service {
   size_t n_methods;
 } hark_grpc_service;
 
+/*
+ * Per-connection limits. Times are milliseconds, 0 turns the bound off;
+ * harkd passes Triton's defaults (its --grpc-keepalive-* flags), and the
+ * pings follow gRPC core's server policy (doc/keepalive.md).
+ */
 typedef struct hark_grpc_options {
   size_t max_message_bytes; /* largest message either way; 0 = 64 MiB */
+  /* Calls one connection may have open (SETTINGS_MAX_CONCURRENT_STREAMS:
+   * more are refused with REFUSED_STREAM); 0: 1024. */
+  uint32_t max_concurrent_streams;
+  /* Bidirectional streams (speech, ModelStreamInfer) one connection may
+   * have open: more end RESOURCE_EXHAUSTED; 0: no cap of their own. */
+  uint32_t max_streams_per_connection;
+  /* A stream the client sends nothing on this long while nothing of it is
+   * in the works ends DEADLINE_EXCEEDED. */
+  uint64_t stream_idle_timeout_ms;
+  /* Keepalive: a PING after this long without a byte from the client (on
+   * a connection with calls open, or any with permit_without_calls); no
+   * answer within keepalive_timeout closes the connection; at most
+   * max_pings_without_data of them (0: no cap) between our HEADERS/DATA. */
+  uint64_t keepalive_time_ms, keepalive_timeout_ms;
+  bool keepalive_permit_without_calls;
+  uint32_t max_pings_without_data;
+  /* The client's pings: one sooner than this after the last (2 hours on a
+   * connection without calls unless permit_without_calls) is a strike;
+   * past max_ping_strikes (0: no limit) GOAWAY ENHANCE_YOUR_CALM
+   * "too_many_pings" and close. Our HEADERS or DATA clear the strikes. */
+  uint64_t min_recv_ping_interval_ms;
+  uint32_t max_ping_strikes;
+  /* A connection without calls this long gets GOAWAY (NO_ERROR) and
+   * closes; one this old gets GOAWAY and `max_connection_age_grace_ms` for
+   * its calls to finish, then closes. */
+  uint64_t max_connection_idle_ms, max_connection_age_ms, max_connection_age_grace_ms;
 } hark_grpc_options;
 
 /* ---- lifecycle ------------------------------------------------------------- */

@@ -64,6 +64,7 @@ struct hark_grpc_call {
   hark_http_timer *deadline;
   struct hark_arena *msg_arena; /* the message handle() has, until it returns */
   bool response_started, deferred, trailers_sent;
+  uint64_t last_rx_ns; /* streams: the client last sent a byte (the idle bound) */
   hark_grpc_out *wout; /* the message being written, and how far */
   size_t woff;
   /* any thread, under mu */

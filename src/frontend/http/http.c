@@ -36,6 +36,9 @@
 #define STOP_GRACE_NS (1ull * 1000000000ull)
 #define DEFAULT_MAX_INPUT (64u << 20)
 #define DEFAULT_BODY_TIMEOUT_SECS 30
+#define DEFAULT_HEADER_TIMEOUT_SECS 10
+#define DEFAULT_BODY_DEADLINE_SECS 60
+#define DEFAULT_SEND_TIMEOUT_SECS 60
 
 bool hark_http_stopping(const hark_http *http) { return atomic_load(&http->stop); }
 
@@ -59,6 +62,8 @@ static int lws_event(struct lws *wsi, enum lws_callback_reasons reason, void *us
   case LWS_CALLBACK_CLOSED_HTTP:
     if (c) hark_http_on_closed(c);
     return 0;
+  case LWS_CALLBACK_SERVER_NEW_CLIENT_INSTANTIATED: hark_http_on_accept(wsi); return 0;
+  case LWS_CALLBACK_TIMER: return hark_http_on_timer(wsi, c);
   case LWS_CALLBACK_EVENT_WAIT_CANCELLED:
     if (loop) hark_http_drain_calls(loop);
     return 0;
@@ -284,6 +289,11 @@ static struct lws_vhost *make_vhost(hark_http_loop *loop, const char *name, int 
   info.protocols = protocols;
   info.keepalive_timeout = 75; /* nginx's default idle keep-alive */
   info.timeout_secs = (unsigned)http->opts.body_timeout_secs;
+  /* lws holds a request's header table this long from the head's first
+   * byte: the header bound of a kept-alive connection's later requests,
+   * whose first byte only lws sees (exchange.c times the first request's
+   * head itself, a second sooner, and answers 408). */
+  info.timeout_secs_ah_idle = (unsigned)http->opts.header_timeout_secs + 1;
   info.options = LWS_SERVER_OPTION_FAIL_UPON_UNABLE_TO_BIND;
   /* lws binds an IPv4 address only on an IPv4 socket. */
   if (info.iface && strchr(info.iface, '.')) info.options |= LWS_SERVER_OPTION_DISABLE_IPV6;
@@ -378,6 +388,11 @@ hark_error *hark_http_new(const hark_http_options *opts, const hark_http_handler
   http->opts = *opts;
   if (!http->opts.max_input_size) http->opts.max_input_size = DEFAULT_MAX_INPUT;
   if (http->opts.body_timeout_secs <= 0) http->opts.body_timeout_secs = DEFAULT_BODY_TIMEOUT_SECS;
+  if (http->opts.header_timeout_secs <= 0)
+    http->opts.header_timeout_secs = DEFAULT_HEADER_TIMEOUT_SECS;
+  if (http->opts.body_deadline_secs <= 0)
+    http->opts.body_deadline_secs = DEFAULT_BODY_DEADLINE_SECS;
+  if (http->opts.send_timeout_secs <= 0) http->opts.send_timeout_secs = DEFAULT_SEND_TIMEOUT_SECS;
   atomic_init(&http->stop, false);
   atomic_init(&http->stop_now, false);
   atomic_init(&http->draining, false);

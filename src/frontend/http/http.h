@@ -123,6 +123,13 @@ typedef struct hark_http_options {
                                0: 64 MiB */
   int body_timeout_secs;    /* a client that stalls mid-request longer than
                                this is dropped; 0: 30 */
+  int header_timeout_secs;  /* a request's head must be in within this
+                               (--http-header-timeout-secs); 0: 10 */
+  int body_deadline_secs;   /* ... and its body within this of the head
+                               (--http-body-deadline-secs); 0: 60 */
+  int send_timeout_secs;    /* a client that reads nothing of what is sent
+                               to it this long is dropped, on every port
+                               (--send-timeout-secs); 0: 60 */
   unsigned threads;         /* event loops on the HTTP port
                                (--http-thread-count); 0: one per core */
   size_t ws_max_message;    /* largest WebSocket message; 0: 1 MiB */
@@ -289,6 +296,31 @@ void hark_ws_close(hark_ws *ws, int code, const char *reason);
  * transport also pauses while too many of its messages wait unsent. */
 void hark_ws_pause(hark_ws *ws, bool pause);
 bool hark_ws_closing(const hark_ws *ws);
+
+/* ---- limits (limits.c) ------------------------------------------------------ */
+
+/* What a client ran into: each is counted (hark_limit_hits_total on
+ * /metrics) and logged, at most once a second per kind. */
+typedef enum hark_limit {
+  HARK_LIMIT_HTTP_HEADER_TIMEOUT = 0,
+  HARK_LIMIT_HTTP_BODY_TIMEOUT,
+  HARK_LIMIT_SEND_TIMEOUT,
+  HARK_LIMIT_WS_IDLE_TIMEOUT,
+  HARK_LIMIT_GRPC_IDLE,
+  HARK_LIMIT_GRPC_MAX_AGE,
+  HARK_LIMIT_GRPC_KEEPALIVE_TIMEOUT,
+  HARK_LIMIT_GRPC_PING_STRIKES,
+  HARK_LIMIT_GRPC_STREAMS_PER_CONNECTION,
+  HARK_LIMIT_GRPC_STREAM_IDLE,
+  HARK_LIMIT_COUNT
+} hark_limit;
+
+/* Any thread: counts one hit of `limit` and logs the line (printf-style),
+ * unless that kind logged less than a second ago (the next line says how
+ * many were not logged). */
+void hark_limit_hit(hark_limit limit, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+/* Every limit's count in Prometheus text, appended to `b`. */
+void hark_limit_render(hark_buf *b);
 
 /* WebSocket close codes (RFC 6455 section 7.4.1); a close reason holds at
  * most 123 bytes. */

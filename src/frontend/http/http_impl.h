@@ -25,6 +25,16 @@ typedef enum conn_state {
   CONN_LINGER,   /* replied early: discarding the unread body, then close */
 } conn_state;
 
+/* What a connection's timer (lws_set_timer_usecs) is counting down: one
+ * bound at a time, by what the connection waits for. */
+typedef enum conn_timer {
+  TIMER_NONE = 0, /* or the first request's head, armed at accept
+                     (--http-header-timeout-secs) */
+  TIMER_BODY,     /* the whole body (--http-body-deadline-secs) */
+  TIMER_SEND,     /* progress writing the reply (--send-timeout-secs) */
+  TIMER_LINGER,   /* dropping an unread body after an early reply */
+} conn_timer;
+
 /* Per-connection state: lws allocates it zeroed; only the loop touches it. */
 struct hark_http_conn {
   struct lws *wsi;
@@ -43,6 +53,7 @@ struct hark_http_conn {
   size_t out_off;
   hark_http_call *call; /* the exchange's call, or NULL */
   hark_ws *ws;          /* a WebSocket connection's state (ws.c) */
+  conn_timer timer;
 };
 
 /* A raw connection's state: lws allocates it zeroed (raw.c). */
@@ -51,7 +62,8 @@ struct hark_raw {
   hark_http_loop *loop;
   hark_raw *prev, *next; /* loop->raws */
   void *conn;            /* the service's */
-  bool paused;
+  bool paused, killed;
+  uint64_t choked_ns; /* since when the socket takes nothing; 0: it does */
 };
 
 /* One event loop: an lws context (info.user points here) with a vhost on
@@ -125,6 +137,14 @@ int hark_http_on_body_done(hark_http_conn *c);
 int hark_http_on_writable(hark_http_conn *c);
 /* LWS_CALLBACK_CLOSED_HTTP. */
 void hark_http_on_closed(hark_http_conn *c);
+/* LWS_CALLBACK_SERVER_NEW_CLIENT_INSTANTIATED: a new connection, whose
+ * first request's head is due (its state may not exist yet). */
+void hark_http_on_accept(struct lws *wsi);
+/* LWS_CALLBACK_TIMER: the bound the connection's timer counted passed
+ * (`c` may be NULL: the head's, armed at accept); -1 closes it. */
+int hark_http_on_timer(struct lws *wsi, hark_http_conn *c);
+/* Stops the connection's timer (it became a WebSocket). */
+void hark_http_timer_stop(hark_http_conn *c);
 
 /* ---- raw.c --------------------------------------------------------------------- */
 
@@ -134,6 +154,9 @@ int hark_raw_on_event(struct lws *wsi, enum lws_callback_reasons reason, void *u
 /* Shutting down: closes every raw connection of the loop (once); true
  * while any is open. */
 bool hark_raw_close_all(hark_http_loop *loop);
+/* The loop's once-a-second check: drops the raw connections whose client
+ * read nothing for the send timeout. */
+void hark_raw_sweep(hark_http_loop *loop);
 
 /* ---- ws.c --------------------------------------------------------------------- */
 

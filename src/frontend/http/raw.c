@@ -28,7 +28,9 @@ int hark_raw_write(hark_raw *raw, uint8_t *data, size_t len) {
 }
 
 bool hark_raw_choked(hark_raw *raw) {
-  return lws_send_pipe_choked(raw->wsi) || lws_partial_buffered(raw->wsi);
+  bool choked = lws_send_pipe_choked(raw->wsi) || lws_partial_buffered(raw->wsi);
+  if (choked && !raw->choked_ns) raw->choked_ns = hark_now_ns(); /* the send timeout runs */
+  return choked;
 }
 
 void hark_raw_want_write(hark_raw *raw) { lws_callback_on_writable(raw->wsi); }
@@ -65,6 +67,7 @@ int hark_raw_on_event(struct lws *wsi, enum lws_callback_reasons reason, void *u
     return h->rx(raw->conn, in, len) < 0 ? -1 : 0;
   case LWS_CALLBACK_RAW_WRITEABLE:
     if (!raw || !raw->conn) return 0;
+    raw->choked_ns = 0; /* the client reads */
     return h->writable(raw->conn) < 0 ? -1 : 0;
   case LWS_CALLBACK_RAW_CLOSE:
     if (!raw || !raw->loop) return 0;
@@ -88,6 +91,19 @@ bool hark_raw_close_all(hark_http_loop *loop) {
     for (hark_raw *raw = loop->raws; raw; raw = raw->next) hark_raw_close(raw);
   }
   return loop->raws != NULL;
+}
+
+void hark_raw_sweep(hark_http_loop *loop) {
+  const hark_http_options *o = &loop->http->opts;
+  uint64_t now = hark_now_ns(), limit = (uint64_t)o->send_timeout_secs * 1000000000ull;
+  for (hark_raw *raw = loop->raws; raw; raw = raw->next) {
+    if (!raw->choked_ns || raw->killed || now - raw->choked_ns < limit) continue;
+    raw->killed = true;
+    hark_limit_hit(HARK_LIMIT_SEND_TIMEOUT,
+                   "grpc: a client read nothing for %d s (--send-timeout-secs): closing",
+                   o->send_timeout_secs);
+    hark_raw_close(raw);
+  }
 }
 
 /* ---- timers ----------------------------------------------------------------- */

@@ -419,8 +419,11 @@ static void handle_get(hark_server *server, bool shm_on, hark_http_conn *c,
       hark_http_reply_error(c, 0, hark_error_new(HARK_ERR_INTERNAL, "cannot render metrics"));
       return;
     }
-    hark_http_reply_text(c, 200, "text/plain; version=0.0.4; charset=utf-8", text, strlen(text));
+    hark_http_body_begin(&b);
+    hark_buf_puts(&b, text);
     free(text);
+    hark_limit_render(&b); /* the transports' own counters */
+    hark_http_reply(c, 200, "text/plain; version=0.0.4; charset=utf-8", &b, NULL, NULL);
     return;
   }
   case HARK_ROUTE_MODEL_META:
