@@ -18,6 +18,7 @@ import ssl
 import subprocess
 import sys
 import tempfile
+import time
 import unittest
 
 import grpc
@@ -284,6 +285,14 @@ class TlsAndRestrictedApis(unittest.TestCase):
             self.assertEqual(cm.exception.code(), grpc.StatusCode.UNAVAILABLE)
         finally:
             plain.close()
+
+
+    def test_a_silent_client_is_dropped_after_the_handshake_timeout(self):
+        with socket.create_connection(("127.0.0.1", self.server.grpc_port), 10) as s:
+            s.settimeout(20)
+            t0 = time.monotonic()
+            self.assertEqual(s.recv(100), b"")  # closed, without a byte of TLS
+            self.assertLess(time.monotonic() - t0, 18)
 
 
 class MutualTls(unittest.TestCase):

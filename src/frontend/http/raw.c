@@ -49,12 +49,16 @@ int hark_raw_write(hark_raw *raw, uint8_t *data, size_t len) {
 /* TLS: the bytes read go through the session; the handler's connection
  * opens when the handshake is done and reads the plaintext. */
 #define TLS_READ_CHUNK (16u * 1024u)
+/* A client that has not finished its handshake this long after it
+ * connected is dropped (nginx gives it its header timeout). */
+#define TLS_HANDSHAKE_SECS 10
 static int tls_rx(hark_raw *raw, const hark_raw_handler *h, const void *in, size_t len) {
   hark_tls_conn_feed(raw->tls, in, len);
   if (!raw->conn) {
     int rc = hark_tls_conn_handshake(raw->tls);
     if (tls_flush(raw) < 0 || rc < 0) return -1; /* the alert went out first */
     if (rc == 0) return 0;
+    lws_set_timeout(raw->wsi, NO_PENDING_TIMEOUT, 0);
     if (!(raw->conn = h->open(raw->loop->http->handler->raw_userp, raw))) return -1;
   }
   uint8_t buf[TLS_READ_CHUNK];
@@ -99,8 +103,10 @@ int hark_raw_on_event(struct lws *wsi, enum lws_callback_reasons reason, void *u
     raw->next = loop->raws;
     if (raw->next) raw->next->prev = raw;
     loop->raws = raw;
-    if (loop->http->opts.raw_tls) /* the handler's connection opens after the handshake */
+    if (loop->http->opts.raw_tls) { /* the handler's connection opens after the handshake */
+      lws_set_timeout(wsi, PENDING_TIMEOUT_SSL_ACCEPT, TLS_HANDSHAKE_SECS);
       return (raw->tls = hark_tls_conn_new(loop->http->opts.raw_tls)) ? 0 : -1;
+    }
     raw->conn = h->open(loop->http->handler->raw_userp, raw);
     return raw->conn ? 0 : -1;
   case LWS_CALLBACK_RAW_RX:
