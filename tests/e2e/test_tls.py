@@ -139,7 +139,9 @@ class TlsAndRestrictedApis(unittest.TestCase):
             f"--grpc-restricted-protocol=inference,model-repository:{KEY}={SECRET}",
             "--grpc-restricted-protocol=statistics:other-key=x"], grpc=True, tls=True)
         creds = grpc.ssl_channel_credentials(root_certificates=read("ca.crt"))
-        cls.channel = grpc.secure_channel(f"localhost:{cls.server.grpc_port}", creds)
+        cls.channel = grpc.secure_channel(f"localhost:{cls.server.grpc_port}", creds,
+                                          options=[("grpc.max_receive_message_length", 64 << 20),
+                                                   ("grpc.max_send_message_length", 64 << 20)])
 
     @classmethod
     def tearDownClass(cls):
@@ -246,6 +248,18 @@ class TlsAndRestrictedApis(unittest.TestCase):
         self.assertIn(f"expecting header '{KEY}'", cm.exception.details())
         resp = model_infer(self.channel, ((KEY, SECRET),))
         self.assertEqual(resp.model_name, "simple")
+
+    def test_grpc_large_messages_both_ways(self):
+        """Megabytes each way: TLS records across many socket writes, while
+        the socket is full, in order."""
+        stub = pb_grpc.GRPCInferenceServiceStub(self.channel)
+        data = os.urandom(8 << 20)
+        req = pb.ModelInferRequest(model_name="identity")
+        req.inputs.add(name="INPUT_UINT8", datatype="UINT8", shape=[1, len(data)])
+        req.raw_input_contents.append(data)
+        for _ in range(3):
+            resp = stub.ModelInfer(req, timeout=60, metadata=((KEY, SECRET),))
+            self.assertEqual(resp.raw_output_contents[0], data)
 
     def test_grpc_restricted_statistics_takes_its_own_header(self):
         stub = pb_grpc.GRPCInferenceServiceStub(self.channel)
