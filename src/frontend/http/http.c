@@ -152,7 +152,9 @@ static int on_listen_event(struct lws *wsi, enum lws_callback_reasons reason, vo
             : lws_adopt_descriptor_vhost(loop->vh_http,
                                          LWS_ADOPT_SOCKET | LWS_ADOPT_HTTP | LWS_ADOPT_ALLOW_SSL,
                                          desc, NULL, NULL);
-    if (!taken) /* lws closed fd */
+    if (!taken && !raw && loop->http->opts.tls_cert) /* lws closed fd */
+      HARK_VERBOSE("http: a connection failed its TLS handshake at once (plain HTTP?)");
+    else if (!taken)
       HARK_WARN("http: cannot take a new connection (out of memory?)");
   }
   return 0;

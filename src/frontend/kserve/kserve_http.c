@@ -598,7 +598,10 @@ static void on_head(void *userp, hark_http_conn *c, const hark_http_request *req
   char msg[256];
   if (!hark_http_allowed(c, route_api(rt.kind), msg, sizeof msg)) {
     hark_kserve_route_clear(&rt);
-    hark_http_reply_error(c, 403, hark_error_new(HARK_ERR_INVALID_ARG, "%s", msg));
+    if (req->method == HARK_HTTP_HEAD) /* a HEAD reply must not carry a body */
+      hark_http_reply_text(c, 403, NULL, NULL, 0);
+    else
+      hark_http_reply_error(c, 403, hark_error_new(HARK_ERR_INVALID_ARG, "%s", msg));
     return;
   }
   /* Draining: no new work (answered before the body is read, so the
