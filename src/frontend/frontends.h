@@ -11,8 +11,8 @@
 
 #include "frontend/grpc/grpc.h"
 #include "frontend/http/http.h"
+#include "frontend/security/tls.h"
 #include "frontend/speech/speech.h"
-#include "frontend/tls.h"
 #include "hark/server.h"
 
 typedef struct hark_frontends hark_frontends;

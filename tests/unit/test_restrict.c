@@ -1,4 +1,4 @@
-/* Unit tests for src/frontend/restrict.c: Triton's restricted-API flags,
+/* Unit tests for src/frontend/security/restrict.c: Triton's restricted-API flags,
  * parsed, and the checks the front ends make with them. */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -9,7 +9,7 @@
 
 #include <cmocka.h>
 
-#include "frontend/restrict.h"
+#include "frontend/security/restrict.h"
 
 static void expect_refused(hark_restrict *r, const char *spec, const char *words) {
   hark_error *err = hark_restrict_add(r, "--http-restricted-api", spec);

@@ -21,7 +21,7 @@
 #include <stdbool.h>
 #include <stddef.h>
 
-#include "frontend/restrict.h"
+#include "frontend/security/restrict.h"
 #include "hark/types.h"
 #include "util/arena.h"
 

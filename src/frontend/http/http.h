@@ -23,7 +23,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "frontend/restrict.h"
+#include "frontend/security/restrict.h"
 #include "hark/types.h"
 #include "util/buf.h"
 
@@ -141,7 +141,7 @@ typedef struct hark_http_options {
    * and key (PEM files; NULL: plain HTTP). */
   const char *tls_cert, *tls_key;
   /* --grpc-use-ssl: raw connections speak TLS with this context, hark's
-   * own (tls.h), before the raw handler sees a byte (NULL: plain). */
+   * own (security/tls.h), before the raw handler sees a byte (NULL: plain). */
   struct hark_tls *raw_tls;
   /* --metrics-address: the metrics port's bind address (NULL: `address`). */
   const char *metrics_address;

@@ -8,7 +8,7 @@
  * timers, for services that want one on a loop. Loop thread only.
  *
  * With opts.raw_tls (--grpc-use-ssl) each connection is a TLS session
- * (frontend/tls.c): the bytes read are decrypted before the handler sees
+ * (frontend/security/tls.c): the bytes read are decrypted before the handler sees
  * them, and its writes are encrypted on their way out; the handler's
  * connection opens only once the handshake is done.
  */
@@ -16,7 +16,7 @@
 #include <string.h>
 
 #include "frontend/http/http_impl.h"
-#include "frontend/tls.h"
+#include "frontend/security/tls.h"
 #include "util/alloc.h"
 #include "util/log.h"
 

@@ -10,7 +10,7 @@
 #include <string.h>
 
 #include "frontend/kserve/kserve.h"
-#include "frontend/restrict.h"
+#include "frontend/security/restrict.h"
 #include "hark/backend.h"
 #include "hark/config.h"
 #include "util/alloc.h"

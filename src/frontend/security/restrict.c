@@ -4,7 +4,7 @@
  * "<category>[,<category>...]:<header>=<value>". Built once at start;
  * only read afterwards.
  */
-#include "frontend/restrict.h"
+#include "frontend/security/restrict.h"
 
 #include <ctype.h>
 #include <stdio.h>

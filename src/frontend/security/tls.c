@@ -5,7 +5,7 @@
  * OpenSSL: what the socket read is fed in, what OpenSSL has to send is
  * taken out and written by the raw transport.
  */
-#include "frontend/tls.h"
+#include "frontend/security/tls.h"
 
 #include <errno.h>
 #include <openssl/err.h>
