@@ -294,6 +294,7 @@ static struct lws_vhost *make_vhost(hark_http_loop *loop, const char *name, int 
     info.ssl_private_key_filepath = http->opts.tls_key;
     info.alpn = "http/1.1";
     info.options |= LWS_SERVER_OPTION_DO_SSL_GLOBAL_INIT; /* lws reads it per vhost too */
+    info.provided_client_ssl_ctx = http->tls_client_ctx;
   }
   info.protocols = protocols;
   info.keepalive_timeout = 75; /* nginx's default idle keep-alive */
@@ -415,6 +416,11 @@ hark_error *hark_http_new(const hark_http_options *opts, const hark_http_handler
     return hark_error_new(HARK_ERR_UNAVAILABLE, "cannot listen for gRPC on %s:%d (in use?)",
                           raw_address ? raw_address : "0.0.0.0", opts->raw_port);
   }
+  /* lws makes each TLS vhost a client context too (the system's CA
+   * bundle, for connections it would make), and 4.1 leaks all but the
+   * first context's: give them one, empty — hark makes no connections. */
+  if (opts->tls_cert && !(http->tls_client_ctx = SSL_CTX_new(TLS_client_method())))
+    hark_oom("TLS client context", 0);
   http->loops = hark_xcalloc(http->n_loops, sizeof *http->loops);
   for (unsigned i = 0; i < http->n_loops; i++) {
     hark_error *err = loop_new(http, i);
@@ -590,5 +596,6 @@ void hark_http_free(hark_http *http) {
   for (unsigned i = 0; i < http->n_loops; i++)
     if (http->loops[i]) loop_free(http->loops[i]);
   free(http->loops);
+  if (http->tls_client_ctx) SSL_CTX_free(http->tls_client_ctx); /* no vhost holds it now */
   free(http);
 }

@@ -100,8 +100,9 @@ struct hark_http {
   atomic_bool draining;       /* hark_http_drain was called */
   _Atomic uint32_t n_sockets; /* open WebSockets, all loops */
   unsigned n_loops;
-  hark_http_loop **loops; /* each its own allocation: no false sharing */
-  int raw_port;           /* bound, or -1 */
+  hark_http_loop **loops;  /* each its own allocation: no false sharing */
+  int raw_port;            /* bound, or -1 */
+  SSL_CTX *tls_client_ctx; /* --http-use-ssl: what lws's vhosts take as theirs */
 };
 
 /* lws's TLS callbacks (--http-use-ssl) come to the HTTP protocol with
