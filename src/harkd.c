@@ -106,6 +106,24 @@ static void usage(FILE *f) {
           "                              0: when its calls end)\n"
 
           "  --metrics-port N            Prometheus /metrics (default 8002; -1 off)\n"
+          "  --http-restricted-api CATEGORIES:HEADER=VALUE\n"
+          "                              HTTP endpoints of these categories (health,\n"
+          "                              metadata, inference, shared-memory, model-config,\n"
+          "                              model-repository, statistics, trace, logging;\n"
+          "                              comma-separated) answer 403 without the header\n"
+          "                              (repeatable; docs/security.md)\n"
+          "  --grpc-restricted-protocol CATEGORIES:HEADER=VALUE\n"
+          "                              the same for gRPC methods (PERMISSION_DENIED)\n"
+          "  --http-use-ssl BOOL         HTTPS and wss:// on the HTTP port (default false)\n"
+          "  --http-server-cert FILE     its certificate (chain), PEM\n"
+          "  --http-server-key FILE      its private key, PEM\n"
+          "  --grpc-use-ssl BOOL         TLS on the gRPC port (default false)\n"
+          "  --grpc-use-ssl-mutual BOOL  TLS, and clients must show a certificate signed\n"
+          "                              by --grpc-root-cert (default false)\n"
+          "  --grpc-server-cert FILE     the gRPC port's certificate (chain), PEM\n"
+          "  --grpc-server-key FILE      its private key, PEM\n"
+          "  --grpc-root-cert FILE       CA certificates client certificates must chain to\n"
+          "  --metrics-address ADDR      metrics bind address (default: --http-address's)\n"
           "  --http-address ADDR         bind address (default all interfaces)\n"
           "  --model-control-mode MODE   none (load all at start) | explicit | poll\n"
           "  --load-model NAME           with explicit: load NAME at start (repeatable; * = all)\n"
@@ -159,6 +177,14 @@ static bool parse_bool(const char *s) {
   return strcasecmp(s, "true") == 0 || strcmp(s, "1") == 0 || strcasecmp(s, "on") == 0;
 }
 
+/* A boolean flag of the TLS family: a typo must not leave a port plain. */
+static bool parse_strict_bool(const char *flag, const char *s) {
+  if (!strcmp(s, "true") || !strcmp(s, "1") || !strcmp(s, "on")) return true;
+  if (!strcmp(s, "false") || !strcmp(s, "0") || !strcmp(s, "off")) return false;
+  fprintf(stderr, "harkd: %s expects true or false, got '%s'\n", flag, s);
+  exit(2);
+}
+
 static long parse_num(const char *flag, const char *s, long lo, long hi) {
   char *end;
   long v = strtol(s, &end, 10);
@@ -167,6 +193,43 @@ static long parse_num(const char *flag, const char *s, long lo, long hi) {
     exit(2);
   }
   return v;
+}
+
+/* The TLS flags as Triton reads them: -mutual implies TLS; a port with
+ * TLS needs its certificate and key. False (said why) when they do not
+ * add up. */
+static bool tls_flags(hark_frontend_options *fo, bool http_ssl, const char *http_cert,
+                      const char *http_key) {
+  if (http_ssl) {
+    if (!http_cert || !http_key) {
+      fprintf(stderr, "harkd: --http-use-ssl needs --http-server-cert and --http-server-key\n");
+      return false;
+    }
+    fo->http.tls_cert = http_cert;
+    fo->http.tls_key = http_key;
+  } else if (http_cert || http_key) {
+    HARK_WARN("--http-server-cert/--http-server-key have no effect without --http-use-ssl true");
+  }
+  hark_tls_options *t = &fo->grpc_tls;
+  if (t->mutual) fo->grpc_use_ssl = true;
+  t->cert_flag = "--grpc-server-cert";
+  t->key_flag = "--grpc-server-key";
+  t->root_flag = "--grpc-root-cert";
+  if (fo->grpc_use_ssl && (!t->cert || !t->key)) {
+    fprintf(stderr, "harkd: --grpc-use-ssl needs --grpc-server-cert and --grpc-server-key\n");
+    return false;
+  }
+  if (t->mutual && !t->root) {
+    fprintf(stderr,
+            "harkd: --grpc-use-ssl-mutual needs --grpc-root-cert (the CA that signs "
+            "client certificates)\n");
+    return false;
+  }
+  if (!fo->grpc_use_ssl && (t->cert || t->key || t->root))
+    HARK_WARN(
+        "--grpc-server-cert/--grpc-server-key/--grpc-root-cert have no effect without "
+        "--grpc-use-ssl true");
+  return true;
 }
 
 int main(int argc, char **argv) {
@@ -218,7 +281,18 @@ int main(int argc, char **argv) {
     O_GRPC_STRIKES,
     O_GRPC_IDLE,
     O_GRPC_AGE,
-    O_GRPC_AGE_GRACE
+    O_GRPC_AGE_GRACE,
+    O_HTTP_RESTRICT,
+    O_GRPC_RESTRICT,
+    O_HTTP_SSL,
+    O_HTTP_CERT,
+    O_HTTP_KEY,
+    O_GRPC_SSL,
+    O_GRPC_MUTUAL,
+    O_GRPC_CERT,
+    O_GRPC_KEY,
+    O_GRPC_ROOT,
+    O_METRICS_ADDR
   };
   static const struct option opts[] = {
       {"model-repository", required_argument, 0, O_REPO},
@@ -269,6 +343,17 @@ int main(int argc, char **argv) {
       {"grpc-max-connection-idle", required_argument, 0, O_GRPC_IDLE},
       {"grpc-max-connection-age", required_argument, 0, O_GRPC_AGE},
       {"grpc-max-connection-age-grace", required_argument, 0, O_GRPC_AGE_GRACE},
+      {"http-restricted-api", required_argument, 0, O_HTTP_RESTRICT},
+      {"grpc-restricted-protocol", required_argument, 0, O_GRPC_RESTRICT},
+      {"http-use-ssl", required_argument, 0, O_HTTP_SSL},
+      {"http-server-cert", required_argument, 0, O_HTTP_CERT},
+      {"http-server-key", required_argument, 0, O_HTTP_KEY},
+      {"grpc-use-ssl", required_argument, 0, O_GRPC_SSL},
+      {"grpc-use-ssl-mutual", required_argument, 0, O_GRPC_MUTUAL},
+      {"grpc-server-cert", required_argument, 0, O_GRPC_CERT},
+      {"grpc-server-key", required_argument, 0, O_GRPC_KEY},
+      {"grpc-root-cert", required_argument, 0, O_GRPC_ROOT},
+      {"metrics-address", required_argument, 0, O_METRICS_ADDR},
       {"help", no_argument, 0, O_HELP},
       {0, 0, 0, 0}};
   hark_server_options so = {.strict_readiness = true, .inline_max_us = 50};
@@ -300,6 +385,14 @@ int main(int argc, char **argv) {
   hark_grpc_options *go = &fo.grpc;
   const char *loads[64];
   bool streams_per_conn_set = false;
+  bool http_ssl = false;
+  const char *http_cert = NULL, *http_key = NULL;
+  /* Static: still reachable (not a leak) on the early exits below. */
+  static hark_restrict *http_restrict, *grpc_restrict;
+  http_restrict = hark_restrict_new();
+  grpc_restrict = hark_restrict_new();
+  ho->restricted = http_restrict;
+  go->restricted = grpc_restrict;
   int c;
   while ((c = getopt_long(argc, argv, "", opts, NULL)) != -1) {
     switch (c) {
@@ -455,6 +548,30 @@ int main(int argc, char **argv) {
     case O_WSIDLE:
       ho->ws_idle_timeout_secs = (int)parse_num("--ws-idle-timeout-secs", optarg, 1, 86400);
       break;
+    case O_HTTP_RESTRICT:
+    case O_GRPC_RESTRICT: {
+      bool http = c == O_HTTP_RESTRICT;
+      hark_error *err =
+          hark_restrict_add(http ? http_restrict : grpc_restrict,
+                            http ? "--http-restricted-api" : "--grpc-restricted-protocol", optarg);
+      if (err) {
+        fprintf(stderr, "harkd: %s\n", hark_error_message(err));
+        hark_error_free(err);
+        return 2;
+      }
+      break;
+    }
+    case O_HTTP_SSL: http_ssl = parse_strict_bool("--http-use-ssl", optarg); break;
+    case O_HTTP_CERT: http_cert = optarg; break;
+    case O_HTTP_KEY: http_key = optarg; break;
+    case O_GRPC_SSL: fo.grpc_use_ssl = parse_strict_bool("--grpc-use-ssl", optarg); break;
+    case O_GRPC_MUTUAL:
+      fo.grpc_tls.mutual = parse_strict_bool("--grpc-use-ssl-mutual", optarg);
+      break;
+    case O_GRPC_CERT: fo.grpc_tls.cert = optarg; break;
+    case O_GRPC_KEY: fo.grpc_tls.key = optarg; break;
+    case O_GRPC_ROOT: fo.grpc_tls.root = optarg; break;
+    case O_METRICS_ADDR: ho->metrics_address = optarg; break;
     case O_HELP: usage(stdout); return 0;
     default: usage(stderr); return 2;
     }
@@ -467,6 +584,7 @@ int main(int argc, char **argv) {
    * connection may hold half the speech streams, never all of them. */
   if (!streams_per_conn_set)
     go->max_streams_per_connection = fo.speech.max_streams > 1 ? fo.speech.max_streams / 2 : 1;
+  if (!tls_flags(&fo, http_ssl, http_cert, http_key)) return 2;
   so.load_models = loads;
   if (so.repository_poll_secs > 0 && so.model_control != HARK_MODEL_CONTROL_POLL)
     HARK_WARN("--repository-poll-secs has no effect without --model-control-mode poll");
@@ -505,12 +623,16 @@ int main(int argc, char **argv) {
   if (fo.grpc_port >= 0)
     HARK_INFO("Started GRPCInferenceService at %s:%d", gaddr,
               hark_frontends_grpc_port(g_frontends));
-  if (ho->metrics_port >= 0) HARK_INFO("Started Metrics Service at %s:%d", addr, ho->metrics_port);
+  if (ho->metrics_port >= 0)
+    HARK_INFO("Started Metrics Service at %s:%d", ho->metrics_address ? ho->metrics_address : addr,
+              ho->metrics_port);
   hark_frontends_run(g_frontends); /* returns once drained, timed out or stopped */
   HARK_INFO("shutting down");
   hark_frontends *f = g_frontends;
   g_frontends = NULL;
   hark_frontends_free(f); /* waits for the requests in flight */
   hark_server_free(server);
+  hark_restrict_free(http_restrict);
+  hark_restrict_free(grpc_restrict);
   return 0;
 }

@@ -22,6 +22,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "frontend/security/restrict.h"
 #include "hark/types.h"
 #include "util/arena.h"
 
@@ -70,6 +71,7 @@ typedef struct hark_grpc_method {
   unsigned flags;
   void (*half_close)(hark_grpc_call *c);
   void (*closed)(hark_grpc_call *c);
+  hark_api api; /* its category (--grpc-restricted-protocol); required */
 } hark_grpc_method;
 
 typedef struct hark_grpc_service {
@@ -111,6 +113,11 @@ typedef struct hark_grpc_options {
    * closes; one this old gets GOAWAY and `max_connection_age_grace_ms` for
    * its calls to finish, then closes. */
   uint64_t max_connection_idle_ms, max_connection_age_ms, max_connection_age_grace_ms;
+  /* --grpc-restricted-protocol (NULL: nothing restricted): a call to a
+   * method of a restricted category without the metadata gets
+   * PERMISSION_DENIED before its handler runs. Must outlive the
+   * transport. */
+  const hark_restrict *restricted;
 } hark_grpc_options;
 
 /* ---- lifecycle ------------------------------------------------------------- */
@@ -147,6 +154,9 @@ void *hark_grpc_call_state(const hark_grpc_call *c);
 /* Inside handle(): the message handed to it outlives the call to it; the
  * caller owns the arena that holds it (free with hark_arena_free). */
 hark_arena *hark_grpc_take_message(hark_grpc_call *c);
+/* Whether the call's metadata would let it reach a method of category
+ * `api` (a service that shows more to some clients asks). */
+bool hark_grpc_call_allowed(const hark_grpc_call *c, hark_api api);
 /* A stream the client cancelled (or whose deadline passed); meaningful
  * once the call is over. */
 bool hark_grpc_call_cancelled(const hark_grpc_call *c);

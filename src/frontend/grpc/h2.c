@@ -406,6 +406,11 @@ static void dispatch(h2conn *h, hark_grpc_call *c) {
     finish(c, HARK_GRPC_INTERNAL, "content-type is not application/grpc");
     return;
   }
+  if (!hark_grpc_call_allowed(c, c->reg->m->api)) { /* --grpc-restricted-protocol */
+    hark_restrict_message(h->g->opts.restricted, c->reg->m->api, text, sizeof text);
+    finish(c, HARK_GRPC_PERMISSION_DENIED, text);
+    return;
+  }
   if ((c->reg->m->flags & HARK_GRPC_REFUSE_DRAINING) && atomic_load(&h->g->draining)) {
     /* A drain lets the calls already open finish; new ones go elsewhere. */
     finish(c, HARK_GRPC_UNAVAILABLE, "Server is shutting down");
@@ -508,6 +513,8 @@ static int on_header(nghttp2_session *s, const nghttp2_frame *f, const uint8_t *
     c->timeout_us = parse_timeout(value, vlen);
   } else if (nlen == 13 && memcmp(name, "grpc-encoding", 13) == 0) {
     snprintf(c->encoding, sizeof c->encoding, "%.*s", (int)vlen, value);
+  } else if (nlen && name[0] != ':') {
+    c->opened |= hark_restrict_opens(h->g->opts.restricted, name, nlen, value, vlen);
   }
   return 0;
 }

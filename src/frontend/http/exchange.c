@@ -153,6 +153,30 @@ int hark_http_on_timer(struct lws *wsi, hark_http_conn *c) {
   }
 }
 
+/* The restricted header's value, from a request head (lws keeps the
+ * headers it does not know as custom ones, named "<name>:"). */
+static bool wsi_allowed(struct lws *wsi, const hark_restrict *r, hark_api api, char *msg,
+                        size_t cap) {
+  const char *h = hark_restrict_header(r, api);
+  if (!h) return true;
+  char name[160], value[1100];
+  int nlen = snprintf(name, sizeof name, "%s:", h);
+  int n = -1;
+  if (nlen > 0 && (size_t)nlen < sizeof name && lws_hdr_custom_length(wsi, name, nlen) >= 0)
+    n = lws_hdr_custom_copy(wsi, value, (int)sizeof value, name, nlen);
+  if (hark_restrict_allows(r, api, n < 0 ? NULL : value, n < 0 ? 0 : (size_t)n)) return true;
+  hark_restrict_message(r, api, msg, cap);
+  return false;
+}
+
+bool hark_http_allowed(hark_http_conn *c, hark_api api, char *msg, size_t cap) {
+  return wsi_allowed(c->wsi, c->loop->http->opts.restricted, api, msg, cap);
+}
+
+bool hark_http_wsi_allowed(struct lws *wsi, hark_api api, char *msg, size_t cap) {
+  return wsi_allowed(wsi, hark_http_loop_of(wsi)->http->opts.restricted, api, msg, cap);
+}
+
 /* ---- replies ------------------------------------------------------------------ */
 
 void hark_http_body_begin(hark_buf *b) {

@@ -26,6 +26,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "frontend/security/restrict.h"
 #include "hark/types.h"
 #include "util/buf.h"
 
@@ -142,6 +143,18 @@ typedef struct hark_http_options {
   int exit_timeout_secs;
   bool (*drain_idle)(void *userp);
   void *drain_idle_userp;
+  /* --http-restricted-api (NULL: nothing restricted): WebSocket upgrades
+   * are `inference`; the service checks its own routes with
+   * hark_http_allowed. Must outlive the transport. */
+  const hark_restrict *restricted;
+  /* --http-use-ssl: the HTTP port speaks TLS with this certificate chain
+   * and key (PEM files; NULL: plain HTTP). */
+  const char *tls_cert, *tls_key;
+  /* --grpc-use-ssl: raw connections speak TLS with this context, hark's
+   * own (security/tls.h), before the raw handler sees a byte (NULL: plain). */
+  struct hark_tls *raw_tls;
+  /* --metrics-address: the metrics port's bind address (NULL: `address`). */
+  const char *metrics_address;
 } hark_http_options;
 
 /* ---- lifecycle ------------------------------------------------------------- */
@@ -179,6 +192,10 @@ bool hark_http_stopping(const hark_http *http);
  * "inference-header-content-length:") into buf, NUL-terminated; its
  * length, or -1 when absent or too long. */
 int hark_http_header(hark_http_conn *c, const char *name, char *buf, size_t cap);
+
+/* Whether the request may reach an endpoint of category `api` under
+ * opts.restricted: true, or false with the refusal's message in msg. */
+bool hark_http_allowed(hark_http_conn *c, hark_api api, char *msg, size_t cap);
 
 /* Asks for the request's body: 1 means body() comes once it is read; 0
  * means there is none (go on now); -1 means it was refused (too large, bad

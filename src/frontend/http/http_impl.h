@@ -61,9 +61,11 @@ struct hark_raw {
   struct lws *wsi;
   hark_http_loop *loop;
   hark_raw *prev, *next; /* loop->raws */
-  void *conn;            /* the service's */
+  void *conn;            /* the service's (with TLS: once the handshake is done) */
   bool paused, killed;
-  uint64_t choked_ns; /* since when the socket takes nothing; 0: it does */
+  uint64_t choked_ns;        /* since when the socket takes nothing; 0: it does */
+  struct hark_tls_conn *tls; /* opts.raw_tls's session, or NULL */
+  hark_buf tls_out;          /* ciphertext on its way to lws_write, after LWS_PRE */
 };
 
 /* One event loop: an lws context (info.user points here) with a vhost on
@@ -110,9 +112,25 @@ struct hark_http {
   atomic_bool draining;       /* hark_http_drain was called */
   _Atomic uint32_t n_sockets; /* open WebSockets, all loops */
   unsigned n_loops;
-  hark_http_loop **loops; /* each its own allocation: no false sharing */
-  int raw_port;           /* bound, or -1 */
+  hark_http_loop **loops;  /* each its own allocation: no false sharing */
+  int raw_port;            /* bound, or -1 */
+  SSL_CTX *tls_client_ctx; /* --http-use-ssl: what lws's vhosts take as theirs */
 };
+
+/* lws's TLS callbacks (--http-use-ssl) come to the HTTP protocol with
+ * OpenSSL's objects as `user`: nothing for hark to do (and no connection
+ * state to touch). */
+static inline bool hark_http_tls_event(enum lws_callback_reasons reason) {
+  switch (reason) {
+  case LWS_CALLBACK_OPENSSL_LOAD_EXTRA_CLIENT_VERIFY_CERTS:
+  case LWS_CALLBACK_OPENSSL_LOAD_EXTRA_SERVER_VERIFY_CERTS:
+  case LWS_CALLBACK_OPENSSL_PERFORM_CLIENT_CERT_VERIFICATION:
+  case LWS_CALLBACK_OPENSSL_PERFORM_SERVER_CERT_VERIFICATION:
+  case LWS_CALLBACK_OPENSSL_CONTEXT_REQUIRES_PRIVATE_KEY:
+  case LWS_CALLBACK_SSL_INFO: return true;
+  default: return false;
+  }
+}
 
 /* The loop a connection belongs to. */
 static inline hark_http_loop *hark_http_loop_of(struct lws *wsi) {
@@ -128,6 +146,9 @@ void hark_http_set_current_loop(hark_http_loop *loop);
 void hark_http_drain_calls(hark_http_loop *loop);
 void hark_http_drain_soon(void);
 
+/* hark_http_allowed for a request head lws has no connection state for
+ * yet (a WebSocket upgrade). */
+bool hark_http_wsi_allowed(struct lws *wsi, hark_api api, char *msg, size_t cap);
 /* LWS_CALLBACK_HTTP: a request head on `path`. */
 void hark_http_on_request(hark_http_conn *c, const char *path);
 /* LWS_CALLBACK_HTTP_BODY / _COMPLETION. */

@@ -72,6 +72,7 @@ static size_t max_message(const hark_http *http) {
 static const char *status_text(int status) {
   switch (status) {
   case 400: return "Bad Request";
+  case 403: return "Forbidden";
   case 404: return "Not Found";
   case 409: return "Conflict";
   case 429: return "Too Many Requests";
@@ -126,8 +127,10 @@ int hark_ws_on_confirm(struct lws *wsi, const char *upgrade) {
   if (!h || lws_get_vhost(wsi) == loop->vh_metrics) return refuse(wsi, 404, "Not Found");
   if (atomic_load(&loop->http->stop))
     return refuse(wsi, 503, "Server is shutting down: not accepting new streams");
-  char path[2048];
+  char path[2048], msg[256];
   if (!upgrade_path(wsi, path, sizeof path)) return refuse(wsi, 400, "Bad Request: no path");
+  if (!hark_http_wsi_allowed(wsi, HARK_API_INFERENCE, msg, sizeof msg))
+    return refuse(wsi, 403, msg);
   void *ticket = NULL;
   hark_error *err = h->accept(loop->http->handler->ws_userp, path, &ticket);
   if (err) return refuse_error(wsi, err);
