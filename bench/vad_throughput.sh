@@ -14,7 +14,8 @@
 # (goal >= 5x).
 #
 # Env: BUILD_DIR (default ./build), SEQUENCES ("1 16 64 256 512"),
-# DURATION seconds per measurement (5), WARMUP seconds (2). ~2 minutes.
+# DURATION and WARMUP, whole seconds per measurement and before it (5, 2).
+# About 4 minutes.
 # shellcheck source=bench/lib.sh
 source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 
