@@ -224,8 +224,7 @@ static void report(hark_speech_session *s, item *it, hark_speech_status status) 
 /* What a queued message holds: its audio, and its bookkeeping here and
  * in the codec (items, the codec's tag and call: a few hundred bytes), so
  * a flood of empty messages fills the queue as surely as audio does. */
-#define ITEM_OVERHEAD 512u
-static size_t item_cost(const item *it) { return it->len + ITEM_OVERHEAD; }
+static size_t item_cost(const item *it) { return it->len + HARK_SPEECH_ITEM_OVERHEAD; }
 
 /* The next item to run, or none (the chain stops; the session is freed if
  * the codec closed it). *free_it: the caller frees the session. */
