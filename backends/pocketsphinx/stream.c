@@ -310,7 +310,12 @@ static ps_status ensure_decoder(ps_stream *st, char *err, size_t errlen) {
   uint64_t now = now_ms(), budget = st->set->decoder_wait_ms;
   if (!st->wait_since_ms) st->wait_since_ms = now;
   uint64_t waited = now - st->wait_since_ms;
-  uint32_t wait = st->closing && waited < budget ? (uint32_t)(budget - waited) : 0;
+  /* A closing call waits what is left of the budget, or for a decoder
+   * being made for it however long it has waited already. */
+  uint32_t wait = !st->closing                ? 0
+                  : waited < budget           ? (uint32_t)(budget - waited)
+                  : ps_pool_growing(st->pool) ? 1
+                                              : 0;
   ps_decoder_t *ps = ps_pool_acquire(st->pool, wait);
   if (!ps) {
     /* Waiting for another stream's decoder is bounded by decoder_wait_ms;
