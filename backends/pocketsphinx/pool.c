@@ -219,6 +219,21 @@ int ps_pool_run(ps_pool *p, void (*fn)(void *), void *arg) {
   return 0;
 }
 
+/* Makes one decoder outside the pool lock (held on entry and on return;
+ * creations one at a time) and lists it; NULL when it fails. */
+static ps_decoder_t *create_locked(ps_pool *p) {
+  p->creating++;
+  pthread_mutex_unlock(&p->mu);
+  char err[256];
+  pthread_mutex_lock(&p->create_mu);
+  ps_decoder_t *ps = decoder_new(p, err, sizeof err);
+  pthread_mutex_unlock(&p->create_mu);
+  pthread_mutex_lock(&p->mu);
+  p->creating--;
+  if (ps) p->all[p->n_all++] = ps;
+  return ps;
+}
+
 /* A decoder is being made, or will be, for whoever waits (lock held). */
 static bool growing(const ps_pool *p) {
   return p->spare_running && (p->creating > 0 || p->n_all < p->settings.pool_size);
@@ -248,16 +263,8 @@ static void *spare_main(void *arg) {
       }
       continue;
     }
-    p->creating++;
-    pthread_mutex_unlock(&p->mu);
-    char err[256];
-    pthread_mutex_lock(&p->create_mu);
-    ps_decoder_t *ps = decoder_new(p, err, sizeof err);
-    pthread_mutex_unlock(&p->create_mu);
-    pthread_mutex_lock(&p->mu);
-    p->creating--;
+    ps_decoder_t *ps = create_locked(p);
     if (ps) {
-      p->all[p->n_all++] = ps;
       p->idle[p->n_idle++] = ps;
       p->spare_failed_ns = 0;
     } else {
@@ -394,18 +401,8 @@ ps_decoder_t *ps_pool_acquire(ps_pool *p, uint32_t wait_ms) {
     if (p->spare_running) {
       if (spare_wanted(p)) pthread_cond_signal(&p->spare_cv);
     } else if (p->n_all + p->creating < p->settings.pool_size) {
-      p->creating++;
-      pthread_mutex_unlock(&p->mu);
-      char err[256];
-      pthread_mutex_lock(&p->create_mu);
-      ps_decoder_t *ps = decoder_new(p, err, sizeof err);
-      pthread_mutex_unlock(&p->create_mu);
-      pthread_mutex_lock(&p->mu);
-      p->creating--;
-      if (ps) {
-        p->all[p->n_all++] = ps;
-        p->in_use++;
-      }
+      ps_decoder_t *ps = create_locked(p);
+      if (ps) p->in_use++;
       pthread_cond_broadcast(&p->cv); /* a failed slot is free again */
       pthread_mutex_unlock(&p->mu);
       return ps;
