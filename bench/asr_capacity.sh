@@ -310,8 +310,15 @@ if ((OVERLOAD)) && ((lo >= 1)); then
   bench_log "overload: $OVER_N streams at once, --max-streams $lo"
   transcribe "$BENCH_TMP/warm2.json" "$lo" --iterations 1 || true # the new server's decoders
   settle
-  transcribe "$BENCH_TMP/over.json" "$OVER_N" --iterations 1 || true
+  transcribe "$BENCH_TMP/over.json" "$OVER_N" --iterations 1 &
+  over_pid=$!
+  sleep 2 # the admitted streams are live: what a refused client reads
+  [[ $PROTO == ws ]] && curl -s --max-time 5 -o "$BENCH_TMP/refusal.txt" -w '%{http_code}' -H 'Connection: Upgrade' \
+    -H 'Upgrade: websocket' -H 'Sec-WebSocket-Version: 13' -H 'Sec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==' \
+    "http://$HARKD_URL/v2/models/$MODEL/stream" >"$BENCH_TMP/refusal.status" || true
+  wait "$over_pid" || true
   [[ -s $BENCH_TMP/over.json ]] || bench_die "the overload run gave no result: $(tail -c 300 "$BENCH_TMP/over.json.log")"
+  refusal="HTTP $(cat "$BENCH_TMP/refusal.status" 2>/dev/null) $(head -c 300 "$BENCH_TMP/refusal.txt" 2>/dev/null)"
   over_report=$($PY - "$BENCH_TMP/over.json" "$OVER_N" "$lo" "$P99_CHUNK_MS" "$P99_FINAL_MS" "$MAX_REPLY_MS" <<'PY'
 import collections, json, sys
 d = json.load(open(sys.argv[1]))
@@ -332,6 +339,8 @@ for (st, hs, r), k in reasons.most_common(3):
     print(f"  - {k} × {st}" + (f" HTTP {hs}" if hs else "") + f": {r[:160]}")
 PY
 )
+  [[ $PROTO == ws ]] && over_report+=$'\n'"  - what a client refused at connect reads (curl, during the run): $refusal"
+
 fi
 
 cat <<EOF

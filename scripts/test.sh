@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # The whole test suite: installs what is missing, checks the C style
 # (.clang-format), builds twice (release, and ASan+UBSan), and runs every
-# unit, fuzz-replay and end-to-end test on both.
+# unit, fuzz-replay and end-to-end test on both; then the threaded unit
+# tests under ThreadSanitizer (scripts/tsan.sh) and every parser under
+# libFuzzer for a bounded time (scripts/fuzz.sh).
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 "$root/scripts/setup.sh"
@@ -16,4 +18,8 @@ for dir in build build-asan; do
   echo "== ctest in $dir"
   (cd "$root/$dir" && ctest --output-on-failure -j2 --timeout 600) || status=1
 done
+echo "== ThreadSanitizer: the unit tests that drive threads (scripts/tsan.sh)"
+"$root/scripts/tsan.sh" || status=1
+echo "== fuzzing every parser for ${FUZZ_SECONDS:-30} s (scripts/fuzz.sh)"
+"$root/scripts/fuzz.sh" || status=1
 exit $status

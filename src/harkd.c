@@ -7,11 +7,18 @@
  * get 503, live ones get --exit-timeout-secs to finish, then the rest are
  * closed and the process exits 0. A second signal stops waiting.
  */
+#include <errno.h>
 #include <getopt.h>
+#include <limits.h>
+#include <pthread.h>
+#include <semaphore.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
+#include <time.h>
+#include <unistd.h>
 
 #include "frontend/frontends.h"
 #include "hark/server.h"
@@ -20,9 +27,48 @@
 static hark_frontends *g_frontends;
 static volatile sig_atomic_t g_signals;
 
+/* The shutdown watchdog: the drain bounds live work by --exit-timeout-secs,
+ * but a request a backend is still executing, or a loop busy with one
+ * client's input, could hold the exit past it. Each signal posts the
+ * semaphore (async-signal-safe); past the exit timeout plus a grace after
+ * the first, or the grace after the second, the process ends at once. */
+#define WATCHDOG_GRACE_SECS 5
+static sem_t g_watchdog;
+static int g_exit_secs;
+
+static void deadline_in(struct timespec *ts, int secs) {
+  clock_gettime(CLOCK_REALTIME, ts);
+  ts->tv_sec += secs;
+}
+
+static void *watchdog_main(void *arg) {
+  (void)arg;
+  while (sem_wait(&g_watchdog) != 0) { /* the first signal */
+  }
+  struct timespec ts;
+  int secs = g_exit_secs + WATCHDOG_GRACE_SECS;
+  deadline_in(&ts, secs);
+  int rc;
+  while ((rc = sem_timedwait(&g_watchdog, &ts)) != 0 && errno == EINTR) {
+  }
+  if (rc == 0) { /* a second signal: stop waiting, bar the grace */
+    secs = WATCHDOG_GRACE_SECS;
+    deadline_in(&ts, secs);
+    while (sem_timedwait(&g_watchdog, &ts) != 0 && errno == EINTR) {
+    }
+  }
+  HARK_ERROR(
+      "shutdown did not finish within %d s of the signal (work still running in a backend "
+      "or a front end): exiting now",
+      secs);
+  _exit(1);
+  return NULL;
+}
+
 static void on_signal(int sig) {
   (void)sig;
   if (!g_frontends) return;
+  sem_post(&g_watchdog);
   if (g_signals++ == 0)
     hark_frontends_drain(g_frontends); /* readiness off; new work refused; live work finishes */
   else
@@ -37,8 +83,47 @@ static void usage(FILE *f) {
           "  --grpc-port N               gRPC: KServe v2 + health (default 8001; -1 off)\n"
           "  --grpc-address ADDR         gRPC bind address (default: --http-address's)\n"
           "  --grpc-max-message-bytes N  largest gRPC message (default 67108864)\n"
+          "  --grpc-max-concurrent-streams N  calls one gRPC connection may have open\n"
+          "                              (HTTP/2 SETTINGS; more are refused) (1024)\n"
+          "  --grpc-max-streams-per-connection N  bidirectional streams (speech) one gRPC\n"
+          "                              connection may have open (default: half of\n"
+          "                              --max-streams, 512; 0: no cap)\n"
+          "  --grpc-stream-idle-timeout-secs N  end a gRPC stream that sends nothing this\n"
+          "                              long, DEADLINE_EXCEEDED (60; 0: never)\n"
+          "  --grpc-keepalive-time MS    ping a gRPC client silent this long (7200000)\n"
+          "  --grpc-keepalive-timeout MS close it if the ping is unanswered this long (20000)\n"
+          "  --grpc-keepalive-permit-without-calls BOOL  keepalive pings both ways on a\n"
+          "                              connection without calls (false)\n"
+          "  --grpc-http2-max-pings-without-data N  our pings between data (2; 0: any)\n"
+          "  --grpc-http2-min-recv-ping-interval-without-data MS  a client ping sooner is\n"
+          "                              a strike (300000)\n"
+          "  --grpc-http2-max-ping-strikes N  strikes before GOAWAY ENHANCE_YOUR_CALM\n"
+          "                              (2; 0: any)\n"
+          "  --grpc-max-connection-idle MS  GOAWAY and close a connection without calls\n"
+          "                              this long (300000; 0: never)\n"
+          "  --grpc-max-connection-age MS  GOAWAY a connection this old (0: never)\n"
+          "  --grpc-max-connection-age-grace MS  then close it this much later (30000;\n"
+          "                              0: when its calls end)\n"
 
           "  --metrics-port N            Prometheus /metrics (default 8002; -1 off)\n"
+          "  --http-restricted-api CATEGORIES:HEADER=VALUE\n"
+          "                              HTTP endpoints of these categories (health,\n"
+          "                              metadata, inference, shared-memory, model-config,\n"
+          "                              model-repository, statistics, trace, logging;\n"
+          "                              comma-separated) answer 403 without the header\n"
+          "                              (repeatable; docs/security.md)\n"
+          "  --grpc-restricted-protocol CATEGORIES:HEADER=VALUE\n"
+          "                              the same for gRPC methods (PERMISSION_DENIED)\n"
+          "  --http-use-ssl BOOL         HTTPS and wss:// on the HTTP port (default false)\n"
+          "  --http-server-cert FILE     its certificate (chain), PEM\n"
+          "  --http-server-key FILE      its private key, PEM\n"
+          "  --grpc-use-ssl BOOL         TLS on the gRPC port (default false)\n"
+          "  --grpc-use-ssl-mutual BOOL  TLS, and clients must show a certificate signed\n"
+          "                              by --grpc-root-cert (default false)\n"
+          "  --grpc-server-cert FILE     the gRPC port's certificate (chain), PEM\n"
+          "  --grpc-server-key FILE      its private key, PEM\n"
+          "  --grpc-root-cert FILE       CA certificates client certificates must chain to\n"
+          "  --metrics-address ADDR      metrics bind address (default: --http-address's)\n"
           "  --http-address ADDR         bind address (default all interfaces)\n"
           "  --model-control-mode MODE   none (load all at start) | explicit | poll\n"
           "  --load-model NAME           with explicit: load NAME at start (repeatable; * = all)\n"
@@ -54,7 +139,13 @@ static void usage(FILE *f) {
           "                              can open; turn on for trusted local clients)\n"
           "  --backend-directory DIR     where libhark_<backend>.so live\n"
           "  --http-max-input-size BYTES largest request body (default 67108864)\n"
-          "  --http-body-timeout-secs N  drop a client that stalls mid-request (default 30)\n"
+          "  --http-body-timeout-secs N  drop a client that stalls mid-body this long (30)\n"
+          "  --http-header-timeout-secs N  a request head must be whole within N s (10;\n"
+          "                              408 and close)\n"
+          "  --http-body-deadline-secs N  a request body must be whole within N s of its\n"
+          "                              head (60; 408 and close)\n"
+          "  --send-timeout-secs N       drop a client that reads nothing of what is sent\n"
+          "                              to it for N s: HTTP, WebSocket, gRPC (60)\n"
           "  --http-thread-count N       event loops serving the HTTP and gRPC ports\n"
           "                              (default: one per core, at most 16)\n"
           "  --worker-threads N          CPU worker pool size (default: one per core)\n"
@@ -83,7 +174,15 @@ static void usage(FILE *f) {
 }
 
 static bool parse_bool(const char *s) {
-  return strcmp(s, "true") == 0 || strcmp(s, "1") == 0 || strcmp(s, "on") == 0;
+  return strcasecmp(s, "true") == 0 || strcmp(s, "1") == 0 || strcasecmp(s, "on") == 0;
+}
+
+/* A boolean flag of the TLS family: a typo must not leave a port plain. */
+static bool parse_strict_bool(const char *flag, const char *s) {
+  if (!strcmp(s, "true") || !strcmp(s, "1") || !strcmp(s, "on")) return true;
+  if (!strcmp(s, "false") || !strcmp(s, "0") || !strcmp(s, "off")) return false;
+  fprintf(stderr, "harkd: %s expects true or false, got '%s'\n", flag, s);
+  exit(2);
 }
 
 static long parse_num(const char *flag, const char *s, long lo, long hi) {
@@ -94,6 +193,43 @@ static long parse_num(const char *flag, const char *s, long lo, long hi) {
     exit(2);
   }
   return v;
+}
+
+/* The TLS flags as Triton reads them: -mutual implies TLS; a port with
+ * TLS needs its certificate and key. False (said why) when they do not
+ * add up. */
+static bool tls_flags(hark_frontend_options *fo, bool http_ssl, const char *http_cert,
+                      const char *http_key) {
+  if (http_ssl) {
+    if (!http_cert || !http_key) {
+      fprintf(stderr, "harkd: --http-use-ssl needs --http-server-cert and --http-server-key\n");
+      return false;
+    }
+    fo->http.tls_cert = http_cert;
+    fo->http.tls_key = http_key;
+  } else if (http_cert || http_key) {
+    HARK_WARN("--http-server-cert/--http-server-key have no effect without --http-use-ssl true");
+  }
+  hark_tls_options *t = &fo->grpc_tls;
+  if (t->mutual) fo->grpc_use_ssl = true;
+  t->cert_flag = "--grpc-server-cert";
+  t->key_flag = "--grpc-server-key";
+  t->root_flag = "--grpc-root-cert";
+  if (fo->grpc_use_ssl && (!t->cert || !t->key)) {
+    fprintf(stderr, "harkd: --grpc-use-ssl needs --grpc-server-cert and --grpc-server-key\n");
+    return false;
+  }
+  if (t->mutual && !t->root) {
+    fprintf(stderr,
+            "harkd: --grpc-use-ssl-mutual needs --grpc-root-cert (the CA that signs "
+            "client certificates)\n");
+    return false;
+  }
+  if (!fo->grpc_use_ssl && (t->cert || t->key || t->root))
+    HARK_WARN(
+        "--grpc-server-cert/--grpc-server-key/--grpc-root-cert have no effect without "
+        "--grpc-use-ssl true");
+  return true;
 }
 
 int main(int argc, char **argv) {
@@ -130,7 +266,33 @@ int main(int argc, char **argv) {
     O_EXIT_TIMEOUT,
     O_UNLOAD_TIMEOUT,
     O_HTTP_THREADS,
-    O_INLINE
+    O_INLINE,
+    O_HDRTO,
+    O_BODYDL,
+    O_SENDTO,
+    O_GRPC_MAX_CONC,
+    O_GRPC_STREAMS_CONN,
+    O_GRPC_STREAM_IDLE,
+    O_GRPC_KA_TIME,
+    O_GRPC_KA_TIMEOUT,
+    O_GRPC_KA_PERMIT,
+    O_GRPC_MAX_PINGS,
+    O_GRPC_MIN_PING,
+    O_GRPC_STRIKES,
+    O_GRPC_IDLE,
+    O_GRPC_AGE,
+    O_GRPC_AGE_GRACE,
+    O_HTTP_RESTRICT,
+    O_GRPC_RESTRICT,
+    O_HTTP_SSL,
+    O_HTTP_CERT,
+    O_HTTP_KEY,
+    O_GRPC_SSL,
+    O_GRPC_MUTUAL,
+    O_GRPC_CERT,
+    O_GRPC_KEY,
+    O_GRPC_ROOT,
+    O_METRICS_ADDR
   };
   static const struct option opts[] = {
       {"model-repository", required_argument, 0, O_REPO},
@@ -166,6 +328,32 @@ int main(int argc, char **argv) {
       {"ws-idle-timeout-secs", required_argument, 0, O_WSIDLE},
       {"grpc-address", required_argument, 0, O_GRPC_ADDR},
       {"grpc-max-message-bytes", required_argument, 0, O_GRPC_MAX},
+      {"http-header-timeout-secs", required_argument, 0, O_HDRTO},
+      {"http-body-deadline-secs", required_argument, 0, O_BODYDL},
+      {"send-timeout-secs", required_argument, 0, O_SENDTO},
+      {"grpc-max-concurrent-streams", required_argument, 0, O_GRPC_MAX_CONC},
+      {"grpc-max-streams-per-connection", required_argument, 0, O_GRPC_STREAMS_CONN},
+      {"grpc-stream-idle-timeout-secs", required_argument, 0, O_GRPC_STREAM_IDLE},
+      {"grpc-keepalive-time", required_argument, 0, O_GRPC_KA_TIME},
+      {"grpc-keepalive-timeout", required_argument, 0, O_GRPC_KA_TIMEOUT},
+      {"grpc-keepalive-permit-without-calls", required_argument, 0, O_GRPC_KA_PERMIT},
+      {"grpc-http2-max-pings-without-data", required_argument, 0, O_GRPC_MAX_PINGS},
+      {"grpc-http2-min-recv-ping-interval-without-data", required_argument, 0, O_GRPC_MIN_PING},
+      {"grpc-http2-max-ping-strikes", required_argument, 0, O_GRPC_STRIKES},
+      {"grpc-max-connection-idle", required_argument, 0, O_GRPC_IDLE},
+      {"grpc-max-connection-age", required_argument, 0, O_GRPC_AGE},
+      {"grpc-max-connection-age-grace", required_argument, 0, O_GRPC_AGE_GRACE},
+      {"http-restricted-api", required_argument, 0, O_HTTP_RESTRICT},
+      {"grpc-restricted-protocol", required_argument, 0, O_GRPC_RESTRICT},
+      {"http-use-ssl", required_argument, 0, O_HTTP_SSL},
+      {"http-server-cert", required_argument, 0, O_HTTP_CERT},
+      {"http-server-key", required_argument, 0, O_HTTP_KEY},
+      {"grpc-use-ssl", required_argument, 0, O_GRPC_SSL},
+      {"grpc-use-ssl-mutual", required_argument, 0, O_GRPC_MUTUAL},
+      {"grpc-server-cert", required_argument, 0, O_GRPC_CERT},
+      {"grpc-server-key", required_argument, 0, O_GRPC_KEY},
+      {"grpc-root-cert", required_argument, 0, O_GRPC_ROOT},
+      {"metrics-address", required_argument, 0, O_METRICS_ADDR},
       {"help", no_argument, 0, O_HELP},
       {0, 0, 0, 0}};
   hark_server_options so = {.strict_readiness = true, .inline_max_us = 50};
@@ -174,15 +362,37 @@ int main(int argc, char **argv) {
                .metrics_port = 8002,
                .max_input_size = 64u << 20,
                .body_timeout_secs = 30,
+               .header_timeout_secs = 10,
+               .body_deadline_secs = 60,
+               .send_timeout_secs = 60,
                .ws_max_message = 1u << 20,
                .ws_idle_timeout_secs = 60},
-      .grpc = {.max_message_bytes = 64u << 20},
+      /* Triton's keepalive defaults (gRPC core's server defaults). */
+      .grpc = {.max_message_bytes = 64u << 20,
+               .max_concurrent_streams = 1024,
+               .stream_idle_timeout_ms = 60000,
+               .keepalive_time_ms = 7200000,
+               .keepalive_timeout_ms = 20000,
+               .max_pings_without_data = 2,
+               .min_recv_ping_interval_ms = 300000,
+               .max_ping_strikes = 2,
+               .max_connection_idle_ms = 300000,
+               .max_connection_age_grace_ms = 30000},
       .grpc_port = 8001,
       .speech = {.speech_model = "asr", .max_streams = 1024},
   };
   hark_http_options *ho = &fo.http;
   hark_grpc_options *go = &fo.grpc;
   const char *loads[64];
+  bool streams_per_conn_set = false;
+  bool http_ssl = false;
+  const char *http_cert = NULL, *http_key = NULL;
+  /* Static: still reachable (not a leak) on the early exits below. */
+  static hark_restrict *http_restrict, *grpc_restrict;
+  http_restrict = hark_restrict_new();
+  grpc_restrict = hark_restrict_new();
+  ho->restricted = http_restrict;
+  go->restricted = grpc_restrict;
   int c;
   while ((c = getopt_long(argc, argv, "", opts, NULL)) != -1) {
     switch (c) {
@@ -243,6 +453,60 @@ int main(int argc, char **argv) {
     case O_BODYTO:
       ho->body_timeout_secs = (int)parse_num("--http-body-timeout-secs", optarg, 1, 3600);
       break;
+    case O_HDRTO:
+      ho->header_timeout_secs = (int)parse_num("--http-header-timeout-secs", optarg, 1, 3600);
+      break;
+    case O_BODYDL:
+      ho->body_deadline_secs = (int)parse_num("--http-body-deadline-secs", optarg, 1, 86400);
+      break;
+    case O_SENDTO:
+      ho->send_timeout_secs = (int)parse_num("--send-timeout-secs", optarg, 1, 86400);
+      break;
+    case O_GRPC_MAX_CONC:
+      go->max_concurrent_streams =
+          (uint32_t)parse_num("--grpc-max-concurrent-streams", optarg, 1, 1 << 20);
+      break;
+    case O_GRPC_STREAMS_CONN:
+      go->max_streams_per_connection =
+          (uint32_t)parse_num("--grpc-max-streams-per-connection", optarg, 0, 1 << 20);
+      streams_per_conn_set = true;
+      break;
+    case O_GRPC_STREAM_IDLE:
+      go->stream_idle_timeout_ms =
+          1000u * (uint64_t)parse_num("--grpc-stream-idle-timeout-secs", optarg, 0, 86400);
+      break;
+    case O_GRPC_KA_TIME:
+      go->keepalive_time_ms = (uint64_t)parse_num("--grpc-keepalive-time", optarg, 0, INT_MAX);
+      break;
+    case O_GRPC_KA_TIMEOUT:
+      go->keepalive_timeout_ms =
+          (uint64_t)parse_num("--grpc-keepalive-timeout", optarg, 1, INT_MAX);
+      break;
+    case O_GRPC_KA_PERMIT: go->keepalive_permit_without_calls = parse_bool(optarg); break;
+    case O_GRPC_MAX_PINGS:
+      go->max_pings_without_data =
+          (uint32_t)parse_num("--grpc-http2-max-pings-without-data", optarg, 0, INT_MAX);
+      break;
+    case O_GRPC_MIN_PING:
+      go->min_recv_ping_interval_ms = (uint64_t)parse_num(
+          "--grpc-http2-min-recv-ping-interval-without-data", optarg, 0, INT_MAX);
+      break;
+    case O_GRPC_STRIKES:
+      go->max_ping_strikes =
+          (uint32_t)parse_num("--grpc-http2-max-ping-strikes", optarg, 0, INT_MAX);
+      break;
+    case O_GRPC_IDLE:
+      go->max_connection_idle_ms =
+          (uint64_t)parse_num("--grpc-max-connection-idle", optarg, 0, INT_MAX);
+      break;
+    case O_GRPC_AGE:
+      go->max_connection_age_ms =
+          (uint64_t)parse_num("--grpc-max-connection-age", optarg, 0, INT_MAX);
+      break;
+    case O_GRPC_AGE_GRACE:
+      go->max_connection_age_grace_ms =
+          (uint64_t)parse_num("--grpc-max-connection-age-grace", optarg, 0, INT_MAX);
+      break;
     case O_HTTP_THREADS:
       ho->threads = (unsigned)parse_num("--http-thread-count", optarg, 1, HARK_HTTP_MAX_THREADS);
       break;
@@ -284,6 +548,30 @@ int main(int argc, char **argv) {
     case O_WSIDLE:
       ho->ws_idle_timeout_secs = (int)parse_num("--ws-idle-timeout-secs", optarg, 1, 86400);
       break;
+    case O_HTTP_RESTRICT:
+    case O_GRPC_RESTRICT: {
+      bool http = c == O_HTTP_RESTRICT;
+      hark_error *err =
+          hark_restrict_add(http ? http_restrict : grpc_restrict,
+                            http ? "--http-restricted-api" : "--grpc-restricted-protocol", optarg);
+      if (err) {
+        fprintf(stderr, "harkd: %s\n", hark_error_message(err));
+        hark_error_free(err);
+        return 2;
+      }
+      break;
+    }
+    case O_HTTP_SSL: http_ssl = parse_strict_bool("--http-use-ssl", optarg); break;
+    case O_HTTP_CERT: http_cert = optarg; break;
+    case O_HTTP_KEY: http_key = optarg; break;
+    case O_GRPC_SSL: fo.grpc_use_ssl = parse_strict_bool("--grpc-use-ssl", optarg); break;
+    case O_GRPC_MUTUAL:
+      fo.grpc_tls.mutual = parse_strict_bool("--grpc-use-ssl-mutual", optarg);
+      break;
+    case O_GRPC_CERT: fo.grpc_tls.cert = optarg; break;
+    case O_GRPC_KEY: fo.grpc_tls.key = optarg; break;
+    case O_GRPC_ROOT: fo.grpc_tls.root = optarg; break;
+    case O_METRICS_ADDR: ho->metrics_address = optarg; break;
     case O_HELP: usage(stdout); return 0;
     default: usage(stderr); return 2;
     }
@@ -292,6 +580,11 @@ int main(int argc, char **argv) {
     usage(stderr);
     return 2;
   }
+  /* Riva's clients put every stream on one channel: by default one
+   * connection may hold half the speech streams, never all of them. */
+  if (!streams_per_conn_set)
+    go->max_streams_per_connection = fo.speech.max_streams > 1 ? fo.speech.max_streams / 2 : 1;
+  if (!tls_flags(&fo, http_ssl, http_cert, http_key)) return 2;
   so.load_models = loads;
   if (so.repository_poll_secs > 0 && so.model_control != HARK_MODEL_CONTROL_POLL)
     HARK_WARN("--repository-poll-secs has no effect without --model-control-mode poll");
@@ -311,6 +604,15 @@ int main(int argc, char **argv) {
     hark_server_free(server);
     return 1;
   }
+  g_exit_secs = ho->exit_timeout_secs < 0   ? 0
+                : ho->exit_timeout_secs > 0 ? ho->exit_timeout_secs
+                                            : HARK_DEFAULT_EXIT_TIMEOUT_SECS;
+  pthread_t watchdog;
+  sem_init(&g_watchdog, 0, 0);
+  if (pthread_create(&watchdog, NULL, watchdog_main, NULL) == 0)
+    pthread_detach(watchdog);
+  else
+    HARK_WARN("cannot start the shutdown watchdog: a stuck shutdown will not be cut short");
   struct sigaction sa = {.sa_handler = on_signal};
   sigemptyset(&sa.sa_mask);
   sigaction(SIGINT, &sa, NULL);
@@ -321,12 +623,16 @@ int main(int argc, char **argv) {
   if (fo.grpc_port >= 0)
     HARK_INFO("Started GRPCInferenceService at %s:%d", gaddr,
               hark_frontends_grpc_port(g_frontends));
-  if (ho->metrics_port >= 0) HARK_INFO("Started Metrics Service at %s:%d", addr, ho->metrics_port);
+  if (ho->metrics_port >= 0)
+    HARK_INFO("Started Metrics Service at %s:%d", ho->metrics_address ? ho->metrics_address : addr,
+              ho->metrics_port);
   hark_frontends_run(g_frontends); /* returns once drained, timed out or stopped */
   HARK_INFO("shutting down");
   hark_frontends *f = g_frontends;
   g_frontends = NULL;
   hark_frontends_free(f); /* waits for the requests in flight */
   hark_server_free(server);
+  hark_restrict_free(http_restrict);
+  hark_restrict_free(grpc_restrict);
   return 0;
 }

@@ -552,7 +552,7 @@ static hark_error *run_one(asr_model *m, hark_request *req) {
                        "utterance ended there and its decoder went back to the pool",
                        ps_pool_settings(m->pool)->decoder_idle_ms);
     }
-    hark_metric_add(m->compute_seconds, thread_cpu_seconds() - cpu);
+    hark_metric_add(m->compute_seconds, thread_cpu_seconds() - cpu + ps_stream_take_pool_cpu(st));
     hark_metric_add(m->audio_seconds, ps_stream_audio_processed(st) - before);
     if (s != PS_OK)
       err = hark_error_new(status_code(s), "asr: %s", why);

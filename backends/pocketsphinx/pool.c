@@ -50,7 +50,12 @@ struct ps_pool {
   pthread_t spare_thread;
   bool spare_running, stopping;
   uint64_t spare_failed_ns; /* when a spare's creation last failed (0: never) */
-  ps_decoder_t **idle;      /* stack of idle decoders */
+  /* Finishers: threads that run utterance-end passes (ps_pool_run) */
+  pthread_cond_t job_cv;
+  pthread_t *finishers;
+  uint32_t n_finishers;
+  struct pool_job *jobs, *jobs_tail;
+  ps_decoder_t **idle; /* stack of idle decoders */
   uint32_t n_idle;
   ps_decoder_t **all; /* every decoder created, for ps_pool_free */
   uint32_t n_all;
@@ -170,6 +175,65 @@ static bool spare_wanted(const ps_pool *p) {
          (!p->spare_failed_ns || mono_ns() - p->spare_failed_ns > 1000000000u);
 }
 
+typedef struct pool_job {
+  void (*fn)(void *);
+  void *arg;
+  struct pool_job *next;
+} pool_job;
+
+/* A finisher: runs queued jobs until the pool stops (and the queue is
+ * empty: a stream waits for its job). */
+static void *finisher_main(void *arg) {
+  ps_pool *p = arg;
+  pthread_mutex_lock(&p->mu);
+  for (;;) {
+    pool_job *j = p->jobs;
+    if (!j) {
+      if (p->stopping) break;
+      pthread_cond_wait(&p->job_cv, &p->mu);
+      continue;
+    }
+    if (!(p->jobs = j->next)) p->jobs_tail = NULL;
+    pthread_mutex_unlock(&p->mu);
+    j->fn(j->arg);
+    free(j);
+    pthread_mutex_lock(&p->mu);
+  }
+  pthread_mutex_unlock(&p->mu);
+  return NULL;
+}
+
+int ps_pool_run(ps_pool *p, void (*fn)(void *), void *arg) {
+  if (!p->n_finishers) return -1;
+  pool_job *j = malloc(sizeof *j);
+  if (!j) return -1;
+  *j = (pool_job){fn, arg, NULL};
+  pthread_mutex_lock(&p->mu);
+  if (p->jobs_tail)
+    p->jobs_tail->next = j;
+  else
+    p->jobs = j;
+  p->jobs_tail = j;
+  pthread_cond_signal(&p->job_cv);
+  pthread_mutex_unlock(&p->mu);
+  return 0;
+}
+
+/* Makes one decoder outside the pool lock (held on entry and on return;
+ * creations one at a time) and lists it; NULL when it fails. */
+static ps_decoder_t *create_locked(ps_pool *p) {
+  p->creating++;
+  pthread_mutex_unlock(&p->mu);
+  char err[256];
+  pthread_mutex_lock(&p->create_mu);
+  ps_decoder_t *ps = decoder_new(p, err, sizeof err);
+  pthread_mutex_unlock(&p->create_mu);
+  pthread_mutex_lock(&p->mu);
+  p->creating--;
+  if (ps) p->all[p->n_all++] = ps;
+  return ps;
+}
+
 /* A decoder is being made, or will be, for whoever waits (lock held). */
 static bool growing(const ps_pool *p) {
   return p->spare_running && (p->creating > 0 || p->n_all < p->settings.pool_size);
@@ -199,16 +263,8 @@ static void *spare_main(void *arg) {
       }
       continue;
     }
-    p->creating++;
-    pthread_mutex_unlock(&p->mu);
-    char err[256];
-    pthread_mutex_lock(&p->create_mu);
-    ps_decoder_t *ps = decoder_new(p, err, sizeof err);
-    pthread_mutex_unlock(&p->create_mu);
-    pthread_mutex_lock(&p->mu);
-    p->creating--;
+    ps_decoder_t *ps = create_locked(p);
     if (ps) {
-      p->all[p->n_all++] = ps;
       p->idle[p->n_idle++] = ps;
       p->spare_failed_ns = 0;
     } else {
@@ -235,6 +291,7 @@ ps_pool *ps_pool_new(const ps_settings *s, char *err, size_t errlen) {
   pthread_mutex_init(&p->create_mu, NULL);
   pthread_cond_init(&p->cv, NULL);
   pthread_cond_init(&p->spare_cv, NULL);
+  pthread_cond_init(&p->job_cv, NULL);
   p->idle = calloc(s->pool_size, sizeof *p->idle);
   p->all = calloc(s->pool_size, sizeof *p->all);
   if (!p->idle || !p->all) {
@@ -281,18 +338,31 @@ ps_pool *ps_pool_new(const ps_settings *s, char *err, size_t errlen) {
     }
     p->spare_running = true; /* it makes the spares the preload left wanting */
   }
+  if (s->final_threads) {
+    p->finishers = calloc(s->final_threads, sizeof *p->finishers);
+    for (uint32_t i = 0; p->finishers && i < s->final_threads; i++) {
+      if (pthread_create(&p->finishers[i], NULL, finisher_main, p) != 0) break;
+      p->n_finishers++;
+    }
+    if (!p->n_finishers) {
+      snprintf(err, errlen, "pocketsphinx: cannot start the utterance-end threads");
+      ps_pool_free(p);
+      return NULL;
+    }
+  }
   return p;
 }
 
 void ps_pool_free(ps_pool *p) {
   if (!p) return;
-  if (p->spare_running) { /* waits out a creation in progress */
-    pthread_mutex_lock(&p->mu);
-    p->stopping = true;
-    pthread_cond_signal(&p->spare_cv);
-    pthread_mutex_unlock(&p->mu);
-    pthread_join(p->spare_thread, NULL);
-  }
+  pthread_mutex_lock(&p->mu);
+  p->stopping = true;
+  pthread_cond_signal(&p->spare_cv);
+  pthread_cond_broadcast(&p->job_cv);
+  pthread_mutex_unlock(&p->mu);
+  if (p->spare_running) pthread_join(p->spare_thread, NULL); /* waits out a creation */
+  for (uint32_t i = 0; i < p->n_finishers; i++) pthread_join(p->finishers[i], NULL);
+  free(p->finishers);
   for (uint32_t i = 0; i < p->n_all; i++) ps_free(p->all[i]);
   free(p->idle);
   free(p->all);
@@ -300,6 +370,7 @@ void ps_pool_free(ps_pool *p) {
   if (p->fast_cfg) cmd_ln_free_r(p->fast_cfg);
   pthread_cond_destroy(&p->cv);
   pthread_cond_destroy(&p->spare_cv);
+  pthread_cond_destroy(&p->job_cv);
   pthread_mutex_destroy(&p->mu);
   pthread_mutex_destroy(&p->create_mu);
   free(p);
@@ -330,18 +401,8 @@ ps_decoder_t *ps_pool_acquire(ps_pool *p, uint32_t wait_ms) {
     if (p->spare_running) {
       if (spare_wanted(p)) pthread_cond_signal(&p->spare_cv);
     } else if (p->n_all + p->creating < p->settings.pool_size) {
-      p->creating++;
-      pthread_mutex_unlock(&p->mu);
-      char err[256];
-      pthread_mutex_lock(&p->create_mu);
-      ps_decoder_t *ps = decoder_new(p, err, sizeof err);
-      pthread_mutex_unlock(&p->create_mu);
-      pthread_mutex_lock(&p->mu);
-      p->creating--;
-      if (ps) {
-        p->all[p->n_all++] = ps;
-        p->in_use++;
-      }
+      ps_decoder_t *ps = create_locked(p);
+      if (ps) p->in_use++;
       pthread_cond_broadcast(&p->cv); /* a failed slot is free again */
       pthread_mutex_unlock(&p->mu);
       return ps;

@@ -71,6 +71,7 @@ typedef struct ps_settings {
   uint32_t pool_size;           /* decoders at most */
   uint32_t pool_preload;        /* decoders made at load (at least 1, at most pool_size) */
   uint32_t pool_spare;          /* idle decoders a background thread keeps ready (0: off) */
+  uint32_t final_threads;       /* threads for utterance-end passes (0: on the worker) */
   uint32_t decoder_wait_ms;     /* how long a stream waits for a free decoder */
   uint32_t decoder_idle_ms;     /* audio lag that takes a held decoder back (0: never) */
   uint32_t max_buffered_ms;     /* audio a stream may hold unprocessed */
@@ -126,6 +127,9 @@ void ps_pool_free(ps_pool *p);
  * Hand it back with ps_pool_release. */
 ps_decoder_t *ps_pool_acquire(ps_pool *p, uint32_t wait_ms);
 void ps_pool_release(ps_pool *p, ps_decoder_t *ps);
+/* Runs fn(arg) on one of the pool's final_threads, in order of
+ * submission; -1 when it has none (or no memory): run it yourself. */
+int ps_pool_run(ps_pool *p, void (*fn)(void *), void *arg);
 /* True while the spare maker is making, or will make, another decoder:
  * a borrower that found none waits for it rather than failing. */
 bool ps_pool_growing(ps_pool *p);
@@ -232,6 +236,11 @@ int ps_stream_has_decoder(const ps_stream *st);
  * ms; default: when the call starts): decoder_idle_ms counts the client's
  * gaps, not the time its messages waited inside the server. */
 void ps_stream_set_arrival(ps_stream *st, uint64_t arrival_ms);
+/* CPU seconds the stream's utterance-end passes took on the pool's
+ * threads since the last call (so the model's CPU figures count them). */
+double ps_stream_take_pool_cpu(ps_stream *st);
+/* Utterances the stream finished on the pool's threads (final_threads). */
+uint32_t ps_stream_async_finals(const ps_stream *st);
 /* Times the stream's decoder was taken back because its audio stalled
  * (decoder_idle_ms). */
 uint32_t ps_stream_stalls(const ps_stream *st);

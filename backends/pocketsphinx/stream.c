@@ -22,6 +22,17 @@
  * A closing call (END, flush) owes its client a final, so it waits for a
  * decoder in place, for what is left of the budget.
  *
+ * With final_threads (the default), an utterance that ends in the middle
+ * of a stream is finished off the worker: its decoder, with every frame
+ * in, goes to one of the pool's threads for the second pass and the
+ * final; the call answers at once with the first pass's words as a
+ * partial, and the final goes out with the stream's next reply once it
+ * is ready (a call that ends the stream waits for it). The stream's next
+ * utterance takes a decoder only once that final is in (it carries the
+ * cepstral mean forward), its frames pending until then, so finals stay
+ * the library's own word for word while no worker, and no other stream's
+ * chunk, waits out a second pass.
+ *
  * A stream that holds a decoder must keep its audio coming: once the time
  * the server spent waiting for its next message, summed since it took the
  * decoder, exceeds the audio those messages carried by decoder_idle_ms (a
@@ -44,6 +55,7 @@
  */
 #include "ps_internal.h"
 
+#include <pthread.h>
 #include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -54,6 +66,10 @@
 
 #define PS_MAX_CEP 32
 #define PS_CEP_SLICE 4 /* cepstral frames per ps_process_cep call */
+/* Internal flag: wait for a decoder in place (as a closing call does)
+ * without closing the utterance: the slices of a request that ends the
+ * stream. */
+#define PS_FEED_WAIT 0x100u
 
 struct ps_stream {
   ps_pool *pool;
@@ -83,9 +99,21 @@ struct ps_stream {
   uint64_t last_done_ms;   /* when the last call returned */
   uint64_t arrival_ms;     /* when this call's message arrived (0: now) */
   uint64_t samples_in;     /* model-rate samples received */
+  uint64_t first_ms;       /* when the first of them came */
   int stalled;             /* its decoder was taken back for want of audio */
   uint32_t n_stalls;
+  uint32_t n_async; /* utterances finished on a pool thread */
   int utt_has_frames;
+  /* an utterance finishing on a pool thread (guarded by fin_mu) */
+  pthread_mutex_t fin_mu;
+  pthread_cond_t fin_cv;
+  int fin_state;          /* FIN_NONE, FIN_RUNNING, FIN_READY */
+  ps_decoder_t *fin_ps;   /* its decoder, until the thread gives it back */
+  uint64_t fin_utt_start; /* its first sample */
+  ps_result fin_res;      /* its final */
+  ps_status fin_status;   /* PS_OK, or PS_INTERNAL with fin_err */
+  char fin_err[128];
+  double fin_cpu; /* CPU seconds its passes took on pool threads, not yet counted */
   ps_cmn_state cmn;
   uint64_t samples_fed;      /* model-rate samples given to the front end */
   uint64_t fe_utt_base;      /* samples_fed at the front end's last start_utt */
@@ -157,14 +185,14 @@ static int add_word(ps_result *r, const char *w, float start, float end, float c
 /* n-best texts of the utterance just ended, each prefixed with the text
  * of earlier utterances in this result (so every alternative is a whole
  * result). */
-static int collect_alternatives(ps_stream *st, ps_result *r, size_t prefix_len) {
+static int collect_alternatives(ps_decoder_t *ps, ps_result *r, size_t prefix_len) {
   for (uint32_t i = 0; i < r->n_alternatives; i++) free(r->alternatives[i]);
   r->n_alternatives = 0;
   if (r->want_alternatives == 0) return 0;
   free(r->alternatives);
   r->alternatives = calloc(r->want_alternatives, sizeof *r->alternatives);
   if (!r->alternatives) return -1;
-  ps_nbest_t *nb = ps_nbest(st->ps);
+  ps_nbest_t *nb = ps_nbest(ps);
   int tries = 0;
   while (nb && r->n_alternatives < r->want_alternatives && tries++ < 200) {
     const char *h = ps_nbest_hyp(nb, NULL);
@@ -194,8 +222,7 @@ static int collect_alternatives(ps_stream *st, ps_result *r, size_t prefix_len) 
   return 0;
 }
 
-static int collect_final(ps_stream *st, ps_result *r) {
-  ps_decoder_t *ps = st->ps;
+static int collect_final(ps_stream *st, ps_decoder_t *ps, uint64_t utt_start, ps_result *r) {
   size_t prefix_len = r->text_len;
   const char *hyp = ps_get_hyp(ps, NULL);
   if (hyp && text_append(&r->text, &r->text_len, hyp) != 0) return -1;
@@ -207,14 +234,14 @@ static int collect_final(ps_stream *st, ps_result *r) {
     int sf, ef;
     ps_seg_frames(seg, &sf, &ef);
     int32 prob = ps_seg_prob(seg, NULL, NULL, NULL);
-    float start = (float)((st->utt_start_sample + (double)sf * shift) / rate);
-    float end = (float)((st->utt_start_sample + (double)(ef + 1) * shift) / rate);
+    float start = (float)((utt_start + (double)sf * shift) / rate);
+    float end = (float)((utt_start + (double)(ef + 1) * shift) / rate);
     if (add_word(r, w, start, end, (float)logmath_exp(lm, prob)) != 0) {
       ps_seg_free(seg);
       return -1;
     }
   }
-  return collect_alternatives(st, r, prefix_len);
+  return collect_alternatives(ps, r, prefix_len);
 }
 
 /* ---- decoder ------------------------------------------------------------- */
@@ -225,12 +252,85 @@ static uint64_t now_ms(void) {
   return (uint64_t)ts.tv_sec * 1000u + (uint64_t)ts.tv_nsec / 1000000u;
 }
 
+enum { FIN_NONE = 0, FIN_RUNNING, FIN_READY };
+
+/* On a pool thread: the second pass and the final of the utterance whose
+ * decoder the stream handed over. */
+static double thread_cpu(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
+  return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
+static void finish_job(void *arg) {
+  ps_stream *st = arg;
+  double cpu0 = thread_cpu();
+  ps_status s = PS_OK;
+  char why[128] = "";
+  if (ps_end_utt(st->fin_ps) < 0) {
+    snprintf(why, sizeof why, "pocketsphinx: ps_end_utt failed");
+    s = PS_INTERNAL;
+  } else if (collect_final(st, st->fin_ps, st->fin_utt_start, &st->fin_res) != 0) {
+    snprintf(why, sizeof why, "pocketsphinx: out of memory");
+    s = PS_INTERNAL;
+  }
+  st->fin_res.is_final = 1;
+  pthread_mutex_lock(&st->fin_mu);
+  ps_cmn_save(st->fin_ps, &st->cmn); /* read by the next utterance only after READY */
+  ps_pool_release(st->pool, st->fin_ps);
+  st->fin_ps = NULL;
+  st->fin_status = s;
+  memcpy(st->fin_err, why, sizeof why);
+  st->fin_state = FIN_READY;
+  st->fin_cpu += thread_cpu() - cpu0;
+  pthread_cond_broadcast(&st->fin_cv);
+  pthread_mutex_unlock(&st->fin_mu);
+}
+
+/* The state of the utterance finishing off the worker; with wait, waits
+ * until it is not running. */
+static int fin_state(ps_stream *st, bool wait) {
+  pthread_mutex_lock(&st->fin_mu);
+  while (wait && st->fin_state == FIN_RUNNING) pthread_cond_wait(&st->fin_cv, &st->fin_mu);
+  int state = st->fin_state;
+  pthread_mutex_unlock(&st->fin_mu);
+  return state;
+}
+
+/* A finished utterance's final into r (empty: the call's first result),
+ * waiting for it with wait. */
+static ps_status take_final(ps_stream *st, ps_result *r, bool wait, char *err, size_t errlen) {
+  if (fin_state(st, wait) != FIN_READY) return PS_OK;
+  ps_status s = st->fin_status;
+  if (s != PS_OK) {
+    snprintf(err, errlen, "%s", st->fin_err);
+    ps_result_fini(&st->fin_res);
+  } else {
+    uint32_t want = r->want_alternatives;
+    ps_result_fini(r);
+    *r = st->fin_res; /* the call's result was empty */
+    r->want_alternatives = want;
+  }
+  memset(&st->fin_res, 0, sizeof st->fin_res);
+  st->fin_state = FIN_NONE;
+  return s;
+}
+
 static ps_status ensure_decoder(ps_stream *st, char *err, size_t errlen) {
   if (st->ps) return PS_OK;
+  /* The next utterance starts from the cepstral mean the last one leaves:
+   * it waits until that one's final is out (not counted against
+   * decoder_wait_ms), so finals leave in order, one at a time. */
+  if (fin_state(st, st->closing) != FIN_NONE) return PS_WAIT;
   uint64_t now = now_ms(), budget = st->set->decoder_wait_ms;
   if (!st->wait_since_ms) st->wait_since_ms = now;
   uint64_t waited = now - st->wait_since_ms;
-  uint32_t wait = st->closing && waited < budget ? (uint32_t)(budget - waited) : 0;
+  /* A closing call waits what is left of the budget, or for a decoder
+   * being made for it however long it has waited already. */
+  uint32_t wait = !st->closing                ? 0
+                  : waited < budget           ? (uint32_t)(budget - waited)
+                  : ps_pool_growing(st->pool) ? 1
+                                              : 0;
   ps_decoder_t *ps = ps_pool_acquire(st->pool, wait);
   if (!ps) {
     /* Waiting for another stream's decoder is bounded by decoder_wait_ms;
@@ -338,7 +438,7 @@ static ps_status end_utterance(ps_stream *st, ps_result *r, char *err, size_t er
       snprintf(err, errlen, "pocketsphinx: ps_end_utt failed");
       s = PS_INTERNAL;
     }
-    if (s == PS_OK && collect_final(st, r) != 0) {
+    if (s == PS_OK && collect_final(st, st->ps, st->utt_start_sample, r) != 0) {
       snprintf(err, errlen, "pocketsphinx: out of memory");
       s = PS_INTERNAL;
     }
@@ -354,6 +454,37 @@ static ps_status end_utterance(ps_stream *st, ps_result *r, char *err, size_t er
   st->utt_has_frames = 0;
   r->is_final = 1;
   return s;
+}
+
+/* Ends the utterance and hands its decoder to a pool thread for the
+ * second pass; r gets the first pass's words as a partial. Runs it here
+ * (end_utterance) when the pool has no threads for it. */
+static ps_status end_utterance_async(ps_stream *st, ps_result *r, char *err, size_t errlen) {
+  if (!st->ps || !st->set->final_threads) return end_utterance(st, r, err, errlen);
+  mfcc_t last[PS_MAX_CEP];
+  int32 nfr = 0;
+  fe_end_utt(st->fe, last, &nfr);
+  ps_status s = nfr > 0 ? feed_last_frame(st, last, err, errlen) : PS_OK;
+  if (s != PS_OK) return s;
+  const char *hyp = ps_get_hyp(st->ps, NULL);
+  if (hyp && !r->is_final && r->text_len == 0 && text_append(&r->text, &r->text_len, hyp) != 0) {
+    snprintf(err, errlen, "pocketsphinx: out of memory");
+    return PS_INTERNAL;
+  }
+  ps_result_init(&st->fin_res, st->alternatives);
+  st->fin_ps = st->ps;
+  st->fin_utt_start = st->utt_start_sample;
+  st->fin_state = FIN_RUNNING;
+  st->n_async++;
+  st->ps = NULL;
+  if (ps_pool_run(st->pool, finish_job, st) != 0) finish_job(st); /* here, then */
+  fe_start_utt(st->fe);
+  if (st->gated) ps_gate_reset(&st->gate);
+  st->fe_utt_base = st->samples_fed;
+  st->utt_started = 0;
+  st->end_pending = 0;
+  st->utt_has_frames = 0;
+  return PS_OK;
 }
 
 /* ---- front end ----------------------------------------------------------- */
@@ -424,6 +555,8 @@ ps_stream *ps_stream_new(ps_pool *pool, uint32_t client_rate, const ps_endpointi
     snprintf(err, errlen, "pocketsphinx: out of memory");
     return NULL;
   }
+  pthread_mutex_init(&st->fin_mu, NULL);
+  pthread_cond_init(&st->fin_cv, NULL);
   st->pool = pool;
   st->set = ps_pool_settings(pool);
   st->client_rate = client_rate;
@@ -461,6 +594,9 @@ ps_stream *ps_stream_new(ps_pool *pool, uint32_t client_rate, const ps_endpointi
 
 void ps_stream_free(ps_stream *st) {
   if (!st) return;
+  if (fin_state(st, true) == FIN_READY) ps_result_fini(&st->fin_res);
+  pthread_mutex_destroy(&st->fin_mu);
+  pthread_cond_destroy(&st->fin_cv);
   if (st->ps) {
     ps_end_utt(st->ps); /* leave it idle for its next borrower */
     ps_pool_release(st->pool, st->ps);
@@ -479,6 +615,15 @@ void ps_stream_free(ps_stream *st) {
 uint32_t ps_stream_client_rate(const ps_stream *st) { return st->client_rate; }
 int ps_stream_has_decoder(const ps_stream *st) { return st->ps != NULL; }
 uint32_t ps_stream_stalls(const ps_stream *st) { return st->n_stalls; }
+uint32_t ps_stream_async_finals(const ps_stream *st) { return st->n_async; }
+
+double ps_stream_take_pool_cpu(ps_stream *st) {
+  pthread_mutex_lock(&st->fin_mu);
+  double c = st->fin_cpu;
+  st->fin_cpu = 0;
+  pthread_mutex_unlock(&st->fin_mu);
+  return c;
+}
 uint32_t ps_stream_alternatives(const ps_stream *st) { return st->alternatives; }
 void ps_stream_set_profile(ps_stream *st, ps_profile p) { st->profile = p; }
 void ps_stream_set_alternatives(ps_stream *st, uint32_t n) { st->alternatives = n; }
@@ -551,13 +696,26 @@ static ps_status strip_wav(ps_stream *st, const uint8_t **pcm, size_t *len, char
   return PS_OK;
 }
 
+/* The client sends faster than real time: more than a second of audio
+ * ahead of the clock since its first. */
+static bool ahead_of_clock(const ps_stream *st) {
+  uint64_t audio_ms = st->samples_in * 1000u / st->model_rate;
+  return audio_ms > now_ms() - st->first_ms + 1000u;
+}
+
 static ps_status run_blocks(ps_stream *st, unsigned flags, ps_result *r, char *err, size_t errlen) {
   int closing = (flags & (PS_FEED_END | PS_FEED_FLUSH)) != 0;
   ps_status s;
-  st->closing = closing;
+  st->closing = closing || (flags & PS_FEED_WAIT); /* waits for a decoder in place */
   /* Work a previous call left when no decoder was free. */
   if ((s = drain(st, err, errlen)) != PS_OK) return s;
-  if (st->end_pending && (s = end_utterance(st, r, err, errlen)) != PS_OK) return s;
+  /* Mid-stream, an utterance of a real-time stream finishes off the
+   * worker; a call that closes (or waits in place), or a stream sent
+   * faster than real time (a file: nobody waits on its chunks, and its
+   * next final could otherwise join this one), finishes it here. */
+  ps_status (*end)(ps_stream *, ps_result *, char *, size_t) =
+      st->closing || ahead_of_clock(st) ? end_utterance : end_utterance_async;
+  if (st->end_pending && (s = end(st, r, err, errlen)) != PS_OK) return s;
   for (;;) {
     size_t queued = st->len - st->head;
     if (queued == 0 || (queued < st->set->block_samples && !closing)) break;
@@ -569,7 +727,7 @@ static ps_status run_blocks(ps_stream *st, unsigned flags, ps_result *r, char *e
     if (in_speech) st->utt_started = 1;
     if (!in_speech && st->utt_started) st->end_pending = 1;
     if ((s = drain(st, err, errlen)) != PS_OK) return s;
-    if (st->end_pending && (s = end_utterance(st, r, err, errlen)) != PS_OK) return s;
+    if (st->end_pending && (s = end(st, r, err, errlen)) != PS_OK) return s;
   }
   if (closing && (st->utt_started || st->ps))
     if ((s = end_utterance(st, r, err, errlen)) != PS_OK) return s;
@@ -592,9 +750,12 @@ static uint64_t stream_index(const ps_stream *st, size_t i) {
 static ps_status run_gated(ps_stream *st, unsigned flags, ps_result *r, char *err, size_t errlen) {
   int closing = (flags & (PS_FEED_END | PS_FEED_FLUSH)) != 0;
   ps_status s;
-  st->closing = closing;
+  st->closing = closing || (flags & PS_FEED_WAIT);
   if ((s = drain(st, err, errlen)) != PS_OK) return s;
-  if (st->end_pending && (s = end_utterance(st, r, err, errlen)) != PS_OK) return s;
+  /* Utterances end off the worker as in run_blocks. */
+  ps_status (*end)(ps_stream *, ps_result *, char *, size_t) =
+      st->closing || ahead_of_clock(st) ? end_utterance : end_utterance_async;
+  if (st->end_pending && (s = end(st, r, err, errlen)) != PS_OK) return s;
   while (st->p_head < st->n_probs) {
     size_t avail = st->len - st->judged;
     if (avail == 0 || (avail < st->frame_samples && !closing)) break;
@@ -617,7 +778,7 @@ static ps_status run_gated(ps_stream *st, unsigned flags, ps_result *r, char *er
     st->samples_fed = stream_index(st, b);
     if (s != PS_OK) return s;
     if ((s = drain(st, err, errlen)) != PS_OK) return s;
-    if (st->end_pending && (s = end_utterance(st, r, err, errlen)) != PS_OK) return s;
+    if (st->end_pending && (s = end(st, r, err, errlen)) != PS_OK) return s;
   }
   if (!closing) return PS_OK;
   if (st->gate.in_speech && st->judged < st->len)
@@ -667,12 +828,38 @@ ps_status ps_stream_add_probs(ps_stream *st, const float *p, size_t n, char *err
   return PS_OK;
 }
 
-static ps_status feed_queued(ps_stream *st, const int16_t *x, size_t nx, unsigned flags,
-                             ps_result *r, char *err, size_t errlen);
+/* Input samples (at the client rate) converted and resampled at a time:
+ * a long request (a whole recording) is recognised slice by slice, so
+ * what it costs in memory is bounded by the slice and the stream's queue,
+ * not by the request's size. */
+#define PS_SLICE_SECONDS 1
+
+static ps_status feed_slice(ps_stream *st, const uint8_t *pcm, size_t n, unsigned flags,
+                            ps_result *r, char *err, size_t errlen);
+
+/* A stream holding a decoder whose client's gaps outran its audio by
+ * decoder_idle_ms gives the decoder back (the utterance's final into r). */
+static ps_status check_stall(ps_stream *st, size_t incoming, unsigned flags, ps_result *r,
+                             char *err, size_t errlen) {
+  uint64_t arrival = st->arrival_ms ? st->arrival_ms : now_ms();
+  if (st->ps && st->last_done_ms && arrival > st->last_done_ms)
+    st->client_wait_ms += arrival - st->last_done_ms;
+  if (!st->ps || (flags & (PS_FEED_END | PS_FEED_FLUSH)) || !st->set->decoder_idle_ms) return PS_OK;
+  uint64_t got = (st->samples_in + incoming - st->held_in0) * 1000u / st->model_rate;
+  if (st->client_wait_ms <= got + st->set->decoder_idle_ms) return PS_OK;
+  ps_status s = drain(st, err, errlen);
+  if (s == PS_OK) s = end_utterance(st, r, err, errlen);
+  if (s == PS_OK) {
+    st->stalled = 1;
+    st->n_stalls++;
+  }
+  return s;
+}
 
 ps_status ps_stream_feed(ps_stream *st, const uint8_t *pcm, size_t len, unsigned flags,
                          ps_result *r, char *err, size_t errlen) {
   ps_status s;
+  if (!st->first_ms) st->first_ms = now_ms();
   if (!st->got_audio && len > 0) {
     if ((s = strip_wav(st, &pcm, &len, err, errlen)) != PS_OK) return s;
     st->got_audio = 1;
@@ -682,7 +869,59 @@ ps_status ps_stream_feed(ps_stream *st, const uint8_t *pcm, size_t len, unsigned
     snprintf(err, errlen, "AUDIO: %zu bytes is not a whole number of 16-bit samples", len);
     return PS_INVALID;
   }
-  size_t n = g711 ? len : len / 2;
+  size_t bps = g711 ? 1 : 2, n = len / bps;
+  /* More than the stream may hold, once at the model's rate, is refused
+   * before any of it is converted (a request that ends the stream is
+   * recognised as it goes, so only its slices count). */
+  size_t at_model = (size_t)((uint64_t)n * st->model_rate / st->client_rate);
+  bool ends = (flags & (PS_FEED_END | PS_FEED_FLUSH)) != 0;
+  if (!ends && (st->len - st->head) + at_model > st->max) {
+    snprintf(err, errlen,
+             "pocketsphinx: stream buffer full (%zu ms of audio waiting and %zu ms more sent, "
+             "bound %u ms); audio dropped",
+             (st->len - st->head) * 1000 / st->model_rate, at_model * 1000 / st->model_rate,
+             st->set->max_buffered_ms);
+    return PS_FULL;
+  }
+  s = take_final(st, r, ends, err, errlen); /* one finished since, or the one an end awaits */
+  if (s == PS_OK) s = check_stall(st, at_model, flags, r, err, errlen);
+  size_t slice = (size_t)st->client_rate * PS_SLICE_SECONDS;
+  for (size_t off = 0; s == PS_OK || s == PS_WAIT;) { /* waiting: the audio still queues */
+    size_t k = n - off < slice ? n - off : slice;
+    bool last = off + k == n;
+    unsigned f = last ? flags
+                      : (flags & ~(PS_FEED_END | PS_FEED_FLUSH | PS_FEED_PARTIAL)) |
+                            (ends ? PS_FEED_WAIT : 0);
+    s = feed_slice(st, pcm + off * bps, k, f, r, err, errlen);
+    off += k;
+    if (last) break;
+  }
+  if ((s == PS_OK || s == PS_WAIT) && !r->is_final) { /* a final that came meanwhile */
+    ps_status t = take_final(st, r, false, err, errlen);
+    if (t != PS_OK) s = t;
+  }
+  st->last_done_ms = now_ms();
+  st->arrival_ms = 0;
+  if (s == PS_WAIT) s = PS_OK; /* an empty partial while a decoder is awaited */
+  if (s == PS_OK && !r->is_final && st->ps && (flags & PS_FEED_PARTIAL)) {
+    const char *hyp = ps_get_hyp(st->ps, NULL);
+    if (hyp && text_append(&r->text, &r->text_len, hyp) != 0) s = PS_INTERNAL;
+  }
+  if (s == PS_OK && ends) r->is_final = 1;
+  if (!r->text) r->text = strdup("");
+  float conf = 0;
+  for (uint32_t i = 0; i < r->n_words; i++) conf += r->words[i].conf;
+  r->confidence = r->n_words ? conf / (float)r->n_words : 0.0f;
+  r->audio_processed = (float)((double)st->samples_fed / st->model_rate);
+  return s;
+}
+
+void ps_stream_set_arrival(ps_stream *st, uint64_t arrival_ms) { st->arrival_ms = arrival_ms; }
+
+/* n samples of the client's bytes: converted, resampled, queued, and
+ * recognised block by block. */
+static ps_status feed_slice(ps_stream *st, const uint8_t *pcm, size_t n, unsigned flags,
+                            ps_result *r, char *err, size_t errlen) {
   if (n > st->conv_cap) {
     int16_t *c = realloc(st->conv, n * sizeof *c);
     if (!c) {
@@ -705,41 +944,8 @@ ps_status ps_stream_feed(ps_stream *st, const uint8_t *pcm, size_t len, unsigned
     snprintf(err, errlen, "pocketsphinx: resampler failed");
     return PS_INTERNAL;
   }
-  s = feed_queued(st, x, nx, flags, r, err, errlen);
-  st->last_done_ms = now_ms();
-  st->arrival_ms = 0;
-  return s;
-}
-
-void ps_stream_set_arrival(ps_stream *st, uint64_t arrival_ms) { st->arrival_ms = arrival_ms; }
-
-static ps_status feed_queued(ps_stream *st, const int16_t *x, size_t nx, unsigned flags,
-                             ps_result *r, char *err, size_t errlen) {
-  ps_status s;
-  uint64_t arrival = st->arrival_ms ? st->arrival_ms : now_ms();
-  if (st->ps && st->last_done_ms && arrival > st->last_done_ms)
-    st->client_wait_ms += arrival - st->last_done_ms;
-  if ((s = queue_audio(st, x, nx, err, errlen)) != PS_OK) return s;
-  if (st->ps && !(flags & (PS_FEED_END | PS_FEED_FLUSH)) && st->set->decoder_idle_ms) {
-    uint64_t got = (st->samples_in - st->held_in0) * 1000u / st->model_rate;
-    if (st->client_wait_ms > got + st->set->decoder_idle_ms) { /* the decoder goes back */
-      if ((s = drain(st, err, errlen)) != PS_OK) return s;
-      if ((s = end_utterance(st, r, err, errlen)) != PS_OK) return s;
-      st->stalled = 1;
-      st->n_stalls++;
-    }
-  }
-  s = st->gated ? run_gated(st, flags, r, err, errlen) : run_blocks(st, flags, r, err, errlen);
-  if (s == PS_WAIT) s = PS_OK; /* an empty partial while a decoder is awaited */
-  if (s == PS_OK && !r->is_final && st->ps && (flags & PS_FEED_PARTIAL)) {
-    const char *hyp = ps_get_hyp(st->ps, NULL);
-    if (hyp && text_append(&r->text, &r->text_len, hyp) != 0) s = PS_INTERNAL;
-  }
-  if (s == PS_OK && (flags & (PS_FEED_END | PS_FEED_FLUSH))) r->is_final = 1;
-  if (!r->text) r->text = strdup("");
-  float conf = 0;
-  for (uint32_t i = 0; i < r->n_words; i++) conf += r->words[i].conf;
-  r->confidence = r->n_words ? conf / (float)r->n_words : 0.0f;
-  r->audio_processed = (float)((double)st->samples_fed / st->model_rate);
+  ps_status s = queue_audio(st, x, nx, err, errlen);
+  if (s == PS_OK)
+    s = st->gated ? run_gated(st, flags, r, err, errlen) : run_blocks(st, flags, r, err, errlen);
   return s;
 }

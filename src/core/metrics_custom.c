@@ -215,6 +215,18 @@ static void render_histogram(FILE *f, const hark_metric *s) {
           (long long)s->version, (unsigned long long)cum);
 }
 
+/* A version that is retiring (reloaded while streams hold it) still has
+ * its series, with the same labels as its successor's: only the newest
+ * (first in the registry) is shown, so a scrape never carries a series
+ * twice. */
+static bool shadowed(const hark_metric *from, const hark_metric *s) {
+  for (const hark_metric *p = from; p != s; p = p->next)
+    if (p->version == s->version && strcmp(p->name, s->name) == 0 &&
+        strcmp(p->model, s->model) == 0)
+      return true;
+  return false;
+}
+
 char *hark_metrics_custom_render(void) {
   char *text = NULL;
   size_t len = 0;
@@ -231,7 +243,7 @@ char *hark_metrics_custom_render(void) {
             : m->kind == HARK_METRIC_HISTOGRAM ? "histogram"
                                                : "gauge");
     for (hark_metric *s = m; s; s = s->next) {
-      if (strcmp(s->name, m->name) != 0) continue;
+      if (strcmp(s->name, m->name) != 0 || shadowed(m, s)) continue;
       if (s->kind == HARK_METRIC_HISTOGRAM)
         render_histogram(f, s);
       else

@@ -32,6 +32,14 @@
 #include "util/alloc.h"
 #include "util/log.h"
 
+/* Load / unload requests running at once (each on a thread of its own);
+ * more are refused, so a client cannot make the server start threads
+ * without bound. */
+#define HARK_MAX_REPO_OPS 16u
+/* Versions of one model retiring at once (old versions serving streams
+ * that pinned them); a reload past that is refused. */
+#define HARK_MAX_RETIRING 2u
+
 typedef struct model_entry {
   char *name;
   hark_model **versions; /* loaded, ascending version */
@@ -285,6 +293,26 @@ static hark_error *model_load(hark_repository *r, const char *name) {
   snprintf(path, sizeof path, "%s/%s", r->path, name);
   snprintf(file, sizeof file, "%s/config.pbtxt", path);
   model_entry *e = entry_claim(r, name);
+  /* Each reload leaves the old version serving the streams that pinned it
+   * until they end (or the unload timeout): reloads faster than streams
+   * end would pile up versions, each with its own resources (a speech
+   * model's decoder pool). Past HARK_MAX_RETIRING of them, refuse. */
+  pthread_mutex_lock(&r->lock);
+  uint32_t retiring = 0;
+  for (uint32_t i = 0; i < r->n_retired; i++)
+    retiring += strcmp(r->retired[i]->name, name) == 0 && hark_model_users(r->retired[i]) > 0;
+  if (retiring >= HARK_MAX_RETIRING) {
+    e = entry_find(r, name);
+    e->busy = false;
+    pthread_cond_broadcast(&r->changed);
+    pthread_mutex_unlock(&r->lock);
+    return hark_error_new(HARK_ERR_UNAVAILABLE,
+                          "failed to load '%s': %u earlier versions of it still serve streams "
+                          "that pinned them; load it again once they have ended (at most %u "
+                          "retiring versions per model)",
+                          name, retiring, HARK_MAX_RETIRING);
+  }
+  pthread_mutex_unlock(&r->lock);
   uint64_t t0 = hark_now_ns();
   /* Taken before reading: a change made while loading shows at the next scan. */
   uint64_t sig = hark_repo_signature(path);
@@ -740,11 +768,19 @@ static hark_error *repo_op_start(hark_repository *r, const char *name, bool load
     return hark_error_new(HARK_ERR_INVALID_ARG, "invalid model name '%s'", name ? name : "");
   if (atomic_load(&r->cut) || atomic_load(&r->draining))
     return hark_error_new(HARK_ERR_UNAVAILABLE, "Server is shutting down");
-  repo_op *op = calloc(1, sizeof *op);
-  *op = (repo_op){r, hark_xstrdup(name), load, done, userp};
   pthread_mutex_lock(&r->lock);
+  if (r->ops_running >= HARK_MAX_REPO_OPS) {
+    uint32_t n = r->ops_running;
+    pthread_mutex_unlock(&r->lock);
+    return hark_error_new(HARK_ERR_UNAVAILABLE,
+                          "%u model load / unload requests are in progress (at most %u); try "
+                          "again when they finish",
+                          n, HARK_MAX_REPO_OPS);
+  }
   r->ops_running++;
   pthread_mutex_unlock(&r->lock);
+  repo_op *op = hark_xmalloc(sizeof *op);
+  *op = (repo_op){r, hark_xstrdup(name), load, done, userp};
   pthread_t t;
   pthread_attr_t attr;
   pthread_attr_init(&attr);

@@ -19,6 +19,7 @@ struct hark_frontends {
   hark_grpc *grpc;
   hark_vosk *vosk;
   hark_riva *riva;
+  hark_tls *grpc_tls; /* --grpc-use-ssl */
 };
 
 /* The drain may end early once nothing is in flight in the engine and no
@@ -43,6 +44,31 @@ static hark_error *grpc_new(hark_frontends *f, const hark_frontend_options *opts
   return NULL;
 }
 
+/* The ports' TLS: the gRPC port's context (ALPN: h2, as gRPC asks);
+ * the HTTP port's files, checked here so a bad one is named before
+ * libwebsockets reads them. */
+static hark_error *tls_new(hark_frontends *f, const hark_frontend_options *opts,
+                           hark_http_options *ho) {
+  if (opts->grpc_use_ssl && opts->grpc_port >= 0) {
+    hark_tls_options to = opts->grpc_tls;
+    to.alpn = "h2";
+    hark_error *err = hark_tls_new(&to, &f->grpc_tls);
+    if (err) return err;
+    ho->raw_tls = f->grpc_tls;
+  }
+  if (ho->tls_cert && ho->http_port >= 0) {
+    hark_tls_options to = {.cert = ho->tls_cert,
+                           .key = ho->tls_key,
+                           .cert_flag = "--http-server-cert",
+                           .key_flag = "--http-server-key"};
+    hark_tls *t;
+    hark_error *err = hark_tls_new(&to, &t);
+    if (err) return err;
+    hark_tls_free(t);
+  }
+  return NULL;
+}
+
 hark_error *hark_frontends_new(hark_server *server, const hark_frontend_options *opts,
                                hark_frontends **out) {
   hark_frontends *f = hark_xcalloc(1, sizeof *f);
@@ -62,7 +88,8 @@ hark_error *hark_frontends_new(hark_server *server, const hark_frontend_options 
   ho.drain_idle_userp = f;
   ho.raw_port = opts->grpc_port;
   ho.raw_address = opts->grpc_address;
-  hark_error *err = opts->grpc_port >= 0 ? grpc_new(f, opts) : NULL;
+  hark_error *err = tls_new(f, opts, &ho);
+  if (!err && opts->grpc_port >= 0) err = grpc_new(f, opts);
   if (!err) err = hark_http_new(&ho, &f->handler, &f->http);
   if (err) {
     hark_frontends_free(f);
@@ -93,6 +120,7 @@ void hark_frontends_free(hark_frontends *f) {
    * flight; then nothing of the gRPC transport is in use. */
   hark_http_free(f->http);
   hark_grpc_free(f->grpc);
+  hark_tls_free(f->grpc_tls);   /* no connection uses it now */
   hark_shm_free(f->kserve.shm); /* no request holds a region now */
   hark_riva_free(f->riva);
   hark_vosk_free(f->vosk);

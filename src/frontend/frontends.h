@@ -11,6 +11,7 @@
 
 #include "frontend/grpc/grpc.h"
 #include "frontend/http/http.h"
+#include "frontend/security/tls.h"
 #include "frontend/speech/speech.h"
 #include "hark/server.h"
 
@@ -23,6 +24,11 @@ typedef struct hark_frontend_options {
   const char *grpc_address;   /* NULL: http.address's */
   hark_speech_options speech; /* both speech protocols */
   bool shared_memory;         /* --allow-shared-memory=true */
+  /* --grpc-use-ssl (and -mutual): the gRPC port's TLS (its alpn is set
+   * here: h2). http.tls_cert/tls_key: the HTTP port's (checked here,
+   * served by libwebsockets). */
+  bool grpc_use_ssl;
+  hark_tls_options grpc_tls;
 } hark_frontend_options;
 
 /* Binds every port. `server` must outlive the front ends. Caller owns

@@ -13,6 +13,7 @@
  */
 #include <stdlib.h>
 #include <string.h>
+#include <sys/random.h>
 
 #include "hark/request.h"
 #include "sched/adaptive.h"
@@ -65,6 +66,7 @@ struct hark_seqtab {
   hark_seq_policy p;
   hark_seq **buckets;
   uint32_t n_buckets, n_hashed, n_live;
+  uint64_t seed; /* of key_hash */
   hark_seq *all;
   bool tearing_down;
   hark_seq **slots; /* direct: n_instances * max_batch */
@@ -145,8 +147,10 @@ static void list_append(hark_seqtab *t, int which, hark_seq *s) {
 
 /* ---- keys ------------------------------------------------------------------------- */
 
-static uint64_t key_hash(const hark_seq_key *k) {
-  uint64_t ns = (uint64_t)k->ns * 0xc2b2ae3d27d4eb4full;
+/* Client-chosen ids land in the hash: the table's random seed keeps a
+ * client from choosing ids that share one chain. */
+static uint64_t key_hash(const hark_seqtab *t, const hark_seq_key *k) {
+  uint64_t ns = ((uint64_t)k->ns * 0xc2b2ae3d27d4eb4full) ^ t->seed;
   if (k->is_str) {
     uint64_t h = 1469598103934665603ull ^ ns; /* FNV-1a */
     for (const unsigned char *p = (const unsigned char *)k->str; *p; p++)
@@ -317,6 +321,8 @@ hark_seqtab *hark_seqtab_new(const hark_seq_policy *p) {
   if (!t->p.max_batch) t->p.max_batch = 1;
   if (!t->p.max_candidates) t->p.max_candidates = 1;
   if (!t->p.max_backlog) t->p.max_backlog = 1;
+  if (getrandom(&t->seed, sizeof t->seed, GRND_NONBLOCK) != (ssize_t)sizeof t->seed)
+    t->seed = (uint64_t)(uintptr_t)t ^ hark_now_ns(); /* no entropy yet: still not fixed */
   t->n_buckets = 64;
   t->buckets = calloc(t->n_buckets, sizeof *t->buckets);
   t->n_slots = t->p.oldest ? 0 : t->p.n_instances * t->p.max_batch;
@@ -352,7 +358,7 @@ void hark_seqtab_free(hark_seqtab *t) {
 
 hark_seq_status hark_seqtab_push(hark_seqtab *t, const hark_seq_key *key, uint32_t flags,
                                  void *item, uint64_t now) {
-  uint64_t h = key ? key_hash(key) : 0;
+  uint64_t h = key ? key_hash(t, key) : 0;
   hark_seq *s = key ? lookup(t, key, h) : NULL;
   if (!key) flags = HARK_REQUEST_SEQUENCE_START | HARK_REQUEST_SEQUENCE_END;
   flags &= HARK_REQUEST_SEQUENCE_START | HARK_REQUEST_SEQUENCE_END;

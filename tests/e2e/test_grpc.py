@@ -215,7 +215,7 @@ class TestHealthAndMetadata(GrpcTest):
         self.assertEqual(asr.parameters["silence_ms"].string_value, "500")
         self.assertEqual(asr.input[0].data_type, mc.TYPE_STRING)
         self.assertEqual((asr.instance_group[0].count, asr.instance_group[0].kind),
-                         (2, mc.ModelInstanceGroup.KIND_CPU))
+                         (4, mc.ModelInstanceGroup.KIND_CPU))
         ens = self.stub.ModelConfig(pb.ModelConfigRequest(name="simple_ensemble"), timeout=30).config
         self.assertEqual((ens.platform, ens.WhichOneof("scheduling_choice")),
                          ("ensemble", "ensemble_scheduling"))

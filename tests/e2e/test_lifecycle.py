@@ -22,7 +22,7 @@ import wave
 
 import websockets
 
-from harness import MODELS, Harkd, main, metric_value, simple_request
+from harness import MODELS, Harkd, main, make_repo, metric_value, simple_request
 
 LIBRIVOX = "/usr/share/pocketsphinx/test/data/librivox"
 POLL = ("--model-control-mode", "poll", "--repository-poll-secs", "0.2")
@@ -332,6 +332,14 @@ class RealAsrReload(unittest.TestCase):
                         if "text" in reply:
                             finals.append(reply["text"])
                         await asyncio.sleep(0.05)
+                    # Both versions live now (the old one holds this stream):
+                    # /metrics still carries each series once.
+                    wait_for(lambda: "reloaded model 'asr'" in server.output(), timeout=30,
+                             what="the reload")
+                    series = [line.rsplit(" ", 1)[0] for line in server.metrics().splitlines()
+                              if line and not line.startswith("#")]
+                    dups = sorted({x for x in series if series.count(x) > 1})
+                    self.assertEqual(dups, [])
                     await ws.send('{"eof" : 1}')
                     finals.append(json.loads(await ws.recv())["text"])
                     await ws.wait_closed()
@@ -425,6 +433,33 @@ class Shutdown(unittest.TestCase):
         s = self.sigterm_with_live_stream(2, then)
         self.assertEqual(s.proc.wait(10), 0)
         self.assertIn("exit timeout", s.output())
+
+    def test_a_stuck_backend_call_cannot_hold_the_exit(self):
+        # Issue 13 finding 8: shutdown ran 37-60+ s past the exit timeout
+        # while a backend call ran. A request that executes for 10 s is in
+        # flight at SIGTERM; harkd exits (status 1, with the reason) within
+        # the exit timeout plus the watchdog's 5 s grace.
+        stuck = ('name: "stuck"\nbackend: "identity"\nmax_batch_size: 8\n'
+                 'input [ { name: "INPUT0" data_type: TYPE_FP32 dims: [ 16 ] } ]\n'
+                 'output [ { name: "OUTPUT0" data_type: TYPE_FP32 dims: [ 16 ] } ]\n'
+                 'parameters { key: "execute_delay_us" value: { string_value: "10000000" } }\n')
+        self.repo = make_repo({"stuck": stuck})
+        self.server = Harkd(self.repo, ("--exit-timeout-secs", "1"))
+        s = self.server
+        body = {"inputs": [{"name": "INPUT0", "shape": [1, 16], "datatype": "FP32",
+                            "data": [1.0] * 16}]}
+        t = threading.Thread(target=lambda: s.json("POST", "/v2/models/stuck/infer", body),
+                             daemon=True)
+        t.start()
+        time.sleep(0.5)  # the request is executing
+        t0 = time.time()
+        s.proc.send_signal(signal.SIGTERM)
+        rc = s.proc.wait(30)
+        took = time.time() - t0
+        self.assertEqual(rc, 1)
+        self.assertLess(took, 1 + 5 + 3)
+        self.assertGreater(took, 1 + 5 - 1)
+        self.assertIn("shutdown did not finish within 6 s", s.stop(expect_rc=1))
 
     def test_second_signal_exits_at_once(self):
         async def then(ws, t0):

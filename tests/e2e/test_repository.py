@@ -1,10 +1,15 @@
 """Model repository over HTTP: index, explicit load/unload, a model that
 fails to load while the others serve, and unloading with requests in
 flight (each still gets its final response)."""
+import asyncio
+import json
 import os
 import shutil
 import threading
+import time
 import unittest
+
+import websockets
 
 from harness import Harkd, MODELS, main, make_repo, simple_request
 
@@ -17,13 +22,14 @@ input [ { name: "INPUT0" data_type: TYPE_FP32 dims: [ 16 ] } ]
 output [ { name: "OUTPUT0" data_type: TYPE_FP32 dims: [ 16 ] } ]
 parameters { key: "execute_delay_us" value: { string_value: "100000" } }
 """
+ECHO = open(os.path.join(MODELS, "echo_asr", "config.pbtxt")).read()
 BROKEN = 'name: "broken"\nbackend: "simple"\nmax_batch_size: 8\nbogus_field: 3\n'
 
 
 class Repository(unittest.TestCase):
     @classmethod
     def setUpClass(cls):
-        cls.repo = make_repo({"simple": SIMPLE, "slow": SLOW, "broken": BROKEN})
+        cls.repo = make_repo({"simple": SIMPLE, "slow": SLOW, "broken": BROKEN, "echo_asr": ECHO})
         os.makedirs(os.path.join(cls.repo, "simple", "2"))
         cls.server = Harkd(cls.repo, ["--model-control-mode", "explicit", "--load-model", "simple",
                                       "--load-model", "slow"])
@@ -80,7 +86,6 @@ class Repository(unittest.TestCase):
         threads = [threading.Thread(target=one) for _ in range(8)]
         for t in threads:
             t.start()
-        import time
         time.sleep(0.05)
         status, doc = self.server.json("POST", "/v2/repository/models/slow/unload")
         self.assertEqual(status, 200, doc)
@@ -97,6 +102,43 @@ class Repository(unittest.TestCase):
         status, doc = self.server.json("POST", "/v2/repository/models/slow/load")
         self.assertEqual(status, 200, doc)
         self.assertEqual(self.server.request("GET", "/v2/models/slow/ready")[0], 200)
+
+
+    def test_reloads_while_streams_pin_old_versions_are_bounded(self):
+        # Each reload leaves the old version serving the stream that pinned
+        # it; reloads faster than streams end would pile versions up (a
+        # speech model's decoder pool each). Two retiring versions at most:
+        # the next reload is refused with the reason, and succeeds once
+        # the streams have ended.
+        def load():
+            return self.server.json("POST", "/v2/repository/models/echo_asr/load")
+        status, doc = load()
+        self.assertEqual(status, 200, doc)
+        uri = f"ws://127.0.0.1:{self.server.http_port}/v2/models/echo_asr/stream"
+
+        async def go():
+            streams = []
+            for _ in range(2):  # each pins the version loaded now, then a reload
+                ws = await websockets.connect(uri)
+                await ws.send(b"\0\0" * 800)
+                self.assertIn("partial", json.loads(await ws.recv()))
+                streams.append(ws)
+                status, doc = await asyncio.get_running_loop().run_in_executor(None, load)
+                self.assertEqual(status, 200, doc)
+            status, doc = await asyncio.get_running_loop().run_in_executor(None, load)
+            self.assertEqual(status, 503, doc)
+            self.assertIn("2 earlier versions of it still serve streams", doc["error"])
+            for ws in streams:
+                await ws.send('{"eof" : 1}')
+                await ws.recv()
+                await ws.close()
+        asyncio.run(go())
+        for _ in range(100):  # the retired versions finish with their streams
+            status, doc = load()
+            if status == 200:
+                break
+            time.sleep(0.1)
+        self.assertEqual(status, 200, doc)
 
 
 class NoneMode(unittest.TestCase):

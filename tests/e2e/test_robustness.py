@@ -4,12 +4,13 @@ server keeps serving everyone else."""
 import json
 import os
 import resource
+import shutil
 import socket
 import subprocess
 import time
 import unittest
 
-from harness import BIN_DIR, Harkd, MODELS, main, simple_request
+from harness import BIN_DIR, Harkd, MODELS, main, make_repo, simple_request
 
 A, B = [3] * 16, [1] * 16
 
@@ -84,6 +85,51 @@ class Robustness(unittest.TestCase):
         self.assert_serving()
 
 
+class EmptyFrameFlood(unittest.TestCase):
+    """Issue 13, finding 4: 200k empty WebSocket frames (1.2 MB on the
+    wire) grew harkd by 841 MB. Each queued message now counts its
+    bookkeeping against the stream's queue, so a flood of empty frames
+    pauses the reading like a flood of audio does."""
+
+    def test_empty_frames_are_bounded(self):
+        server = Harkd(MODELS)
+        try:
+            def rss_kib():
+                with open(f"/proc/{server.proc.pid}/status") as f:
+                    return next(int(l.split()[1]) for l in f if l.startswith("VmRSS:"))
+            before = rss_kib()
+            sock = socket.create_connection(("127.0.0.1", server.http_port), timeout=10)
+            sock.sendall(b"GET /v2/models/asr/stream HTTP/1.1\r\nHost: x\r\n"
+                         b"Upgrade: websocket\r\nConnection: Upgrade\r\n"
+                         b"Sec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\n"
+                         b"Sec-WebSocket-Version: 13\r\n\r\n")
+            head = b""
+            while b"\r\n\r\n" not in head:
+                head += sock.recv(4096)
+            self.assertIn(b" 101 ", head.split(b"\r\n")[0])
+            frame = b"\x82\x80\x01\x02\x03\x04"  # an empty masked binary frame
+            batch = frame * 10000
+            sock.settimeout(2)
+            sent = 0
+            deadline = time.time() + 20
+            try:  # never reading a reply; until the server stops reading
+                while sent < 400000 and time.time() < deadline:
+                    sock.sendall(batch)
+                    sent += 10000
+            except (socket.timeout, OSError):
+                pass
+            time.sleep(1)
+            grew = rss_kib() - before
+            print(f"\n{sent} empty frames sent; harkd RSS grew {grew / 1024:.1f} MiB")
+            if not server.sanitized():  # 5 MiB here; the queue counting no bookkeeping: 40
+                self.assertLess(grew, 16 * 1024)
+            status, doc = server.json("POST", "/v2/models/simple/infer", simple_request(A, B))
+            self.assertEqual(status, 200, doc)
+            sock.close()
+        finally:
+            server.stop()
+
+
 class PortInUse(unittest.TestCase):
     """The event loops share the HTTP port among themselves (SO_REUSEPORT),
     never with another process."""
@@ -141,6 +187,32 @@ class RequestLimits(unittest.TestCase):
     @classmethod
     def tearDownClass(cls):
         cls.server.stop()
+
+    def test_declared_shape_costs_only_the_data_sent(self):
+        # Issue 13, finding 4: one element declared as 6e7 INT64 (a 60 MB
+        # body of blanks) cost +515 MB before the count was found wrong; the
+        # buffer now grows with the elements that came.
+        with open(os.path.join(MODELS, "simple", "config.pbtxt")) as f:
+            repo = make_repo({"simple": f.read()})
+        server = Harkd(repo)  # only this model: a low peak to start from
+        try:
+            def hwm_kib():
+                with open(f"/proc/{server.proc.pid}/status") as f:
+                    return next(int(l.split()[1]) for l in f if l.startswith("VmHWM:"))
+            n = 20_000_000
+            body = ('{"inputs":[{"name":"INPUT0","shape":[1,%d],"datatype":"INT64","data":[1'
+                    % n).encode() + b" " * n + b"]}]}"
+            before = hwm_kib()
+            status, _, raw = server.request("POST", "/v2/models/simple/infer", body)
+            self.assertEqual(status, 400)
+            self.assertIn(b"shape needs 20000000 elements but 'data' holds 1", raw)
+            grew = hwm_kib() - before
+            print(f"\npeak RSS grew {grew / 1024:.1f} MiB for a {len(body) >> 20} MiB body")
+            if not server.sanitized():  # the body and its copy; allocated by shape: + 160 MiB
+                self.assertLess(grew, 100 * 1024)
+        finally:
+            server.stop()
+            shutil.rmtree(repo, ignore_errors=True)
 
     def test_parameter_flood(self):
         # 150,000 parameters in 1.7 MB once froze every HTTP client for 23 s.

@@ -624,6 +624,63 @@ static void test_decoder_idle(void **state) {
   ps_pool_free(pool);
 }
 
+/* final_threads: a real-time stream's utterance that ends mid-stream is
+ * finished on a pool thread: the chunk that ended it gets a partial, the
+ * final comes with a later reply, and the words are the library's. */
+static void test_async_finals(void **state) {
+  (void)state;
+  ps_pool *pool = make_pool(NULL);
+  blob a = read_file(DATA "sense_and_sensibility_01_austen_64kb-0880.wav");
+  size_t pcm_len = a.len - 44, sil = 16000 * 2; /* a second of silence between */
+  uint8_t *audio = calloc(1, 2 * pcm_len + sil);
+  memcpy(audio, a.bytes + 44, pcm_len);
+  memcpy(audio + pcm_len + sil, a.bytes + 44, pcm_len);
+  size_t len = 2 * pcm_len + sil;
+  char err[256] = "";
+  ps_stream *st = ps_stream_new(pool, 16000, NULL, err, sizeof err);
+  char *all = calloc(1, 1);
+  size_t all_len = 0;
+  int finals = 0, partial_with_words_then_final = 0, last_was_partial_text = 0;
+  for (size_t off = 0; off < len; off += 3200) { /* 100 ms chunks at real time */
+    size_t n = len - off < 3200 ? len - off : 3200;
+    unsigned flags = PS_FEED_PARTIAL | (off + n == len ? PS_FEED_END : 0);
+    ps_result r;
+    ps_result_init(&r, 0);
+    assert_int_equal(ps_stream_feed(st, audio + off, n, flags, &r, err, sizeof err), PS_OK);
+    if (r.is_final) {
+      finals++;
+      partial_with_words_then_final += last_was_partial_text;
+      if (r.text[0]) {
+        all = realloc(all, all_len + strlen(r.text) + 2);
+        if (all_len) all[all_len++] = ' ';
+        strcpy(all + all_len, r.text);
+        all_len += strlen(r.text);
+      }
+    }
+    last_was_partial_text = !r.is_final && r.text[0];
+    ps_result_fini(&r);
+    if (!(flags & PS_FEED_END)) usleep(100 * 1000);
+  }
+  char tmp[] = "/tmp/hark_ps_asyncXXXXXX.wav";
+  int fd = mkstemps(tmp, 4);
+  assert_true(fd >= 0);
+  close(fd);
+  write_wav(tmp, (const int16_t *)audio, len / 2, 16000);
+  char *want = run_continuous(tmp); /* the library over the same audio */
+  unlink(tmp);
+  printf("    async finals %u, finals %d: '%s'\n", ps_stream_async_finals(st), finals, all);
+  assert_true(ps_stream_async_finals(st) >= 1);
+  assert_int_equal(finals, 2);
+  assert_string_equal(all, want);
+  assert_false(ps_stream_has_decoder(st));
+  ps_stream_free(st);
+  free(want);
+  free(all);
+  free(audio);
+  free(a.bytes);
+  ps_pool_free(pool);
+}
+
 static void test_flush_and_bad_input(void **state) {
   (void)state;
   ps_pool *pool = make_pool(NULL);
@@ -860,6 +917,7 @@ int main(void) {
       cmocka_unit_test(test_pool_preload),
       cmocka_unit_test(test_pool_spare),
       cmocka_unit_test(test_decoder_idle),
+      cmocka_unit_test(test_async_finals),
       cmocka_unit_test(test_pool_exhaustion_waits_then_unavailable),
       cmocka_unit_test(test_flush_and_bad_input),
       cmocka_unit_test(test_resampled_input_and_wer),

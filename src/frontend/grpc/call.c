@@ -97,6 +97,10 @@ void hark_grpc_call_unref(hark_grpc_call *c) {
 void *hark_grpc_call_service(const hark_grpc_call *c) { return c->reg ? c->reg->svc_userp : NULL; }
 size_t hark_grpc_call_max_message(const hark_grpc_call *c) { return c->g->max_message_bytes; }
 
+bool hark_grpc_call_allowed(const hark_grpc_call *c, hark_api api) {
+  return hark_restrict_allows_mask(c->g->opts.restricted, api, c->opened);
+}
+
 bool hark_grpc_call_cancelled(const hark_grpc_call *c) {
   pthread_mutex_lock(&((hark_grpc_call *)c)->mu);
   bool cancelled = c->cancelled;

@@ -35,6 +35,11 @@ hark_error *hark_grpc_add_service(hark_grpc *g, const hark_grpc_service *svc, vo
     size_t len = strlen(svc->name) + strlen(m->name) + 3;
     char *path = hark_xmalloc(len);
     snprintf(path, len, "/%s/%s", svc->name, m->name);
+    if (m->api <= HARK_API_UNSET || m->api >= HARK_API_COUNT) { /* restrictions need it */
+      hark_error *err = hark_error_new(HARK_ERR_INTERNAL, "grpc: %s has no category", path);
+      free(path);
+      return err;
+    }
     if (hark_grpc_find(g, path, strlen(path))) {
       hark_error *err =
           hark_error_new(HARK_ERR_ALREADY_EXISTS, "grpc: %s is registered twice", path);

@@ -20,7 +20,9 @@
 #include <protobuf-c/protobuf-c.h>
 #include <stdbool.h>
 #include <stddef.h>
+#include <stdint.h>
 
+#include "frontend/security/restrict.h"
 #include "hark/types.h"
 #include "util/arena.h"
 
@@ -69,6 +71,7 @@ typedef struct hark_grpc_method {
   unsigned flags;
   void (*half_close)(hark_grpc_call *c);
   void (*closed)(hark_grpc_call *c);
+  hark_api api; /* its category (--grpc-restricted-protocol); required */
 } hark_grpc_method;
 
 typedef struct hark_grpc_service {
@@ -77,8 +80,44 @@ typedef struct hark_grpc_service {
   size_t n_methods;
 } hark_grpc_service;
 
+/*
+ * Per-connection limits. Times are milliseconds, 0 turns the bound off;
+ * harkd passes Triton's defaults (its --grpc-keepalive-* flags), and the
+ * pings follow gRPC core's server policy (doc/keepalive.md).
+ */
 typedef struct hark_grpc_options {
   size_t max_message_bytes; /* largest message either way; 0 = 64 MiB */
+  /* Calls one connection may have open (SETTINGS_MAX_CONCURRENT_STREAMS:
+   * more are refused with REFUSED_STREAM); 0: 1024. */
+  uint32_t max_concurrent_streams;
+  /* Bidirectional streams (speech, ModelStreamInfer) one connection may
+   * have open: more end RESOURCE_EXHAUSTED; 0: no cap of their own. */
+  uint32_t max_streams_per_connection;
+  /* A stream the client sends nothing on this long while nothing of it is
+   * in the works ends DEADLINE_EXCEEDED. */
+  uint64_t stream_idle_timeout_ms;
+  /* Keepalive: a PING after this long without a byte from the client (on
+   * a connection with calls open, or any with permit_without_calls); no
+   * answer within keepalive_timeout closes the connection; at most
+   * max_pings_without_data of them (0: no cap) between our HEADERS/DATA. */
+  uint64_t keepalive_time_ms, keepalive_timeout_ms;
+  bool keepalive_permit_without_calls;
+  uint32_t max_pings_without_data;
+  /* The client's pings: one sooner than this after the last (2 hours on a
+   * connection without calls unless permit_without_calls) is a strike;
+   * past max_ping_strikes (0: no limit) GOAWAY ENHANCE_YOUR_CALM
+   * "too_many_pings" and close. Our HEADERS or DATA clear the strikes. */
+  uint64_t min_recv_ping_interval_ms;
+  uint32_t max_ping_strikes;
+  /* A connection without calls this long gets GOAWAY (NO_ERROR) and
+   * closes; one this old gets GOAWAY and `max_connection_age_grace_ms` for
+   * its calls to finish, then closes. */
+  uint64_t max_connection_idle_ms, max_connection_age_ms, max_connection_age_grace_ms;
+  /* --grpc-restricted-protocol (NULL: nothing restricted): a call to a
+   * method of a restricted category without the metadata gets
+   * PERMISSION_DENIED before its handler runs. Must outlive the
+   * transport. */
+  const hark_restrict *restricted;
 } hark_grpc_options;
 
 /* ---- lifecycle ------------------------------------------------------------- */
@@ -115,6 +154,9 @@ void *hark_grpc_call_state(const hark_grpc_call *c);
 /* Inside handle(): the message handed to it outlives the call to it; the
  * caller owns the arena that holds it (free with hark_arena_free). */
 hark_arena *hark_grpc_take_message(hark_grpc_call *c);
+/* Whether the call's metadata would let it reach a method of category
+ * `api` (a service that shows more to some clients asks). */
+bool hark_grpc_call_allowed(const hark_grpc_call *c, hark_api api);
 /* A stream the client cancelled (or whose deadline passed); meaningful
  * once the call is over. */
 bool hark_grpc_call_cancelled(const hark_grpc_call *c);

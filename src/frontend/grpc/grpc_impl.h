@@ -60,10 +60,12 @@ struct hark_grpc_call {
   size_t unconsumed;           /* DATA bytes not yet given back to flow control */
   bool got_message, half_closed, half_close_done, began, bad_type, reading;
   char encoding[32];   /* grpc-encoding, when not identity */
+  uint32_t opened;     /* restricted categories its metadata opens (1 << api) */
   uint64_t timeout_us; /* grpc-timeout; 0: none */
   hark_http_timer *deadline;
   struct hark_arena *msg_arena; /* the message handle() has, until it returns */
   bool response_started, deferred, trailers_sent;
+  uint64_t last_rx_ns; /* streams: the client last sent a byte (the idle bound) */
   hark_grpc_out *wout; /* the message being written, and how far */
   size_t woff;
   /* any thread, under mu */

@@ -21,6 +21,14 @@
  * cancelled, the deadline passed, the connection went — is a cancelled
  * call: the service hears of it (closed) and what it sends later is
  * dropped.
+ *
+ * Time and count limits (grpc.h's options), checked by a per-connection
+ * tick: calls per connection (SETTINGS_MAX_CONCURRENT_STREAMS, enforced
+ * by nghttp2 with REFUSED_STREAM) and bidirectional streams per
+ * connection (RESOURCE_EXHAUSTED); a stream idle too long
+ * (DEADLINE_EXCEEDED); a connection idle or old (GOAWAY NO_ERROR, then
+ * close); keepalive PINGs and their timeout; the client's pings policed as
+ * gRPC core does (GOAWAY ENHANCE_YOUR_CALM "too_many_pings").
  */
 #include <nghttp2/nghttp2.h>
 #include <stdio.h>
@@ -36,15 +44,24 @@
 #define CONN_WINDOW (16u << 20)  /* per connection */
 #define WRITE_GATHER (64u * 1024u)
 #define MAX_HEADER_LIST (16u * 1024u)
-/* Open streams one connection may hold; a client past it is refused
+/* Open streams one connection may hold by default
+ * (--grpc-max-concurrent-streams); a client past it is refused
  * (REFUSED_STREAM, which gRPC clients retry). Bounds the per-connection
  * state one client can pin; speech streams also count against admission. */
 #define MAX_STREAMS 1024u
+#define NS_PER_MS 1000000ull
+/* A connection without calls may send pings this often unless
+ * keepalive_permit_without_calls (gRPC core's rule). */
+#define IDLE_PING_INTERVAL_MS (2ull * 3600 * 1000)
+/* The tick that checks a connection's bounds: a quarter of the shortest,
+ * within these. */
+#define TICK_MIN_MS 50u
+#define TICK_MAX_MS 1000u
 /* Streams a client may cancel (RST_STREAM) before the connection is torn
- * down with GOAWAY, then per second: the rapid-reset defence. nghttp2's
+ * down with GOAWAY (twice the streams it may hold), then per second: the
+ * rapid-reset defence. nghttp2's
  * default (1000, then 33/s) cut off a client that hangs up a thousand
  * live calls on one channel at once; this still stops a flood. */
-#define RESET_BURST (2u * MAX_STREAMS)
 #define RESET_RATE 256u
 
 struct h2conn {
@@ -55,6 +72,17 @@ struct h2conn {
   hark_grpc_call *calls; /* its open streams' calls */
   bool in_recv;          /* inside nghttp2_session_mem_recv: no sending now */
   hark_buf out;          /* frames gathered for one write, after the headroom */
+  /* limits (loop thread) */
+  hark_http_timer *tick;
+  uint64_t opened_ns, last_rx_ns;
+  uint64_t idle_since_ns;      /* the last call ended (or the connection began) */
+  uint64_t ping_sent_ns;       /* our keepalive PING awaits its ACK; 0: none */
+  uint64_t last_ping_recv_ns;  /* the client's last PING; 0: none since our data */
+  uint64_t goaway_ns;          /* we sent GOAWAY for the age bound; 0: not */
+  uint32_t ping_strikes;       /* the client's pings too soon */
+  uint32_t pings_without_data; /* our PINGs since our last HEADERS/DATA */
+  uint32_t n_bidi;             /* bidirectional streams begun and open */
+  bool goaway, terminating;    /* GOAWAY sent; close once it is out */
 };
 
 const hark_grpc_reg *hark_grpc_find(const hark_grpc *g, const char *path, size_t len) {
@@ -87,6 +115,7 @@ static int conn_write(h2conn *h) {
     if (!len) break;
     if (hark_raw_write(h->raw, (uint8_t *)h->out.data + HARK_RAW_HEADROOM, len) < 0) return -1;
   }
+  if (h->terminating && !nghttp2_session_want_write(h->s)) return -1; /* the GOAWAY is out */
   if (!nghttp2_session_want_read(h->s) && !nghttp2_session_want_write(h->s)) return -1;
   return 0;
 }
@@ -377,9 +406,27 @@ static void dispatch(h2conn *h, hark_grpc_call *c) {
     finish(c, HARK_GRPC_INTERNAL, "content-type is not application/grpc");
     return;
   }
+  if (!hark_grpc_call_allowed(c, c->reg->m->api)) { /* --grpc-restricted-protocol */
+    hark_restrict_message(h->g->opts.restricted, c->reg->m->api, text, sizeof text);
+    finish(c, HARK_GRPC_PERMISSION_DENIED, text);
+    return;
+  }
   if ((c->reg->m->flags & HARK_GRPC_REFUSE_DRAINING) && atomic_load(&h->g->draining)) {
     /* A drain lets the calls already open finish; new ones go elsewhere. */
     finish(c, HARK_GRPC_UNAVAILABLE, "Server is shutting down");
+    return;
+  }
+  uint32_t cap = h->g->opts.max_streams_per_connection;
+  if (is_streaming(c) && cap && h->n_bidi >= cap) {
+    hark_limit_hit(HARK_LIMIT_GRPC_STREAMS_PER_CONNECTION,
+                   "grpc: a connection asked for more than %u streams at once "
+                   "(--grpc-max-streams-per-connection): RESOURCE_EXHAUSTED",
+                   cap);
+    snprintf(text, sizeof text,
+             "this connection has %u streams open: at most %u are allowed per connection "
+             "(--grpc-max-streams-per-connection); open another connection or end one",
+             h->n_bidi, cap);
+    finish(c, HARK_GRPC_RESOURCE_EXHAUSTED, text);
     return;
   }
   if (c->timeout_us) {
@@ -388,6 +435,8 @@ static void dispatch(h2conn *h, hark_grpc_call *c) {
   }
   if (is_streaming(c)) {
     c->began = true;
+    c->last_rx_ns = hark_now_ns();
+    h->n_bidi++;
     atomic_fetch_add(&h->g->open_streams, 1); /* until the call is freed */
   }
 }
@@ -401,6 +450,8 @@ static void stream_gone(h2conn *h, hark_grpc_call *c) {
   if (c->next) c->next->prev = c->prev;
   c->prev = c->next = NULL;
   c->conn = NULL;
+  if (c->began) h->n_bidi--;
+  if (!h->calls) h->idle_since_ns = hark_now_ns();
   hark_http_timer_free(c->deadline);
   c->deadline = NULL;
   pthread_mutex_lock(&c->mu);
@@ -462,12 +513,17 @@ static int on_header(nghttp2_session *s, const nghttp2_frame *f, const uint8_t *
     c->timeout_us = parse_timeout(value, vlen);
   } else if (nlen == 13 && memcmp(name, "grpc-encoding", 13) == 0) {
     snprintf(c->encoding, sizeof c->encoding, "%.*s", (int)vlen, value);
+  } else if (nlen && name[0] != ':') {
+    c->opened |= hark_restrict_opens(h->g->opts.restricted, name, nlen, value, vlen);
   }
   return 0;
 }
 
+static void on_ping(h2conn *h, const nghttp2_frame *f);
+
 static int on_frame_recv(nghttp2_session *s, const nghttp2_frame *f, void *user) {
   h2conn *h = user;
+  if (f->hd.type == NGHTTP2_PING) on_ping(h, f);
   if (f->hd.type != NGHTTP2_HEADERS && f->hd.type != NGHTTP2_DATA) return 0;
   hark_grpc_call *c = nghttp2_session_get_stream_user_data(s, f->hd.stream_id);
   if (!c) return 0;
@@ -488,6 +544,7 @@ static int on_data(nghttp2_session *s, uint8_t flags, int32_t id, const uint8_t 
     return 0;
   }
   c->unconsumed += len;
+  c->last_rx_ns = hark_now_ns();
   if (!hark_buf_append(&c->in, data, len)) { /* client-sized */
     finish(c, HARK_GRPC_RESOURCE_EXHAUSTED, "out of memory for the message");
     return 0;
@@ -499,7 +556,14 @@ static int on_data(nghttp2_session *s, uint8_t flags, int32_t id, const uint8_t 
 /* After our last frame of a stream, one the client is still sending on
  * is reset (NO_ERROR): it has nothing left to say to us. */
 static int on_frame_send(nghttp2_session *s, const nghttp2_frame *f, void *user) {
-  (void)user;
+  h2conn *h = user;
+  if (f->hd.type == NGHTTP2_HEADERS || f->hd.type == NGHTTP2_DATA) {
+    /* Data flows: the client's pings are welcome again (gRPC core's
+     * rule), and our keepalive may ping again. */
+    h->ping_strikes = 0;
+    h->last_ping_recv_ns = 0;
+    h->pings_without_data = 0;
+  }
   if ((f->hd.type == NGHTTP2_HEADERS || f->hd.type == NGHTTP2_DATA) &&
       (f->hd.flags & NGHTTP2_FLAG_END_STREAM) &&
       !nghttp2_session_get_stream_remote_close(s, f->hd.stream_id))
@@ -514,6 +578,131 @@ static int on_stream_close(nghttp2_session *s, int32_t id, uint32_t error, void 
   return 0;
 }
 
+/* ---- limits ------------------------------------------------------------------------------ */
+
+/* GOAWAY with `code` and `why` (its debug data); streams the client opened
+ * before it go on. With `now`, the connection closes once it is out. */
+static void goaway(h2conn *h, uint32_t code, const char *why, bool now) {
+  if (!h->goaway || now)
+    nghttp2_submit_goaway(h->s, NGHTTP2_FLAG_NONE, nghttp2_session_get_last_proc_stream_id(h->s),
+                          code, (const uint8_t *)why, strlen(why));
+  h->goaway = true;
+  if (now) h->terminating = true;
+}
+
+/* A PING from the client: its ACK (nghttp2 answers on its own) or one
+ * that may be a strike; one of ours answered. */
+static void on_ping(h2conn *h, const nghttp2_frame *f) {
+  const hark_grpc_options *o = &h->g->opts;
+  uint64_t now = hark_now_ns();
+  if (f->hd.flags & NGHTTP2_FLAG_ACK) {
+    h->ping_sent_ns = 0;
+    return;
+  }
+  uint64_t interval_ms = !h->calls && !o->keepalive_permit_without_calls
+                             ? IDLE_PING_INTERVAL_MS
+                             : o->min_recv_ping_interval_ms;
+  bool strike = h->last_ping_recv_ns && now - h->last_ping_recv_ns < interval_ms * NS_PER_MS;
+  h->last_ping_recv_ns = now;
+  if (!strike || ++h->ping_strikes <= o->max_ping_strikes || !o->max_ping_strikes) return;
+  hark_limit_hit(HARK_LIMIT_GRPC_PING_STRIKES,
+                 "grpc: a client sent %u pings too soon, less than %llu ms apart without data "
+                 "(--grpc-http2-min-recv-ping-interval-without-data, "
+                 "--grpc-http2-max-ping-strikes): GOAWAY ENHANCE_YOUR_CALM, closing",
+                 h->ping_strikes, (unsigned long long)interval_ms);
+  goaway(h, NGHTTP2_ENHANCE_YOUR_CALM, "too_many_pings", true);
+}
+
+/* The streams idle past the bound, with nothing of theirs in the works,
+ * end DEADLINE_EXCEEDED. */
+static void check_streams(h2conn *h, uint64_t now) {
+  uint64_t limit = h->g->opts.stream_idle_timeout_ms * NS_PER_MS;
+  if (!limit) return;
+  for (hark_grpc_call *c = h->calls, *next; c; c = next) {
+    next = c->next;
+    if (!c->began || now - c->last_rx_ns < limit || deaf(c)) continue;
+    pthread_mutex_lock(&c->mu);
+    bool busy = c->head != NULL;
+    pthread_mutex_unlock(&c->mu);
+    if (busy) continue;
+    hark_limit_hit(HARK_LIMIT_GRPC_STREAM_IDLE,
+                   "grpc: a stream sent nothing for %llu ms (--grpc-stream-idle-timeout-secs): "
+                   "DEADLINE_EXCEEDED",
+                   (unsigned long long)h->g->opts.stream_idle_timeout_ms);
+    char text[160];
+    snprintf(text, sizeof text,
+             "stream idle timeout: the client sent nothing for %llu ms "
+             "(--grpc-stream-idle-timeout-secs)",
+             (unsigned long long)h->g->opts.stream_idle_timeout_ms);
+    finish(c, HARK_GRPC_DEADLINE_EXCEEDED, text);
+  }
+}
+
+/* The connection's bounds, now: -1 when it must close at once. */
+static int check_conn(h2conn *h) {
+  const hark_grpc_options *o = &h->g->opts;
+  uint64_t now = hark_now_ns();
+  if (h->goaway_ns && o->max_connection_age_grace_ms &&
+      now - h->goaway_ns >= o->max_connection_age_grace_ms * NS_PER_MS)
+    return -1; /* its calls had their grace */
+  if (o->max_connection_age_ms && !h->goaway_ns &&
+      now - h->opened_ns >= o->max_connection_age_ms * NS_PER_MS) {
+    hark_limit_hit(HARK_LIMIT_GRPC_MAX_AGE,
+                   "grpc: a connection reached its maximum age of %llu ms "
+                   "(--grpc-max-connection-age): GOAWAY",
+                   (unsigned long long)o->max_connection_age_ms);
+    goaway(h, NGHTTP2_NO_ERROR, "max_age", false);
+    h->goaway_ns = now;
+  }
+  if (o->max_connection_idle_ms && !h->calls && !h->goaway &&
+      now - h->idle_since_ns >= o->max_connection_idle_ms * NS_PER_MS) {
+    hark_limit_hit(HARK_LIMIT_GRPC_IDLE,
+                   "grpc: a connection had no call for %llu ms (--grpc-max-connection-idle): "
+                   "GOAWAY, closing",
+                   (unsigned long long)o->max_connection_idle_ms);
+    goaway(h, NGHTTP2_NO_ERROR, "max_idle", true);
+  }
+  if (h->ping_sent_ns) {
+    if (now - h->ping_sent_ns >= o->keepalive_timeout_ms * NS_PER_MS) {
+      hark_limit_hit(HARK_LIMIT_GRPC_KEEPALIVE_TIMEOUT,
+                     "grpc: a client did not answer a keepalive ping within %llu ms "
+                     "(--grpc-keepalive-timeout): closing",
+                     (unsigned long long)o->keepalive_timeout_ms);
+      return -1;
+    }
+  } else if (o->keepalive_time_ms && !h->terminating &&
+             now - h->last_rx_ns >= o->keepalive_time_ms * NS_PER_MS &&
+             (h->calls || o->keepalive_permit_without_calls) &&
+             (!o->max_pings_without_data || h->pings_without_data < o->max_pings_without_data)) {
+    uint8_t opaque[8] = {'h', 'a', 'r', 'k', 'p', 'i', 'n', 'g'};
+    nghttp2_submit_ping(h->s, NGHTTP2_FLAG_NONE, opaque);
+    h->ping_sent_ns = now;
+    h->pings_without_data++;
+  }
+  check_streams(h, now);
+  return conn_write(h);
+}
+
+/* The shortest bound in use, a quarter of it: how often check_conn runs. */
+static uint64_t tick_us(const hark_grpc_options *o) {
+  uint64_t b[] = {o->stream_idle_timeout_ms, o->keepalive_time_ms,
+                  o->keepalive_timeout_ms,   o->max_connection_idle_ms,
+                  o->max_connection_age_ms,  o->max_connection_age_grace_ms};
+  uint64_t ms = TICK_MAX_MS;
+  for (size_t i = 0; i < sizeof b / sizeof b[0]; i++)
+    if (b[i] && b[i] / 4 < ms) ms = b[i] / 4;
+  return (ms < TICK_MIN_MS ? TICK_MIN_MS : ms) * 1000;
+}
+
+static void on_tick(void *arg) {
+  h2conn *h = arg;
+  if (check_conn(h) < 0) {
+    hark_raw_close(h->raw);
+    return;
+  }
+  hark_http_timer_arm(h->tick, tick_us(&h->g->opts));
+}
+
 /* ---- the raw connection --------------------------------------------------------------- */
 
 static void *conn_open(void *userp, hark_raw *raw) {
@@ -526,9 +715,11 @@ static void *conn_open(void *userp, hark_raw *raw) {
     free(h);
     return NULL;
   }
+  uint32_t max_streams =
+      g->opts.max_concurrent_streams ? g->opts.max_concurrent_streams : MAX_STREAMS;
   nghttp2_settings_entry iv[] = {{NGHTTP2_SETTINGS_INITIAL_WINDOW_SIZE, STREAM_WINDOW},
                                  {NGHTTP2_SETTINGS_MAX_HEADER_LIST_SIZE, MAX_HEADER_LIST},
-                                 {NGHTTP2_SETTINGS_MAX_CONCURRENT_STREAMS, MAX_STREAMS}};
+                                 {NGHTTP2_SETTINGS_MAX_CONCURRENT_STREAMS, max_streams}};
   nghttp2_submit_settings(h->s, NGHTTP2_FLAG_NONE, iv, sizeof iv / sizeof iv[0]);
   nghttp2_session_set_local_window_size(h->s, NGHTTP2_FLAG_NONE, 0, CONN_WINDOW);
   if (!hark_buf_reserve(&h->out, HARK_RAW_HEADROOM + WRITE_GATHER)) hark_oom("h2", WRITE_GATHER);
@@ -538,11 +729,16 @@ static void *conn_open(void *userp, hark_raw *raw) {
     free(h);
     return NULL;
   }
+  h->opened_ns = h->last_rx_ns = h->idle_since_ns = hark_now_ns();
+  h->tick = hark_http_timer_new(h->loop, on_tick, h);
+  hark_http_timer_arm(h->tick, tick_us(&g->opts));
   return h;
 }
 
 static int conn_rx(void *p, const uint8_t *data, size_t len) {
   h2conn *h = p;
+  h->last_rx_ns = hark_now_ns();
+  h->ping_sent_ns = 0; /* the client is there */
   h->in_recv = true;
   ssize_t n = nghttp2_session_mem_recv(h->s, data, len);
   h->in_recv = false;
@@ -557,6 +753,8 @@ static int conn_writable(void *p) { return conn_write(p); }
 
 static void conn_closed(void *p) {
   h2conn *h = p;
+  hark_http_timer_free(h->tick);
+  h->tick = NULL;
   while (h->calls) stream_gone(h, h->calls);
   nghttp2_session_del(h->s);
   hark_buf_free(&h->out);
@@ -585,7 +783,9 @@ void hark_grpc_h2_setup(hark_grpc *g) {
   nghttp2_option *opt;
   nghttp2_option_new(&opt);
   nghttp2_option_set_no_auto_window_update(opt, 1); /* flow control is read_messages' */
-  nghttp2_option_set_stream_reset_rate_limit(opt, RESET_BURST, RESET_RATE);
+  uint32_t max_streams =
+      g->opts.max_concurrent_streams ? g->opts.max_concurrent_streams : MAX_STREAMS;
+  nghttp2_option_set_stream_reset_rate_limit(opt, 2u * max_streams, RESET_RATE);
   g->h2_opts = opt;
 }
 

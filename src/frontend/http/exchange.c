@@ -7,6 +7,14 @@
  * Keep-alive connections then wait for the next request. A connection
  * that closes while a call has its request leaves the call without a
  * client (its done handler gets NULL). Loop thread only.
+ *
+ * Time limits, as nginx's: the first request's head must be whole within
+ * the header timeout of the connection's start (408, then close; later
+ * heads on a kept-alive connection are bounded by lws's header-table
+ * timeout from their first byte), a body within its deadline of its head
+ * (408), and a reply must make progress: a client that reads nothing of
+ * it for the send timeout is dropped. One lws timer per connection counts
+ * down whichever bound applies now.
  */
 #include <errno.h>
 #include <stdio.h>
@@ -20,6 +28,9 @@
 #include "util/log.h"
 
 #define WRITE_CHUNK (256u * 1024u)
+/* After an early reply, the rest of the body is read and dropped for at
+ * most this long, then the connection closes. */
+#define LINGER_SECS 5
 
 static const char *const JSON = "application/json";
 
@@ -50,6 +61,120 @@ int hark_http_header(hark_http_conn *c, const char *name, char *buf, size_t cap)
   if (lws_hdr_custom_length(c->wsi, name, len) < 0) return -1;
   int n = lws_hdr_custom_copy(c->wsi, buf, (int)cap, name, len);
   return n < 0 ? -1 : n;
+}
+
+/* ---- time limits ---------------------------------------------------------------- */
+
+static void timer_arm(hark_http_conn *c, conn_timer t, int secs) {
+  c->timer = t;
+  lws_set_timer_usecs(c->wsi, (lws_usec_t)secs * LWS_US_PER_SEC);
+}
+
+/* Always stops it: the head timer runs before the connection has its
+ * state (c->timer cannot say it runs). lws 4.1 has no cancel for this
+ * timer (LWS_SET_TIMER_USEC_CANCEL fires it at once), so it is put off
+ * past any connection's life; lws drops it when the connection closes. */
+#define TIMER_NEVER_US (1000000ll * 3600 * 24 * 365 * 30)
+static void timer_stop(hark_http_conn *c) {
+  c->timer = TIMER_NONE;
+  lws_set_timer_usecs(c->wsi, TIMER_NEVER_US);
+}
+
+void hark_http_timer_stop(hark_http_conn *c) { timer_stop(c); }
+
+void hark_http_on_accept(struct lws *wsi) {
+  lws_set_timer_usecs(
+      wsi, (lws_usec_t)hark_http_loop_of(wsi)->http->opts.header_timeout_secs * LWS_US_PER_SEC);
+}
+
+static void kill_conn(struct lws *wsi) {
+  lws_set_timeout(wsi, PENDING_TIMEOUT_CLOSE_SEND, LWS_TO_KILL_ASYNC);
+}
+
+/* No request was read, so nothing was written: a 408 goes straight to the
+ * socket, as much of it as the socket takes now (not under TLS, whose
+ * records only lws writes), and our side ends. */
+static void reply_head_timeout(struct lws *wsi, int secs) {
+  if (lws_is_ssl(wsi)) return;
+  char body[160], out[400];
+  int b = snprintf(body, sizeof body,
+                   "{\"error\":\"request head not received within %d s "
+                   "(--http-header-timeout-secs)\"}",
+                   secs);
+  int n = snprintf(out, sizeof out,
+                   "HTTP/1.1 408 Request Timeout\r\nContent-Type: application/json\r\n"
+                   "Content-Length: %d\r\nConnection: close\r\n\r\n%s",
+                   b, body);
+  int fd = lws_get_socket_fd(wsi);
+  if (fd < 0 || send(fd, out, (size_t)n, MSG_DONTWAIT | MSG_NOSIGNAL) < 0) return;
+  shutdown(fd, SHUT_WR);
+}
+
+int hark_http_on_timer(struct lws *wsi, hark_http_conn *c) {
+  const hark_http_options *o = &hark_http_loop_of(wsi)->http->opts;
+  conn_timer t = c ? c->timer : TIMER_NONE;
+  if (c) c->timer = TIMER_NONE;
+  if (c && c->ws) return 0; /* a WebSocket now: ws.c times it */
+  switch (t) {
+  case TIMER_NONE:
+    /* The timer armed at accept: a head would have stopped it. */
+    if (c && c->state != CONN_IDLE) return 0;
+    hark_limit_hit(HARK_LIMIT_HTTP_HEADER_TIMEOUT,
+                   "http: a client sent no whole request head within %d s of connecting "
+                   "(--http-header-timeout-secs): 408, closing",
+                   o->header_timeout_secs);
+    reply_head_timeout(wsi, o->header_timeout_secs);
+    kill_conn(wsi);
+    return 0;
+  case TIMER_BODY:
+    if (c->state != CONN_BODY) return 0;
+    hark_limit_hit(HARK_LIMIT_HTTP_BODY_TIMEOUT,
+                   "http: a request body was not in within %d s of its head, %zu of %zu bytes "
+                   "(--http-body-deadline-secs): 408, closing",
+                   o->body_deadline_secs, c->body_len, c->body_cap);
+    hark_http_reply_error(c, 408,
+                          hark_error_new(HARK_ERR_DEADLINE,
+                                         "request body not received within %d s: %zu of %zu "
+                                         "bytes arrived (--http-body-deadline-secs)",
+                                         o->body_deadline_secs, c->body_len, c->body_cap));
+    return 0;
+  case TIMER_SEND:
+    if (c->state != CONN_REPLYING) return 0;
+    hark_limit_hit(HARK_LIMIT_SEND_TIMEOUT,
+                   "http: a client read nothing of its reply for %d s (--send-timeout-secs): "
+                   "closing",
+                   o->send_timeout_secs);
+    kill_conn(wsi);
+    return 0;
+  case TIMER_LINGER:
+    if (c->state == CONN_LINGER) kill_conn(wsi);
+    return 0;
+  default: return 0;
+  }
+}
+
+/* The restricted header's value, from a request head (lws keeps the
+ * headers it does not know as custom ones, named "<name>:"). */
+static bool wsi_allowed(struct lws *wsi, const hark_restrict *r, hark_api api, char *msg,
+                        size_t cap) {
+  const char *h = hark_restrict_header(r, api);
+  if (!h) return true;
+  char name[160], value[1100];
+  int nlen = snprintf(name, sizeof name, "%s:", h);
+  int n = -1;
+  if (nlen > 0 && (size_t)nlen < sizeof name && lws_hdr_custom_length(wsi, name, nlen) >= 0)
+    n = lws_hdr_custom_copy(wsi, value, (int)sizeof value, name, nlen);
+  if (hark_restrict_allows(r, api, n < 0 ? NULL : value, n < 0 ? 0 : (size_t)n)) return true;
+  hark_restrict_message(r, api, msg, cap);
+  return false;
+}
+
+bool hark_http_allowed(hark_http_conn *c, hark_api api, char *msg, size_t cap) {
+  return wsi_allowed(c->wsi, c->loop->http->opts.restricted, api, msg, cap);
+}
+
+bool hark_http_wsi_allowed(struct lws *wsi, hark_api api, char *msg, size_t cap) {
+  return wsi_allowed(wsi, hark_http_loop_of(wsi)->http->opts.restricted, api, msg, cap);
 }
 
 /* ---- replies ------------------------------------------------------------------ */
@@ -107,6 +232,7 @@ void hark_http_reply(hark_http_conn *c, int status, const char *ctype, hark_buf 
   memcpy(c->out.data + c->out_off, start, hlen);
   c->state = CONN_REPLYING;
   atomic_fetch_add_explicit(&c->loop->replying, 1, memory_order_relaxed);
+  timer_arm(c, TIMER_SEND, c->loop->http->opts.send_timeout_secs);
   lws_callback_on_writable(wsi);
 }
 
@@ -136,6 +262,8 @@ void hark_http_reply_text(hark_http_conn *c, int status, const char *ctype, cons
 int hark_http_on_writable(hark_http_conn *c) {
   struct lws *wsi = c->wsi;
   if (c->state != CONN_REPLYING) return 0;
+  /* The socket took what went before: the client reads. */
+  timer_arm(c, TIMER_SEND, c->loop->http->opts.send_timeout_secs);
   size_t left = c->out.len - c->out_off;
   if (left) {
     size_t n = left < WRITE_CHUNK ? left : WRITE_CHUNK;
@@ -151,6 +279,7 @@ int hark_http_on_writable(hark_http_conn *c) {
   }
   atomic_fetch_sub_explicit(&c->loop->replying, 1, memory_order_relaxed);
   exchange_reset(c);
+  timer_stop(c);
   if (!c->close_after) return lws_http_transaction_completed(wsi) ? -1 : 0;
   if (!c->body_expected || c->body_done) return -1;
   /* Closing with unread input makes the kernel send a reset, which can
@@ -159,6 +288,7 @@ int hark_http_on_writable(hark_http_conn *c) {
   shutdown(lws_get_socket_fd(wsi), SHUT_WR);
   c->state = CONN_LINGER;
   lws_set_timeout(wsi, PENDING_TIMEOUT_HTTP_CONTENT, c->loop->http->opts.body_timeout_secs);
+  timer_arm(c, TIMER_LINGER, LINGER_SECS); /* a trickling body does not hold it longer */
   return 0;
 }
 
@@ -226,6 +356,7 @@ int hark_http_read_body(hark_http_conn *c, size_t align_at) {
   }
   c->state = CONN_BODY;
   lws_set_timeout(wsi, PENDING_TIMEOUT_HTTP_CONTENT, http->opts.body_timeout_secs);
+  timer_arm(c, TIMER_BODY, http->opts.body_deadline_secs);
   return 1;
 }
 
@@ -258,6 +389,7 @@ int hark_http_on_body_done(hark_http_conn *c) {
   if (c->state == CONN_LINGER) return -1;
   if (c->state != CONN_BODY) return 0;
   lws_set_timeout(c->wsi, NO_PENDING_TIMEOUT, 0);
+  timer_stop(c);
   c->state = CONN_IDLE;
   const hark_http_handler *h = c->loop->http->handler;
   h->body(h->userp, c);
@@ -278,6 +410,7 @@ static hark_http_method method_of(int m) {
 void hark_http_on_request(hark_http_conn *c, const char *path) {
   struct lws *wsi = c->wsi;
   hark_http_loop *loop = c->loop;
+  timer_stop(c); /* the head is in */
   exchange_reset(c);
   c->close_after = false;
   c->body_expected = lws_hdr_total_length(wsi, WSI_TOKEN_HTTP_TRANSFER_ENCODING) > 0;

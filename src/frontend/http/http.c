@@ -34,9 +34,11 @@
 
 #define SHUTDOWN_GRACE_NS (5ull * 1000000000ull)
 #define STOP_GRACE_NS (1ull * 1000000000ull)
-#define DEFAULT_EXIT_TIMEOUT_SECS 30
 #define DEFAULT_MAX_INPUT (64u << 20)
 #define DEFAULT_BODY_TIMEOUT_SECS 30
+#define DEFAULT_HEADER_TIMEOUT_SECS 10
+#define DEFAULT_BODY_DEADLINE_SECS 60
+#define DEFAULT_SEND_TIMEOUT_SECS 60
 
 bool hark_http_stopping(const hark_http *http) { return atomic_load(&http->stop); }
 
@@ -46,6 +48,7 @@ int hark_http_raw_port(const hark_http *http) { return http->raw_port; }
 
 static int lws_event(struct lws *wsi, enum lws_callback_reasons reason, void *user, void *in,
                      size_t len) {
+  if (hark_http_tls_event(reason)) return 0; /* `user` is OpenSSL's there, not a connection */
   hark_http_conn *c = user;
   hark_http_loop *loop = wsi ? hark_http_loop_of(wsi) : NULL;
   if (c) {
@@ -60,6 +63,8 @@ static int lws_event(struct lws *wsi, enum lws_callback_reasons reason, void *us
   case LWS_CALLBACK_CLOSED_HTTP:
     if (c) hark_http_on_closed(c);
     return 0;
+  case LWS_CALLBACK_SERVER_NEW_CLIENT_INSTANTIATED: hark_http_on_accept(wsi); return 0;
+  case LWS_CALLBACK_TIMER: return hark_http_on_timer(wsi, c);
   case LWS_CALLBACK_EVENT_WAIT_CANCELLED:
     if (loop) hark_http_drain_calls(loop);
     return 0;
@@ -148,8 +153,12 @@ static int on_listen_event(struct lws *wsi, enum lws_callback_reasons reason, vo
     lws_sock_file_fd_type desc = {.sockfd = fd};
     struct lws *taken =
         raw ? lws_adopt_descriptor_vhost(loop->vh_raw, LWS_ADOPT_SOCKET, desc, "hark-raw", NULL)
-            : lws_adopt_socket_vhost(loop->vh_http, fd);
-    if (!taken) /* lws closed fd */
+            : lws_adopt_descriptor_vhost(loop->vh_http,
+                                         LWS_ADOPT_SOCKET | LWS_ADOPT_HTTP | LWS_ADOPT_ALLOW_SSL,
+                                         desc, NULL, NULL);
+    if (!taken && !raw && loop->http->opts.tls_cert) /* lws closed fd */
+      HARK_VERBOSE("http: a connection failed its TLS handshake at once (plain HTTP?)");
+    else if (!taken)
       HARK_WARN("http: cannot take a new connection (out of memory?)");
   }
   return 0;
@@ -282,10 +291,24 @@ static struct lws_vhost *make_vhost(hark_http_loop *loop, const char *name, int 
   info.vhost_name = name;
   info.port = port;
   info.iface = http->opts.address;
+  bool metrics = strcmp(name, "metrics") == 0;
+  if (metrics && http->opts.metrics_address) info.iface = http->opts.metrics_address;
+  if (http->opts.tls_cert && strcmp(name, "http") == 0) { /* --http-use-ssl; HTTP/1.1 only */
+    info.ssl_cert_filepath = http->opts.tls_cert;
+    info.ssl_private_key_filepath = http->opts.tls_key;
+    info.alpn = "http/1.1";
+    info.options |= LWS_SERVER_OPTION_DO_SSL_GLOBAL_INIT; /* lws reads it per vhost too */
+    info.provided_client_ssl_ctx = http->tls_client_ctx;
+  }
   info.protocols = protocols;
   info.keepalive_timeout = 75; /* nginx's default idle keep-alive */
   info.timeout_secs = (unsigned)http->opts.body_timeout_secs;
-  info.options = LWS_SERVER_OPTION_FAIL_UPON_UNABLE_TO_BIND;
+  /* lws holds a request's header table this long from the head's first
+   * byte: the header bound of a kept-alive connection's later requests,
+   * whose first byte only lws sees (exchange.c times the first request's
+   * head itself, a second sooner, and answers 408). */
+  info.timeout_secs_ah_idle = (unsigned)http->opts.header_timeout_secs + 1;
+  info.options |= LWS_SERVER_OPTION_FAIL_UPON_UNABLE_TO_BIND;
   /* lws binds an IPv4 address only on an IPv4 socket. */
   if (info.iface && strchr(info.iface, '.')) info.options |= LWS_SERVER_OPTION_DISABLE_IPV6;
   return lws_create_vhost(loop->ctx, &info);
@@ -338,6 +361,7 @@ static hark_error *loop_new(hark_http *http, unsigned i) {
   info.pt_serv_buf_size = 64 * 1024; /* fewer, larger reads of bodies */
   info.max_http_header_pool2 = 1024; /* header tables for concurrent requests */
   info.count_threads = 1;
+  if (http->opts.tls_cert) info.options |= LWS_SERVER_OPTION_DO_SSL_GLOBAL_INIT;
   /* lws re-arms its request body timeout from this (the context's, not the
    * vhost's) after each piece of body: make it the operator's. */
   info.timeout_secs = (unsigned)http->opts.body_timeout_secs;
@@ -367,7 +391,8 @@ static hark_error *loop_new(hark_http *http, unsigned i) {
   if (i == 0 && opts->metrics_port >= 0 &&
       !(loop->vh_metrics = make_vhost(loop, "metrics", opts->metrics_port)))
     return hark_error_new(HARK_ERR_UNAVAILABLE, "cannot listen for metrics on %s:%d (in use?)",
-                          where, opts->metrics_port);
+                          opts->metrics_address ? opts->metrics_address : where,
+                          opts->metrics_port);
   if (http->raw_port >= 0) return raw_listen(loop);
   return NULL;
 }
@@ -379,6 +404,11 @@ hark_error *hark_http_new(const hark_http_options *opts, const hark_http_handler
   http->opts = *opts;
   if (!http->opts.max_input_size) http->opts.max_input_size = DEFAULT_MAX_INPUT;
   if (http->opts.body_timeout_secs <= 0) http->opts.body_timeout_secs = DEFAULT_BODY_TIMEOUT_SECS;
+  if (http->opts.header_timeout_secs <= 0)
+    http->opts.header_timeout_secs = DEFAULT_HEADER_TIMEOUT_SECS;
+  if (http->opts.body_deadline_secs <= 0)
+    http->opts.body_deadline_secs = DEFAULT_BODY_DEADLINE_SECS;
+  if (http->opts.send_timeout_secs <= 0) http->opts.send_timeout_secs = DEFAULT_SEND_TIMEOUT_SECS;
   atomic_init(&http->stop, false);
   atomic_init(&http->stop_now, false);
   atomic_init(&http->draining, false);
@@ -400,6 +430,11 @@ hark_error *hark_http_new(const hark_http_options *opts, const hark_http_handler
     return hark_error_new(HARK_ERR_UNAVAILABLE, "cannot listen for gRPC on %s:%d (in use?)",
                           raw_address ? raw_address : "0.0.0.0", opts->raw_port);
   }
+  /* lws makes each TLS vhost a client context too (the system's CA
+   * bundle, for connections it would make), and 4.1 leaks all but the
+   * first context's: give them one, empty — hark makes no connections. */
+  if (opts->tls_cert && !(http->tls_client_ctx = SSL_CTX_new(TLS_client_method())))
+    hark_oom("TLS client context", 0);
   http->loops = hark_xcalloc(http->n_loops, sizeof *http->loops);
   for (unsigned i = 0; i < http->n_loops; i++) {
     hark_error *err = loop_new(http, i);
@@ -452,7 +487,7 @@ static bool drained(hark_http_loop *loop, uint64_t *deadline) {
   if (!*deadline) {
     int secs = http->opts.exit_timeout_secs < 0   ? 0
                : http->opts.exit_timeout_secs > 0 ? http->opts.exit_timeout_secs
-                                                  : DEFAULT_EXIT_TIMEOUT_SECS;
+                                                  : HARK_DEFAULT_EXIT_TIMEOUT_SECS;
     *deadline = now + (uint64_t)secs * 1000000000ull;
     lws_sul_schedule(loop->ctx, 0, &loop->tick, on_tick, 100 * LWS_US_PER_MS);
     HARK_INFO(
@@ -575,5 +610,6 @@ void hark_http_free(hark_http *http) {
   for (unsigned i = 0; i < http->n_loops; i++)
     if (http->loops[i]) loop_free(http->loops[i]);
   free(http->loops);
+  if (http->tls_client_ctx) SSL_CTX_free(http->tls_client_ctx); /* no vhost holds it now */
   free(http);
 }

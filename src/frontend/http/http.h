@@ -19,10 +19,14 @@
 #ifndef HARK_FRONTEND_HTTP_H
 #define HARK_FRONTEND_HTTP_H
 
+/* How long a drain waits for live streams and requests by default. */
+#define HARK_DEFAULT_EXIT_TIMEOUT_SECS 30
+
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 
+#include "frontend/security/restrict.h"
 #include "hark/types.h"
 #include "util/buf.h"
 
@@ -120,6 +124,13 @@ typedef struct hark_http_options {
                                0: 64 MiB */
   int body_timeout_secs;    /* a client that stalls mid-request longer than
                                this is dropped; 0: 30 */
+  int header_timeout_secs;  /* a request's head must be in within this
+                               (--http-header-timeout-secs); 0: 10 */
+  int body_deadline_secs;   /* ... and its body within this of the head
+                               (--http-body-deadline-secs); 0: 60 */
+  int send_timeout_secs;    /* a client that reads nothing of what is sent
+                               to it this long is dropped, on every port
+                               (--send-timeout-secs); 0: 60 */
   unsigned threads;         /* event loops on the HTTP port
                                (--http-thread-count); 0: one per core */
   size_t ws_max_message;    /* largest WebSocket message; 0: 1 MiB */
@@ -132,6 +143,18 @@ typedef struct hark_http_options {
   int exit_timeout_secs;
   bool (*drain_idle)(void *userp);
   void *drain_idle_userp;
+  /* --http-restricted-api (NULL: nothing restricted): WebSocket upgrades
+   * are `inference`; the service checks its own routes with
+   * hark_http_allowed. Must outlive the transport. */
+  const hark_restrict *restricted;
+  /* --http-use-ssl: the HTTP port speaks TLS with this certificate chain
+   * and key (PEM files; NULL: plain HTTP). */
+  const char *tls_cert, *tls_key;
+  /* --grpc-use-ssl: raw connections speak TLS with this context, hark's
+   * own (security/tls.h), before the raw handler sees a byte (NULL: plain). */
+  struct hark_tls *raw_tls;
+  /* --metrics-address: the metrics port's bind address (NULL: `address`). */
+  const char *metrics_address;
 } hark_http_options;
 
 /* ---- lifecycle ------------------------------------------------------------- */
@@ -169,6 +192,10 @@ bool hark_http_stopping(const hark_http *http);
  * "inference-header-content-length:") into buf, NUL-terminated; its
  * length, or -1 when absent or too long. */
 int hark_http_header(hark_http_conn *c, const char *name, char *buf, size_t cap);
+
+/* Whether the request may reach an endpoint of category `api` under
+ * opts.restricted: true, or false with the refusal's message in msg. */
+bool hark_http_allowed(hark_http_conn *c, hark_api api, char *msg, size_t cap);
 
 /* Asks for the request's body: 1 means body() comes once it is read; 0
  * means there is none (go on now); -1 means it was refused (too large, bad
@@ -286,6 +313,31 @@ void hark_ws_close(hark_ws *ws, int code, const char *reason);
  * transport also pauses while too many of its messages wait unsent. */
 void hark_ws_pause(hark_ws *ws, bool pause);
 bool hark_ws_closing(const hark_ws *ws);
+
+/* ---- limits (limits.c) ------------------------------------------------------ */
+
+/* What a client ran into: each is counted (hark_limit_hits_total on
+ * /metrics) and logged, at most once a second per kind. */
+typedef enum hark_limit {
+  HARK_LIMIT_HTTP_HEADER_TIMEOUT = 0,
+  HARK_LIMIT_HTTP_BODY_TIMEOUT,
+  HARK_LIMIT_SEND_TIMEOUT,
+  HARK_LIMIT_WS_IDLE_TIMEOUT,
+  HARK_LIMIT_GRPC_IDLE,
+  HARK_LIMIT_GRPC_MAX_AGE,
+  HARK_LIMIT_GRPC_KEEPALIVE_TIMEOUT,
+  HARK_LIMIT_GRPC_PING_STRIKES,
+  HARK_LIMIT_GRPC_STREAMS_PER_CONNECTION,
+  HARK_LIMIT_GRPC_STREAM_IDLE,
+  HARK_LIMIT_COUNT
+} hark_limit;
+
+/* Any thread: counts one hit of `limit` and logs the line (printf-style),
+ * unless that kind logged less than a second ago (the next line says how
+ * many were not logged). */
+void hark_limit_hit(hark_limit limit, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+/* Every limit's count in Prometheus text, appended to `b`. */
+void hark_limit_render(hark_buf *b);
 
 /* WebSocket close codes (RFC 6455 section 7.4.1); a close reason holds at
  * most 123 bytes. */

@@ -25,6 +25,16 @@ typedef enum conn_state {
   CONN_LINGER,   /* replied early: discarding the unread body, then close */
 } conn_state;
 
+/* What a connection's timer (lws_set_timer_usecs) is counting down: one
+ * bound at a time, by what the connection waits for. */
+typedef enum conn_timer {
+  TIMER_NONE = 0, /* or the first request's head, armed at accept
+                     (--http-header-timeout-secs) */
+  TIMER_BODY,     /* the whole body (--http-body-deadline-secs) */
+  TIMER_SEND,     /* progress writing the reply (--send-timeout-secs) */
+  TIMER_LINGER,   /* dropping an unread body after an early reply */
+} conn_timer;
+
 /* Per-connection state: lws allocates it zeroed; only the loop touches it. */
 struct hark_http_conn {
   struct lws *wsi;
@@ -43,6 +53,7 @@ struct hark_http_conn {
   size_t out_off;
   hark_http_call *call; /* the exchange's call, or NULL */
   hark_ws *ws;          /* a WebSocket connection's state (ws.c) */
+  conn_timer timer;
 };
 
 /* A raw connection's state: lws allocates it zeroed (raw.c). */
@@ -50,8 +61,11 @@ struct hark_raw {
   struct lws *wsi;
   hark_http_loop *loop;
   hark_raw *prev, *next; /* loop->raws */
-  void *conn;            /* the service's */
-  bool paused;
+  void *conn;            /* the service's (with TLS: once the handshake is done) */
+  bool paused, killed;
+  uint64_t choked_ns;        /* since when the socket takes nothing; 0: it does */
+  struct hark_tls_conn *tls; /* opts.raw_tls's session, or NULL */
+  hark_buf tls_out;          /* ciphertext on its way to lws_write, after LWS_PRE */
 };
 
 /* One event loop: an lws context (info.user points here) with a vhost on
@@ -98,9 +112,25 @@ struct hark_http {
   atomic_bool draining;       /* hark_http_drain was called */
   _Atomic uint32_t n_sockets; /* open WebSockets, all loops */
   unsigned n_loops;
-  hark_http_loop **loops; /* each its own allocation: no false sharing */
-  int raw_port;           /* bound, or -1 */
+  hark_http_loop **loops;  /* each its own allocation: no false sharing */
+  int raw_port;            /* bound, or -1 */
+  SSL_CTX *tls_client_ctx; /* --http-use-ssl: what lws's vhosts take as theirs */
 };
+
+/* lws's TLS callbacks (--http-use-ssl) come to the HTTP protocol with
+ * OpenSSL's objects as `user`: nothing for hark to do (and no connection
+ * state to touch). */
+static inline bool hark_http_tls_event(enum lws_callback_reasons reason) {
+  switch (reason) {
+  case LWS_CALLBACK_OPENSSL_LOAD_EXTRA_CLIENT_VERIFY_CERTS:
+  case LWS_CALLBACK_OPENSSL_LOAD_EXTRA_SERVER_VERIFY_CERTS:
+  case LWS_CALLBACK_OPENSSL_PERFORM_CLIENT_CERT_VERIFICATION:
+  case LWS_CALLBACK_OPENSSL_PERFORM_SERVER_CERT_VERIFICATION:
+  case LWS_CALLBACK_OPENSSL_CONTEXT_REQUIRES_PRIVATE_KEY:
+  case LWS_CALLBACK_SSL_INFO: return true;
+  default: return false;
+  }
+}
 
 /* The loop a connection belongs to. */
 static inline hark_http_loop *hark_http_loop_of(struct lws *wsi) {
@@ -116,6 +146,9 @@ void hark_http_set_current_loop(hark_http_loop *loop);
 void hark_http_drain_calls(hark_http_loop *loop);
 void hark_http_drain_soon(void);
 
+/* hark_http_allowed for a request head lws has no connection state for
+ * yet (a WebSocket upgrade). */
+bool hark_http_wsi_allowed(struct lws *wsi, hark_api api, char *msg, size_t cap);
 /* LWS_CALLBACK_HTTP: a request head on `path`. */
 void hark_http_on_request(hark_http_conn *c, const char *path);
 /* LWS_CALLBACK_HTTP_BODY / _COMPLETION. */
@@ -125,6 +158,14 @@ int hark_http_on_body_done(hark_http_conn *c);
 int hark_http_on_writable(hark_http_conn *c);
 /* LWS_CALLBACK_CLOSED_HTTP. */
 void hark_http_on_closed(hark_http_conn *c);
+/* LWS_CALLBACK_SERVER_NEW_CLIENT_INSTANTIATED: a new connection, whose
+ * first request's head is due (its state may not exist yet). */
+void hark_http_on_accept(struct lws *wsi);
+/* LWS_CALLBACK_TIMER: the bound the connection's timer counted passed
+ * (`c` may be NULL: the head's, armed at accept); -1 closes it. */
+int hark_http_on_timer(struct lws *wsi, hark_http_conn *c);
+/* Stops the connection's timer (it became a WebSocket). */
+void hark_http_timer_stop(hark_http_conn *c);
 
 /* ---- raw.c --------------------------------------------------------------------- */
 
@@ -134,6 +175,9 @@ int hark_raw_on_event(struct lws *wsi, enum lws_callback_reasons reason, void *u
 /* Shutting down: closes every raw connection of the loop (once); true
  * while any is open. */
 bool hark_raw_close_all(hark_http_loop *loop);
+/* The loop's once-a-second check: drops the raw connections whose client
+ * read nothing for the send timeout. */
+void hark_raw_sweep(hark_http_loop *loop);
 
 /* ---- ws.c --------------------------------------------------------------------- */
 

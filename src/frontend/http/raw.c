@@ -6,11 +6,17 @@
  * gets its bytes and writes back through hark_raw_write, which gathers
  * what is written during one callback into one send. Also the loops'
  * timers, for services that want one on a loop. Loop thread only.
+ *
+ * With opts.raw_tls (--grpc-use-ssl) each connection is a TLS session
+ * (frontend/security/tls.c): the bytes read are decrypted before the handler sees
+ * them, and its writes are encrypted on their way out; the handler's
+ * connection opens only once the handshake is done.
  */
 #include <stdlib.h>
 #include <string.h>
 
 #include "frontend/http/http_impl.h"
+#include "frontend/security/tls.h"
 #include "util/alloc.h"
 #include "util/log.h"
 
@@ -22,13 +28,54 @@ static const hark_raw_handler *handler_of(const hark_http_loop *loop) {
  * LWS_PRE bytes in front of the data. */
 _Static_assert(LWS_PRE <= HARK_RAW_HEADROOM, "HARK_RAW_HEADROOM must cover LWS_PRE");
 
+/* Sends what the TLS session has for the socket; -1 when it failed. */
+static int tls_flush(hark_raw *raw) {
+  size_t n = hark_tls_conn_pending(raw->tls);
+  if (!n) return 0;
+  if (!hark_buf_reserve(&raw->tls_out, LWS_PRE + n)) return -1;
+  n = hark_tls_conn_take(raw->tls, (uint8_t *)raw->tls_out.data + LWS_PRE, n);
+  return lws_write(raw->wsi, (uint8_t *)raw->tls_out.data + LWS_PRE, n, LWS_WRITE_RAW) < 0 ? -1 : 0;
+}
+
 int hark_raw_write(hark_raw *raw, uint8_t *data, size_t len) {
+  if (raw->tls) {
+    if (hark_tls_conn_write(raw->tls, data, len) < 0 || tls_flush(raw) < 0) return -1;
+    return (int)len;
+  }
   int n = lws_write(raw->wsi, data, len, LWS_WRITE_RAW);
   return n < 0 ? -1 : n;
 }
 
+/* TLS: the bytes read go through the session; the handler's connection
+ * opens when the handshake is done and reads the plaintext. */
+#define TLS_READ_CHUNK (16u * 1024u)
+/* A client that has not finished its handshake this long after it
+ * connected is dropped (nginx gives it its header timeout). */
+#define TLS_HANDSHAKE_SECS 10
+static int tls_rx(hark_raw *raw, const hark_raw_handler *h, const void *in, size_t len) {
+  hark_tls_conn_feed(raw->tls, in, len);
+  if (!raw->conn) {
+    int rc = hark_tls_conn_handshake(raw->tls);
+    if (tls_flush(raw) < 0 || rc < 0) return -1; /* the alert went out first */
+    if (rc == 0) return 0;
+    lws_set_timeout(raw->wsi, NO_PENDING_TIMEOUT, 0);
+    if (!(raw->conn = h->open(raw->loop->http->handler->raw_userp, raw))) return -1;
+  }
+  uint8_t buf[TLS_READ_CHUNK];
+  for (;;) {
+    int n = hark_tls_conn_read(raw->tls, buf, sizeof buf);
+    if (n < 0) return -1; /* closed, or broken */
+    if (n == 0) break;
+    if (h->rx(raw->conn, buf, (size_t)n) < 0) return -1;
+    if (!raw->conn) return -1;
+  }
+  return tls_flush(raw);
+}
+
 bool hark_raw_choked(hark_raw *raw) {
-  return lws_send_pipe_choked(raw->wsi) || lws_partial_buffered(raw->wsi);
+  bool choked = lws_send_pipe_choked(raw->wsi) || lws_partial_buffered(raw->wsi);
+  if (choked && !raw->choked_ns) raw->choked_ns = hark_now_ns(); /* the send timeout runs */
+  return choked;
 }
 
 void hark_raw_want_write(hark_raw *raw) { lws_callback_on_writable(raw->wsi); }
@@ -58,13 +105,19 @@ int hark_raw_on_event(struct lws *wsi, enum lws_callback_reasons reason, void *u
     raw->next = loop->raws;
     if (raw->next) raw->next->prev = raw;
     loop->raws = raw;
+    if (loop->http->opts.raw_tls) { /* the handler's connection opens after the handshake */
+      lws_set_timeout(wsi, PENDING_TIMEOUT_SSL_ACCEPT, TLS_HANDSHAKE_SECS);
+      return (raw->tls = hark_tls_conn_new(loop->http->opts.raw_tls)) ? 0 : -1;
+    }
     raw->conn = h->open(loop->http->handler->raw_userp, raw);
     return raw->conn ? 0 : -1;
   case LWS_CALLBACK_RAW_RX:
+    if (raw && raw->tls) return tls_rx(raw, h, in, len);
     if (!raw || !raw->conn) return -1;
     return h->rx(raw->conn, in, len) < 0 ? -1 : 0;
   case LWS_CALLBACK_RAW_WRITEABLE:
     if (!raw || !raw->conn) return 0;
+    raw->choked_ns = 0; /* the client reads */
     return h->writable(raw->conn) < 0 ? -1 : 0;
   case LWS_CALLBACK_RAW_CLOSE:
     if (!raw || !raw->loop) return 0;
@@ -77,6 +130,9 @@ int hark_raw_on_event(struct lws *wsi, enum lws_callback_reasons reason, void *u
     if (raw->conn) h->closed(raw->conn);
     raw->conn = NULL;
     raw->loop = NULL;
+    hark_tls_conn_free(raw->tls);
+    raw->tls = NULL;
+    hark_buf_free(&raw->tls_out);
     return 0;
   default: return 0;
   }
@@ -88,6 +144,19 @@ bool hark_raw_close_all(hark_http_loop *loop) {
     for (hark_raw *raw = loop->raws; raw; raw = raw->next) hark_raw_close(raw);
   }
   return loop->raws != NULL;
+}
+
+void hark_raw_sweep(hark_http_loop *loop) {
+  const hark_http_options *o = &loop->http->opts;
+  uint64_t now = hark_now_ns(), limit = (uint64_t)o->send_timeout_secs * 1000000000ull;
+  for (hark_raw *raw = loop->raws; raw; raw = raw->next) {
+    if (!raw->choked_ns || raw->killed || now - raw->choked_ns < limit) continue;
+    raw->killed = true;
+    hark_limit_hit(HARK_LIMIT_SEND_TIMEOUT,
+                   "grpc: a client read nothing for %d s (--send-timeout-secs): closing",
+                   o->send_timeout_secs);
+    hark_raw_close(raw);
+  }
 }
 
 /* ---- timers ----------------------------------------------------------------- */

@@ -36,9 +36,11 @@ struct hark_ws {
   hark_ws *prev, *next; /* loop->sockets */
   void *stream;         /* the service's */
   bool closing, paused_by_service, rx_paused;
+  bool killed; /* dropped by the send timeout: closes soon */
   int close_code;
   char close_reason[HARK_WS_REASON_MAX + 1];
   uint64_t last_rx_ns;
+  uint64_t last_tx_ns; /* output last made progress (or began to wait) */
   /* the message being received */
   char *msg;
   size_t msg_len, msg_cap;
@@ -70,6 +72,7 @@ static size_t max_message(const hark_http *http) {
 static const char *status_text(int status) {
   switch (status) {
   case 400: return "Bad Request";
+  case 403: return "Forbidden";
   case 404: return "Not Found";
   case 409: return "Conflict";
   case 429: return "Too Many Requests";
@@ -124,8 +127,10 @@ int hark_ws_on_confirm(struct lws *wsi, const char *upgrade) {
   if (!h || lws_get_vhost(wsi) == loop->vh_metrics) return refuse(wsi, 404, "Not Found");
   if (atomic_load(&loop->http->stop))
     return refuse(wsi, 503, "Server is shutting down: not accepting new streams");
-  char path[2048];
+  char path[2048], msg[256];
   if (!upgrade_path(wsi, path, sizeof path)) return refuse(wsi, 400, "Bad Request: no path");
+  if (!hark_http_wsi_allowed(wsi, HARK_API_INFERENCE, msg, sizeof msg))
+    return refuse(wsi, 403, msg);
   void *ticket = NULL;
   hark_error *err = h->accept(loop->http->handler->ws_userp, path, &ticket);
   if (err) return refuse_error(wsi, err);
@@ -158,10 +163,11 @@ int hark_ws_on_established(hark_http_conn *c, struct lws *wsi) {
   hark_http_loop *loop = hark_http_loop_of(wsi);
   const hark_ws_handler *h = handler_of(loop);
   if (!c || !h) return -1;
+  hark_http_timer_stop(c); /* the upgrade's head is in; ws.c times the rest */
   hark_ws *ws = hark_xcalloc(1, sizeof *ws);
   ws->loop = loop;
   ws->wsi = wsi;
-  ws->last_rx_ns = hark_now_ns();
+  ws->last_rx_ns = ws->last_tx_ns = hark_now_ns();
   ws->next = loop->sockets;
   if (ws->next) ws->next->prev = ws;
   loop->sockets = ws;
@@ -233,6 +239,7 @@ bool hark_ws_send_text(hark_ws *ws, const char *text, size_t len) {
   o->next = NULL;
   o->len = len;
   memcpy(o->buf + LWS_PRE, text, len);
+  if (!ws->out_head) ws->last_tx_ns = hark_now_ns(); /* the wait for the client begins */
   if (ws->out_tail)
     ws->out_tail->next = o;
   else
@@ -247,6 +254,7 @@ bool hark_ws_send_text(hark_ws *ws, const char *text, size_t len) {
 void hark_ws_close(hark_ws *ws, int code, const char *reason) {
   if (ws->closing) return;
   ws->closing = true;
+  ws->last_tx_ns = hark_now_ns(); /* the close frame waits for the socket too */
   ws->close_code = code;
   snprintf(ws->close_reason, sizeof ws->close_reason, "%s", reason ? reason : "");
   hark_ws_reason_fit(ws->close_reason, HARK_WS_REASON_MAX);
@@ -261,6 +269,7 @@ int hark_ws_on_writable(hark_http_conn *c) {
   hark_ws *ws = c ? c->ws : NULL;
   if (!ws) return 0;
   struct lws *wsi = ws->wsi;
+  ws->last_tx_ns = hark_now_ns();  /* the socket takes what we send */
   if (lws_partial_buffered(wsi)) { /* lws sends its leftovers first */
     lws_callback_on_writable(wsi);
     return 0;
@@ -339,6 +348,15 @@ int hark_ws_on_receive(hark_http_conn *c, const void *in, size_t len) {
 
 /* ---- idle sweep and shutdown ---------------------------------------------------------- */
 
+/*
+ * Once a second: a stream whose output has waited on its client for the
+ * send timeout (it reads nothing; a paused stream included, and a close
+ * frame that cannot go out) is dropped; one that sent nothing for the idle
+ * timeout, while nothing of ours waits and the service is not working for
+ * it, is closed 1001 "idle timeout". Whether reading is paused does not
+ * matter: a paused stream is either waiting on the service (busy) or on
+ * its client.
+ */
 static void on_sweep(lws_sorted_usec_list_t *sul) {
   hark_http_loop *loop = lws_container_of(sul, hark_http_loop, ws_sweep);
   const hark_http *http = loop->http;
@@ -346,12 +364,30 @@ static void on_sweep(lws_sorted_usec_list_t *sul) {
   int secs =
       http->opts.ws_idle_timeout_secs > 0 ? http->opts.ws_idle_timeout_secs : DEFAULT_IDLE_SECS;
   uint64_t now = hark_now_ns(), limit = (uint64_t)secs * 1000000000ull;
+  uint64_t send_limit = (uint64_t)http->opts.send_timeout_secs * 1000000000ull;
   for (hark_ws *ws = loop->sockets; ws; ws = ws->next) {
-    /* Waiting on the service or on our output is not the client's idling. */
-    if (ws->closing || ws->out_head || ws->rx_paused) continue;
+    bool waiting = ws->out_head || ws->closing || lws_partial_buffered(ws->wsi);
+    if (waiting) {
+      if (now - ws->last_tx_ns >= send_limit && !ws->killed) {
+        ws->killed = true;
+        hark_limit_hit(HARK_LIMIT_SEND_TIMEOUT,
+                       "ws: a client read nothing for %d s with %zu bytes waiting for it "
+                       "(--send-timeout-secs): closing",
+                       http->opts.send_timeout_secs, ws->out_bytes);
+        lws_set_timeout(ws->wsi, PENDING_TIMEOUT_CLOSE_SEND, LWS_TO_KILL_ASYNC);
+      }
+      continue;
+    }
+    /* Waiting on the service is not the client's idling. */
     if (ws->stream && h->busy && h->busy(ws->stream)) continue;
-    if (now - ws->last_rx_ns >= limit) hark_ws_close(ws, HARK_WS_CLOSE_GOING_AWAY, "idle timeout");
+    if (now - ws->last_rx_ns >= limit) {
+      hark_limit_hit(HARK_LIMIT_WS_IDLE_TIMEOUT,
+                     "ws: a stream sent nothing for %d s (--ws-idle-timeout-secs): closing 1001",
+                     secs);
+      hark_ws_close(ws, HARK_WS_CLOSE_GOING_AWAY, "idle timeout");
+    }
   }
+  hark_raw_sweep(loop);
   lws_sul_schedule(loop->ctx, 0, &loop->ws_sweep, on_sweep, SWEEP_US);
 }
 

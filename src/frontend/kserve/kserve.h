@@ -25,6 +25,7 @@
 #include <stdint.h>
 
 #include "frontend/kserve/shm.h"
+#include "hark/config.h"
 #include "hark/request.h"
 #include "hark/server.h"
 #include "hark/types.h"
@@ -248,6 +249,13 @@ hark_error *hark_kserve_write_stats(hark_buf *out, hark_server *server, const ch
                                     int64_t version);
 /* POST /v2/repository/index: [{"name","version","state","reason"}], each
  * field left out when empty, as Triton does. */
+/* A model config as a client that may not see model-repository sees it:
+ * `view` is *cfg with every parameter value (and default_model_filename)
+ * that reads as a filesystem path shown as HARK_RESTRICT_PATH_HIDDEN.
+ * `view` shares cfg's memory but its parameters array, which the caller
+ * frees (free(view->parameters)) before cfg goes. */
+void hark_kserve_config_hide_paths(const hark_model_config *cfg, hark_model_config *view);
+
 hark_error *hark_kserve_write_index(hark_buf *out, hark_server *server, bool ready_only);
 
 /* ---- the HTTP service (kserve_http.c) ---------------------------------------- */

@@ -10,6 +10,7 @@
 #include <string.h>
 
 #include "frontend/kserve/kserve.h"
+#include "frontend/security/restrict.h"
 #include "hark/backend.h"
 #include "hark/config.h"
 #include "util/alloc.h"
@@ -211,4 +212,15 @@ hark_error *hark_kserve_write_index(hark_buf *out, hark_server *server, bool rea
   hark_index_free(entries, n);
   hark_buf_puts(out, "]");
   return NULL;
+}
+
+void hark_kserve_config_hide_paths(const hark_model_config *cfg, hark_model_config *view) {
+  static char hidden[] = HARK_RESTRICT_PATH_HIDDEN;
+  *view = *cfg;
+  view->parameters = hark_xcalloc(cfg->n_parameters ? cfg->n_parameters : 1, sizeof(hark_kv));
+  for (uint32_t i = 0; i < cfg->n_parameters; i++) {
+    view->parameters[i] = cfg->parameters[i];
+    if (hark_restrict_is_path(cfg->parameters[i].value)) view->parameters[i].value = hidden;
+  }
+  if (hark_restrict_is_path(cfg->default_model_filename)) view->default_model_filename = hidden;
 }

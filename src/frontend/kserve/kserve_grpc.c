@@ -177,9 +177,15 @@ static void model_config(hark_grpc_call *c, ProtobufCMessage *msg) {
   if (!model) return;
   hark_arena *a = hark_arena_new();
   Inference__ModelConfigResponse r = INFERENCE__MODEL_CONFIG_RESPONSE__INIT;
-  r.config = hark_kserve_config_pb(a, hark_model_get_config(model));
+  /* Paths in it are for those who may see the repository. */
+  const hark_model_config *cfg = hark_model_get_config(model);
+  hark_model_config view;
+  bool hide = !hark_grpc_call_allowed(c, HARK_API_MODEL_REPOSITORY);
+  if (hide) hark_kserve_config_hide_paths(cfg, &view);
+  r.config = hark_kserve_config_pb(a, hide ? &view : cfg);
   hark_grpc_reply(c, &r.base, HARK_GRPC_OK, NULL);
   hark_arena_free(a);
+  if (hide) free(view.parameters);
   hark_model_release(model);
 }
 
@@ -459,43 +465,48 @@ static void cuda_shm(hark_grpc_call *c, ProtobufCMessage *msg) {
 
 #define REFUSE HARK_GRPC_REFUSE_DRAINING
 static const hark_grpc_method kserve_methods[] = {
-    {"ServerLive", &inference__server_live_request__descriptor, server_live, 0, NULL, NULL},
-    {"ServerReady", &inference__server_ready_request__descriptor, server_ready, 0, NULL, NULL},
-    {"ModelReady", &inference__model_ready_request__descriptor, model_ready, 0, NULL, NULL},
+    {"ServerLive", &inference__server_live_request__descriptor, server_live, 0, NULL, NULL,
+     HARK_API_HEALTH},
+    {"ServerReady", &inference__server_ready_request__descriptor, server_ready, 0, NULL, NULL,
+     HARK_API_HEALTH},
+    {"ModelReady", &inference__model_ready_request__descriptor, model_ready, 0, NULL, NULL,
+     HARK_API_HEALTH},
     {"ServerMetadata", &inference__server_metadata_request__descriptor, server_metadata, 0, NULL,
-     NULL},
-    {"ModelMetadata", &inference__model_metadata_request__descriptor, model_metadata, 0, NULL,
-     NULL},
+     NULL, HARK_API_METADATA},
+    {"ModelMetadata", &inference__model_metadata_request__descriptor, model_metadata, 0, NULL, NULL,
+     HARK_API_METADATA},
     {"ModelInfer", &inference__model_infer_request__descriptor, hark_kserve_grpc_infer, REFUSE,
-     NULL, NULL},
+     NULL, NULL, HARK_API_INFERENCE},
     {"ModelStreamInfer", &inference__model_infer_request__descriptor, hark_kserve_grpc_stream_infer,
-     HARK_GRPC_STREAMING | REFUSE, NULL, NULL},
-    {"ModelConfig", &inference__model_config_request__descriptor, model_config, 0, NULL, NULL},
+     HARK_GRPC_STREAMING | REFUSE, NULL, NULL, HARK_API_INFERENCE},
+    {"ModelConfig", &inference__model_config_request__descriptor, model_config, 0, NULL, NULL,
+     HARK_API_MODEL_CONFIG},
     {"ModelStatistics", &inference__model_statistics_request__descriptor, model_statistics, 0, NULL,
-     NULL},
+     NULL, HARK_API_STATISTICS},
     {"RepositoryIndex", &inference__repository_index_request__descriptor, repository_index, 0, NULL,
-     NULL},
+     NULL, HARK_API_MODEL_REPOSITORY},
     {"RepositoryModelLoad", &inference__repository_model_load_request__descriptor, repository_load,
-     0, NULL, NULL},
+     0, NULL, NULL, HARK_API_MODEL_REPOSITORY},
     {"RepositoryModelUnload", &inference__repository_model_unload_request__descriptor,
-     repository_unload, 0, NULL, NULL},
+     repository_unload, 0, NULL, NULL, HARK_API_MODEL_REPOSITORY},
     {"SystemSharedMemoryStatus", &inference__system_shared_memory_status_request__descriptor,
-     shm_status, 0, NULL, NULL},
+     shm_status, 0, NULL, NULL, HARK_API_SHARED_MEMORY},
     {"SystemSharedMemoryRegister", &inference__system_shared_memory_register_request__descriptor,
-     shm_register, 0, NULL, NULL},
+     shm_register, 0, NULL, NULL, HARK_API_SHARED_MEMORY},
     {"SystemSharedMemoryUnregister",
-     &inference__system_shared_memory_unregister_request__descriptor, shm_unregister, 0, NULL,
-     NULL},
+     &inference__system_shared_memory_unregister_request__descriptor, shm_unregister, 0, NULL, NULL,
+     HARK_API_SHARED_MEMORY},
     {"CudaSharedMemoryStatus", &inference__cuda_shared_memory_status_request__descriptor, cuda_shm,
-     0, NULL, NULL},
+     0, NULL, NULL, HARK_API_SHARED_MEMORY},
     {"CudaSharedMemoryRegister", &inference__cuda_shared_memory_register_request__descriptor,
-     cuda_shm, 0, NULL, NULL},
+     cuda_shm, 0, NULL, NULL, HARK_API_SHARED_MEMORY},
     {"CudaSharedMemoryUnregister", &inference__cuda_shared_memory_unregister_request__descriptor,
-     cuda_shm, 0, NULL, NULL},
+     cuda_shm, 0, NULL, NULL, HARK_API_SHARED_MEMORY},
 };
 
 static const hark_grpc_method health_methods[] = {
-    {"Check", &grpc__health__v1__health_check_request__descriptor, health_check, 0, NULL, NULL},
+    {"Check", &grpc__health__v1__health_check_request__descriptor, health_check, 0, NULL, NULL,
+     HARK_API_HEALTH},
 };
 
 static const hark_grpc_service kserve_service = {"inference.GRPCInferenceService", kserve_methods,

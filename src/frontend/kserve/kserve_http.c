@@ -123,6 +123,31 @@ bool hark_kserve_route_is_post(hark_kserve_route_kind k) {
          k == HARK_ROUTE_SHM_UNREGISTER;
 }
 
+/* The category of a route (--http-restricted-api); metrics are on their
+ * own port, which restrictions do not cover. */
+static hark_api route_api(hark_kserve_route_kind k) {
+  switch (k) {
+  case HARK_ROUTE_LIVE:
+  case HARK_ROUTE_READY:
+  case HARK_ROUTE_MODEL_READY: return HARK_API_HEALTH;
+  case HARK_ROUTE_SERVER_META:
+  case HARK_ROUTE_MODEL_META: return HARK_API_METADATA;
+  case HARK_ROUTE_MODEL_CONFIG: return HARK_API_MODEL_CONFIG;
+  case HARK_ROUTE_MODEL_STATS:
+  case HARK_ROUTE_ALL_STATS: return HARK_API_STATISTICS;
+  case HARK_ROUTE_INFER:
+  case HARK_ROUTE_STREAM: return HARK_API_INFERENCE;
+  case HARK_ROUTE_REPO_INDEX:
+  case HARK_ROUTE_REPO_LOAD:
+  case HARK_ROUTE_REPO_UNLOAD: return HARK_API_MODEL_REPOSITORY;
+  case HARK_ROUTE_SHM_STATUS:
+  case HARK_ROUTE_SHM_REGISTER:
+  case HARK_ROUTE_SHM_UNREGISTER:
+  case HARK_ROUTE_CUDA_SHM: return HARK_API_SHARED_MEMORY;
+  default: return HARK_API_UNSET;
+  }
+}
+
 /* What an exchange keeps between its head and its body. */
 typedef struct exchange {
   hark_kserve_route rt;
@@ -392,7 +417,14 @@ static void get_model_doc(hark_server *server, hark_http_conn *c, const hark_kse
   if (rt->kind == HARK_ROUTE_MODEL_META) {
     hark_kserve_write_model_metadata(&b, server, model);
   } else {
-    char *json = hark_model_config_to_json(hark_model_get_config(model));
+    /* Paths in it are for those who may see the repository. */
+    const hark_model_config *cfg = hark_model_get_config(model);
+    hark_model_config view;
+    char msg[8];
+    bool hide = !hark_http_allowed(c, HARK_API_MODEL_REPOSITORY, msg, sizeof msg);
+    if (hide) hark_kserve_config_hide_paths(cfg, &view);
+    char *json = hark_model_config_to_json(hide ? &view : cfg);
+    if (hide) free(view.parameters);
     if (!json)
       err = hark_error_new(HARK_ERR_INTERNAL, "cannot write the model config");
     else
@@ -419,8 +451,11 @@ static void handle_get(hark_server *server, bool shm_on, hark_http_conn *c,
       hark_http_reply_error(c, 0, hark_error_new(HARK_ERR_INTERNAL, "cannot render metrics"));
       return;
     }
-    hark_http_reply_text(c, 200, "text/plain; version=0.0.4; charset=utf-8", text, strlen(text));
+    hark_http_body_begin(&b);
+    hark_buf_puts(&b, text);
     free(text);
+    hark_limit_render(&b); /* the transports' own counters */
+    hark_http_reply(c, 200, "text/plain; version=0.0.4; charset=utf-8", &b, NULL, NULL);
     return;
   }
   case HARK_ROUTE_MODEL_META:
@@ -561,6 +596,15 @@ static void on_head(void *userp, hark_http_conn *c, const hark_http_request *req
   }
   if (rt.kind == HARK_ROUTE_NONE) {
     hark_http_reply_error(c, 0, hark_error_new(HARK_ERR_NOT_FOUND, "Not Found"));
+    return;
+  }
+  char msg[256];
+  if (!hark_http_allowed(c, route_api(rt.kind), msg, sizeof msg)) {
+    hark_kserve_route_clear(&rt);
+    if (req->method == HARK_HTTP_HEAD) /* a HEAD reply must not carry a body */
+      hark_http_reply_text(c, 403, NULL, NULL, 0);
+    else
+      hark_http_reply_error(c, 403, hark_error_new(HARK_ERR_INVALID_ARG, "%s", msg));
     return;
   }
   /* Draining: no new work (answered before the body is read, so the

@@ -226,10 +226,30 @@ static bool read_input_doc(parser *ps, input_doc *d) {
 typedef struct conv {
   parser *ps;
   const hark_kserve_input *in;
-  unsigned char *buf; /* NULL once the element count is known to be wrong */
+  bool keep;          /* store elements (false once the count is known to be wrong) */
+  bool oom;           /* a buffer could not be had */
+  unsigned char *buf; /* grows with the elements seen, never past what the shape needs */
   size_t cap, used;
   int64_t want, seen;
 } conv;
+
+/* Room for n more bytes: the buffer doubles as elements arrive, so what a
+ * request costs follows the data it sent, not the shape it declared. */
+static bool reserve(conv *cv, size_t n) {
+  if (cv->used + n <= cv->cap) return true;
+  size_t cap = cv->cap ? cv->cap : 256;
+  while (cap < cv->used + n) cap *= 2;
+  unsigned char *nb = hark_arena_alloc(cv->ps->arena, cap);
+  if (!nb) {
+    cv->oom = true;
+    cv->keep = false;
+    return false;
+  }
+  if (cv->used) memcpy(nb, cv->buf, cv->used);
+  cv->buf = nb;
+  cv->cap = cap;
+  return true;
+}
 
 static bool bad_element(conv *cv, const char *expected) {
   return hark_jr_fail(&cv->ps->jr, "input '%s': data element %lld is not %s", cv->in->name,
@@ -237,8 +257,9 @@ static bool bad_element(conv *cv, const char *expected) {
 }
 
 static void store(conv *cv, const void *v, size_t n) {
-  if (cv->buf && cv->seen < cv->want) memcpy(cv->buf + cv->used, v, n);
-  if (cv->buf && cv->seen < cv->want) cv->used += n;
+  if (!cv->keep || cv->seen >= cv->want || !reserve(cv, n)) return;
+  memcpy(cv->buf + cv->used, v, n);
+  cv->used += n;
 }
 
 static bool bad_integer(conv *cv) {
@@ -300,17 +321,14 @@ static bool convert_scalar(conv *cv) {
   if (dt == HARK_TYPE_BYTES) {
     if (c != '"') return bad_element(cv, "a string (BYTES)");
     size_t n;
-    if (cv->buf && cv->seen < cv->want) {
-      unsigned char *w = cv->buf + cv->used;
-      const char *after = hark_jr_decode_string(ps->jr.p, ps->jr.end, (char *)w + 4, &n);
-      if (!after) return hark_jr_syntax(&ps->jr, "bad string");
-      hark_bytes_put_len(w, (uint32_t)n);
-      cv->used += 4 + n;
-      ps->jr.p = (char *)after;
-      return true;
-    }
     const char *after = hark_jr_scan_string(ps->jr.p, ps->jr.end, &n);
     if (!after) return hark_jr_syntax(&ps->jr, "bad string");
+    if (cv->keep && cv->seen < cv->want && n <= UINT32_MAX && reserve(cv, 4 + n)) {
+      unsigned char *w = cv->buf + cv->used;
+      hark_jr_decode_string(ps->jr.p, ps->jr.end, (char *)w + 4, &n);
+      hark_bytes_put_len(w, (uint32_t)n);
+      cv->used += 4 + n;
+    }
     ps->jr.p = (char *)after;
     return true;
   }
@@ -371,16 +389,12 @@ static bool convert_json_data(parser *ps, hark_kserve_input *in, char *data) {
   if (ps->jr.p >= ps->jr.end || *ps->jr.p != '[')
     return hark_jr_fail(&ps->jr, "input '%s': 'data' must be an array", in->name);
   /* Every element takes at least one byte of JSON text: a count beyond the
-   * text is wrong, and is found without allocating for it. */
+   * text is wrong, and is found without storing anything. */
   size_t text = (size_t)(resume - data);
-  conv cv = {.ps = ps, .in = in, .want = count};
-  if (count >= 0 && (uint64_t)count <= text) {
-    size_t esize = hark_datatype_size(in->datatype);
-    cv.cap = in->datatype == HARK_TYPE_BYTES ? (size_t)count * 4 + text : (size_t)count * esize;
-    cv.buf = alloc(ps, cv.cap ? cv.cap : 1);
-    if (!cv.buf) return false;
-  }
+  conv cv = {.ps = ps, .in = in, .want = count, .keep = count >= 0 && (uint64_t)count <= text};
   if (!convert_value(&cv)) return false;
+  if (cv.oom) return hark_jr_fail(&ps->jr, "out of memory");
+  if (!cv.buf && !(cv.buf = alloc(ps, 1))) return false;
   if (cv.seen != count)
     return hark_jr_fail(&ps->jr, "input '%s': shape needs %lld elements but 'data' holds %lld",
                         in->name, (long long)count, (long long)cv.seen);

@@ -283,6 +283,11 @@ static void report(hark_speech_session *s, item *it, hark_speech_status status) 
   item_free(it);
 }
 
+/* What a queued message holds: its audio, and its bookkeeping here and
+ * in the codec (items, the codec's tag and call: a few hundred bytes), so
+ * a flood of empty messages fills the queue as surely as audio does. */
+static size_t item_cost(const item *it) { return it->len + HARK_SPEECH_ITEM_OVERHEAD; }
+
 /* The next item to run, or none (the chain stops; the session is freed if
  * the codec closed it). *free_it: the caller frees the session. */
 static item *next_item(hark_speech_session *s, bool *free_it) {
@@ -290,7 +295,7 @@ static item *next_item(hark_speech_session *s, bool *free_it) {
   item *it = s->q_head;
   if (it) {
     if (!(s->q_head = it->next)) s->q_tail = NULL;
-    s->q_bytes -= it->len;
+    s->q_bytes -= item_cost(it);
   } else {
     s->inflight = false;
   }
@@ -607,7 +612,7 @@ static void append_locked(hark_speech_session *s, item *it) {
   else
     s->q_head = it;
   s->q_tail = it;
-  s->q_bytes += it->len;
+  s->q_bytes += item_cost(it);
   if (it->kind == HARK_SPEECH_END) s->ended = true;
 }
 
@@ -618,7 +623,7 @@ static item *start_chain_locked(hark_speech_session *s) {
   s->inflight = true;
   item *first = s->q_head;
   if (!(s->q_head = first->next)) s->q_tail = NULL;
-  s->q_bytes -= first->len;
+  s->q_bytes -= item_cost(first);
   return first;
 }
 

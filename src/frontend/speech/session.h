@@ -133,7 +133,11 @@ hark_model *hark_speech_model(const hark_speech_session *s);
  */
 void hark_speech_submit(hark_speech_session *s, hark_speech_item_kind kind, const void *audio,
                         size_t n, void *tag);
-/* Bytes of audio waiting behind the request in the engine. */
+/* What each queued message counts besides its audio: its bookkeeping
+ * here and in the codec, so a flood of empty messages fills the queue. */
+#define HARK_SPEECH_ITEM_OVERHEAD 512u
+/* Bytes waiting behind the request in the engine: each message's audio
+ * plus HARK_SPEECH_ITEM_OVERHEAD. */
 size_t hark_speech_queued_bytes(hark_speech_session *s);
 /* True once an END was submitted. */
 bool hark_speech_ended(hark_speech_session *s);

@@ -1,0 +1,80 @@
+/*
+ * limits.c — what clients run into: the time limits of the transports
+ * (a request head or body too slow, a client that reads nothing, an idle
+ * stream or connection, gRPC keepalive and its ping policing, the calls
+ * one connection may hold). Each hit is counted, for /metrics, and
+ * logged at most once a second per kind, so a flood of slow clients
+ * cannot flood the log. Any thread.
+ */
+#include <stdarg.h>
+#include <stdatomic.h>
+#include <stdbool.h>
+#include <stdio.h>
+
+#include "frontend/http/http.h"
+#include "util/log.h"
+
+#define LOG_EVERY_NS 1000000000ull
+
+typedef struct limit_state {
+  const char *name;
+  bool info; /* what well-behaved clients meet too (idling): an info line */
+  _Atomic uint64_t hits;
+  _Atomic uint64_t logged_ns; /* the last line about this kind */
+  _Atomic uint64_t unlogged;  /* hits since that line */
+} limit_state;
+
+static limit_state limits[HARK_LIMIT_COUNT] = {
+    [HARK_LIMIT_HTTP_HEADER_TIMEOUT] = {.name = "http_header_timeout"},
+    [HARK_LIMIT_HTTP_BODY_TIMEOUT] = {.name = "http_body_timeout"},
+    [HARK_LIMIT_SEND_TIMEOUT] = {.name = "send_timeout"},
+    [HARK_LIMIT_WS_IDLE_TIMEOUT] = {.name = "ws_idle_timeout", .info = true},
+    [HARK_LIMIT_GRPC_IDLE] = {.name = "grpc_connection_idle", .info = true},
+    [HARK_LIMIT_GRPC_MAX_AGE] = {.name = "grpc_connection_age", .info = true},
+    [HARK_LIMIT_GRPC_KEEPALIVE_TIMEOUT] = {.name = "grpc_keepalive_timeout"},
+    [HARK_LIMIT_GRPC_PING_STRIKES] = {.name = "grpc_ping_strikes"},
+    [HARK_LIMIT_GRPC_STREAMS_PER_CONNECTION] = {.name = "grpc_streams_per_connection"},
+    [HARK_LIMIT_GRPC_STREAM_IDLE] = {.name = "grpc_stream_idle_timeout"},
+};
+
+void hark_limit_hit(hark_limit limit, const char *fmt, ...) {
+  if ((unsigned)limit >= HARK_LIMIT_COUNT) return;
+  limit_state *l = &limits[limit];
+  atomic_fetch_add_explicit(&l->hits, 1, memory_order_relaxed);
+  uint64_t now = hark_now_ns(), last = atomic_load(&l->logged_ns);
+  if (last && now - last < LOG_EVERY_NS) {
+    atomic_fetch_add_explicit(&l->unlogged, 1, memory_order_relaxed);
+    return;
+  }
+  if (!atomic_compare_exchange_strong(&l->logged_ns, &last, now)) {
+    atomic_fetch_add_explicit(&l->unlogged, 1, memory_order_relaxed);
+    return; /* another thread logs this second's line */
+  }
+  hark_log_level level = l->info ? HARK_LOG_INFO : HARK_LOG_WARN;
+  if (!hark_log_enabled(level)) return;
+  char line[512];
+  va_list ap;
+  va_start(ap, fmt);
+  vsnprintf(line, sizeof line, fmt, ap);
+  va_end(ap);
+  uint64_t missed = atomic_exchange(&l->unlogged, 0);
+  if (missed)
+    hark_log(level, "%s (%llu more like it in the last second, not logged)", line,
+             (unsigned long long)missed);
+  else
+    hark_log(level, "%s", line);
+}
+
+void hark_limit_render(hark_buf *b) {
+  hark_buf_puts(b,
+                "# HELP hark_limit_hits_total Clients cut off or refused by a transport limit "
+                "(timeouts, gRPC keepalive policing, per-connection caps)\n"
+                "# TYPE hark_limit_hits_total counter\n");
+  for (unsigned i = 0; i < HARK_LIMIT_COUNT; i++) {
+    hark_buf_puts(b, "hark_limit_hits_total{limit=\"");
+    hark_buf_puts(b, limits[i].name);
+    hark_buf_puts(b, "\"} ");
+    hark_buf_put_u64(b, atomic_load_explicit(&limits[i].hits, memory_order_relaxed));
+    hark_buf_puts(b, "\n");
+  }
+}
