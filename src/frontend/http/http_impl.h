@@ -195,5 +195,17 @@ void hark_ws_sweep_stop(hark_http_loop *loop);
 /* Shutting down: tells every WebSocket of the loop to go (1001, once);
  * true while any is open. */
 bool hark_ws_close_all(hark_http_loop *loop);
+/*
+ * A WebSocket with no connection under it, on `loop` (which need not run:
+ * its calls wait for hark_http_drain_calls), so a service's ws handler can
+ * be driven without a socket (tests/fuzz/fuzz_vosk_ws.c). What the service
+ * sends waits until taken, oldest first (the caller frees it; NULL when
+ * none); closing only marks it: the close code (0 while open) and reason
+ * say how. Free it after the service's closed handler ran.
+ */
+hark_ws *hark_ws_detached_new(hark_http_loop *loop);
+char *hark_ws_detached_take(hark_ws *ws, size_t *len);
+int hark_ws_detached_close_code(const hark_ws *ws, const char **reason);
+void hark_ws_detached_free(hark_ws *ws);
 
 #endif

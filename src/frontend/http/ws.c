@@ -209,15 +209,24 @@ void hark_ws_on_closed(hark_http_conn *c) {
 
 /* ---- output and flow -------------------------------------------------------------- */
 
+/* lws's, for a WebSocket with a socket under it (a detached one has none). */
+static void rx_flow(hark_ws *ws, int on) {
+  if (ws->wsi) lws_rx_flow_control(ws->wsi, on);
+}
+
+static void want_write(hark_ws *ws) {
+  if (ws->wsi) lws_callback_on_writable(ws->wsi);
+}
+
 static void update_flow(hark_ws *ws) {
   if (ws->closing) return;
   bool pause = ws->paused_by_service || ws->out_bytes >= OUT_HIGH_WATER;
   bool resume = !ws->paused_by_service && ws->out_bytes < OUT_HIGH_WATER / 2;
   if (!ws->rx_paused && pause) {
-    lws_rx_flow_control(ws->wsi, 0);
+    rx_flow(ws, 0);
     ws->rx_paused = true;
   } else if (ws->rx_paused && resume) {
-    lws_rx_flow_control(ws->wsi, 1);
+    rx_flow(ws, 1);
     ws->rx_paused = false;
   }
 }
@@ -247,7 +256,7 @@ bool hark_ws_send_text(hark_ws *ws, const char *text, size_t len) {
   ws->out_tail = o;
   ws->out_bytes += len;
   update_flow(ws);
-  lws_callback_on_writable(ws->wsi);
+  want_write(ws);
   return true;
 }
 
@@ -259,10 +268,10 @@ void hark_ws_close(hark_ws *ws, int code, const char *reason) {
   snprintf(ws->close_reason, sizeof ws->close_reason, "%s", reason ? reason : "");
   hark_ws_reason_fit(ws->close_reason, HARK_WS_REASON_MAX);
   if (ws->rx_paused) { /* let the close handshake be read */
-    lws_rx_flow_control(ws->wsi, 1);
+    rx_flow(ws, 1);
     ws->rx_paused = false;
   }
-  lws_callback_on_writable(ws->wsi);
+  want_write(ws);
 }
 
 int hark_ws_on_writable(hark_http_conn *c) {
@@ -410,4 +419,38 @@ void hark_http_call_start_ws(hark_ws *ws, hark_http_call *call, hark_http_done_f
   hark_http_call_init(call, ws->loop, done);
   call->held = true;
   hark_http_loop_hold(ws->loop);
+}
+
+/* ---- without a socket ------------------------------------------------------------- */
+
+hark_ws *hark_ws_detached_new(hark_http_loop *loop) {
+  hark_ws *ws = hark_xcalloc(1, sizeof *ws);
+  ws->loop = loop;
+  ws->last_rx_ns = ws->last_tx_ns = hark_now_ns();
+  return ws;
+}
+
+char *hark_ws_detached_take(hark_ws *ws, size_t *len) {
+  ws_out *o = ws->out_head;
+  if (!o) return NULL;
+  if (!(ws->out_head = o->next)) ws->out_tail = NULL;
+  ws->out_bytes -= o->len;
+  char *text = hark_xmalloc(o->len + 1);
+  memcpy(text, o->buf + LWS_PRE, o->len);
+  text[o->len] = '\0';
+  *len = o->len;
+  free(o);
+  update_flow(ws);
+  return text;
+}
+
+int hark_ws_detached_close_code(const hark_ws *ws, const char **reason) {
+  *reason = ws->close_reason;
+  return ws->closing ? ws->close_code : 0;
+}
+
+void hark_ws_detached_free(hark_ws *ws) {
+  outs_free(ws);
+  free(ws->msg);
+  free(ws);
 }

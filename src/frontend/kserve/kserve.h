@@ -209,6 +209,15 @@ hark_error *hark_kserve_shm_output(hark_shm *shm, hark_request *req, const char 
 hark_error *hark_kserve_shm_write(hark_shm_region *r, uint64_t offset, uint64_t byte_size,
                                   const hark_tensor *t);
 
+/*
+ * The body of POST /v2/systemsharedmemory/region/{r}/register, Triton's
+ * {"key": string, "offset": integer (optional), "byte_size": integer}:
+ * *key (the caller frees it) and the window, or INVALID_ARG saying what is
+ * wrong. The window itself is checked by hark_shm_register.
+ */
+hark_error *hark_kserve_shm_register_parse(const char *body, size_t len, char **key,
+                                           uint64_t *offset, uint64_t *byte_size);
+
 /* ---- responses ----------------------------------------------------------- */
 
 /*

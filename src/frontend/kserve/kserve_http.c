@@ -528,19 +528,35 @@ static hark_error *shm_size_member(const cJSON *doc, const char *key, bool requi
   return NULL;
 }
 
+hark_error *hark_kserve_shm_register_parse(const char *body, size_t len, char **key,
+                                           uint64_t *offset, uint64_t *byte_size) {
+  *key = NULL;
+  *offset = *byte_size = 0;
+  if (!len) return hark_error_new(HARK_ERR_INVALID_ARG, "register needs a JSON body");
+  cJSON *doc = cJSON_ParseWithLength(body, len);
+  hark_error *err = NULL;
+  if (!doc || !cJSON_IsObject(doc))
+    err = hark_error_new(HARK_ERR_INVALID_ARG, "request body is not a JSON object");
+  const cJSON *k = err ? NULL : cJSON_GetObjectItemCaseSensitive(doc, "key");
+  if (!err && !cJSON_IsString(k))
+    err = hark_error_new(HARK_ERR_INVALID_ARG, "register needs 'key', a string");
+  if (!err) err = shm_size_member(doc, "offset", false, offset);
+  if (!err) err = shm_size_member(doc, "byte_size", true, byte_size);
+  if (!err) *key = hark_xstrdup(k->valuestring);
+  cJSON_Delete(doc);
+  return err;
+}
+
 /* POST /v2/systemsharedmemory/region/{r}/register {"key","offset","byte_size"}. */
 static void shm_register(hark_kserve *ks, hark_http_conn *c, const hark_kserve_route *rt) {
-  cJSON *doc = NULL;
-  hark_error *err = ks->shm ? parse_json_object(c, &doc) : shm_off();
-  if (!err && !doc) err = hark_error_new(HARK_ERR_INVALID_ARG, "register needs a JSON body");
-  const cJSON *key = doc ? cJSON_GetObjectItemCaseSensitive(doc, "key") : NULL;
-  if (!err && !cJSON_IsString(key))
-    err = hark_error_new(HARK_ERR_INVALID_ARG, "register needs 'key', a string");
+  char *key = NULL;
   uint64_t offset = 0, size = 0;
-  if (!err) err = shm_size_member(doc, "offset", false, &offset);
-  if (!err) err = shm_size_member(doc, "byte_size", true, &size);
-  if (!err) err = hark_shm_register(ks->shm, rt->region, key->valuestring, offset, size);
-  cJSON_Delete(doc);
+  size_t len = 0;
+  char *body = ks->shm ? hark_http_body(c, &len) : NULL;
+  hark_error *err =
+      ks->shm ? hark_kserve_shm_register_parse(body, len, &key, &offset, &size) : shm_off();
+  if (!err) err = hark_shm_register(ks->shm, rt->region, key, offset, size);
+  free(key);
   if (err) {
     hark_http_reply_error(c, 400, err);
     return;

@@ -32,9 +32,9 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <strings.h>
 
 #include "frontend/speech/asr_result.h"
+#include "frontend/speech/riva_config.h"
 #include "frontend/speech/session.h"
 #include "frontend/speech/speech.h"
 #include "hark/backend.h"
@@ -44,11 +44,9 @@
 #include "util/arena.h"
 #include "util/log.h"
 
-typedef Nvidia__Riva__Asr__RecognitionConfig recognition_config;
 typedef Nvidia__Riva__Asr__SpeechRecognitionAlternative pb_alternative;
 typedef Nvidia__Riva__Asr__WordInfo pb_word;
 
-#define MAX_ALTERNATIVES 16
 #define DEFAULT_SPEECH_MODEL "asr"
 
 struct hark_riva {
@@ -58,165 +56,13 @@ struct hark_riva {
   hark_speech_admission adm;
 };
 
-/* ---- settings --------------------------------------------------------------- */
-
-/* What a RecognitionConfig asks for, checked against the model. */
-typedef struct riva_config {
-  hark_model *model;       /* a reference */
-  hark_speech_settings st; /* what the session sends the model */
-  uint32_t alternatives;   /* >= 1: how many a result carries */
-  char *request_id;        /* echoed; NULL when none */
-} riva_config;
-
-static void config_fini(riva_config *rc) {
-  if (rc->model) hark_model_release(rc->model);
-  hark_speech_settings_fini(&rc->st);
-  free(rc->request_id);
-  memset(rc, 0, sizeof *rc);
-}
-
-static bool has_io(const hark_model_io *io, uint32_t n, const char *name, hark_datatype type) {
-  for (uint32_t i = 0; i < n; i++)
-    if (!strcmp(io[i].name, name) && io[i].datatype == type) return true;
-  return false;
-}
-
-/* A speech model: audio in as BYTES "AUDIO", text out as "TRANSCRIPT". */
-static bool is_speech_model(const hark_model_config *cfg) {
-  return has_io(cfg->inputs, cfg->n_inputs, "AUDIO", HARK_TYPE_BYTES) &&
-         has_io(cfg->outputs, cfg->n_outputs, "TRANSCRIPT", HARK_TYPE_BYTES);
-}
-
-static const char *encoding_name(int e) {
-  const ProtobufCEnumValue *v =
-      protobuf_c_enum_descriptor_get_value(&nvidia__riva__audio_encoding__descriptor, e);
-  return v ? v->name : "unknown";
-}
-
-static hark_error *check_endpointing(const Nvidia__Riva__Asr__EndpointingConfig *ep,
-                                     hark_speech_settings *st) {
-  if (!ep) return NULL;
-  const int32_t hist[] = {ep->start_history, ep->stop_history, ep->stop_history_eou};
-  const float thr[] = {ep->start_threshold, ep->stop_threshold, ep->stop_threshold_eou};
-  for (int i = 0; i < 3; i++) {
-    if (hist[i] < 0 || hist[i] > 60000)
-      return hark_error_new(HARK_ERR_INVALID_ARG,
-                            "endpointing_config: histories are milliseconds in 0..60000, got %d",
-                            (int)hist[i]);
-    if (!(thr[i] >= 0.0f && thr[i] <= 1.0f))
-      return hark_error_new(HARK_ERR_INVALID_ARG,
-                            "endpointing_config: thresholds are in 0.0..1.0, got %g",
-                            (double)thr[i]);
-  }
-  st->startspeech_ms = (uint32_t)ep->start_history;
-  st->silence_ms = (uint32_t)ep->stop_history;
-  /* Riva's meaning: the fraction of the history that must be speech (start)
-   * or non-speech (stop); VAD-gated models use them, the energy VAD has no
-   * such notion and ignores them. */
-  st->start_threshold = ep->start_threshold;
-  st->stop_threshold = ep->stop_threshold;
-  return NULL;
-}
-
-static hark_error *check_audio(const recognition_config *rc, hark_speech_settings *st) {
-  switch (rc->encoding) {
-  case NVIDIA__RIVA__AUDIO_ENCODING__ENCODING_UNSPECIFIED:
-  case NVIDIA__RIVA__AUDIO_ENCODING__LINEAR_PCM: st->encoding = HARK_SPEECH_PCM16; break;
-  case NVIDIA__RIVA__AUDIO_ENCODING__MULAW: st->encoding = HARK_SPEECH_MULAW; break;
-  case NVIDIA__RIVA__AUDIO_ENCODING__ALAW: st->encoding = HARK_SPEECH_ALAW; break;
-  default:
-    return hark_error_new(HARK_ERR_INVALID_ARG,
-                          "encoding %s (%d) is not supported: send LINEAR_PCM, MULAW or ALAW, "
-                          "or leave it unspecified and start the audio with a WAV header",
-                          encoding_name(rc->encoding), (int)rc->encoding);
-  }
-  if (rc->sample_rate_hertz != 0 && (rc->sample_rate_hertz < 8000 || rc->sample_rate_hertz > 48000))
-    return hark_error_new(HARK_ERR_INVALID_ARG,
-                          "sample_rate_hertz %d is out of range: 8000..48000 Hz are supported",
-                          (int)rc->sample_rate_hertz);
-  st->sample_rate = (uint32_t)rc->sample_rate_hertz;
-  if (!st->sample_rate && st->encoding != HARK_SPEECH_PCM16)
-    st->sample_rate = 8000; /* G.711 is telephone audio */
-  if (rc->audio_channel_count > 1)
-    return hark_error_new(HARK_ERR_INVALID_ARG,
-                          "audio_channel_count %d: only mono audio (1 channel) is supported",
-                          (int)rc->audio_channel_count);
-  return NULL;
-}
-
-/* The model `rc` names, checked: a speech model, streaming if asked, of
- * the language asked for. */
-static hark_error *config_model(const hark_riva *r, const recognition_config *rc, bool streaming,
-                                hark_model **out) {
-  const char *name = rc->model && *rc->model ? rc->model : r->speech_model;
-  hark_error *err = hark_server_model_acquire(r->server, name, -1, out);
-  if (err) return err;
-  const hark_model_config *cfg = hark_model_get_config(*out);
-  const char *lang = hark_model_config_parameter(cfg, "language_code");
-  if (!is_speech_model(cfg))
-    err = hark_error_new(HARK_ERR_INVALID_ARG,
-                         "model '%s' is not a speech model (it needs a BYTES input AUDIO and an "
-                         "output TRANSCRIPT)",
-                         name);
-  else if (streaming && !cfg->sequence_batching.enabled)
-    err = hark_error_new(HARK_ERR_INVALID_ARG,
-                         "model '%s' does not stream (it has no sequence_batching): use Recognize",
-                         name);
-  else if (lang && rc->language_code && *rc->language_code && strcasecmp(lang, rc->language_code))
-    err = hark_error_new(HARK_ERR_INVALID_ARG, "model '%s' recognises %s, not %s", name, lang,
-                         rc->language_code);
-  if (err) {
-    hark_model_release(*out);
-    *out = NULL;
-  }
-  return err;
-}
-
-/* Reads `rc` (NULL: every default) into *out, with a reference to the
- * model it names. On error *out holds nothing. */
-static hark_error *config_parse(const hark_riva *r, const recognition_config *rc, bool streaming,
-                                const Nvidia__Riva__RequestId *id, riva_config *out) {
-  static const recognition_config defaults = NVIDIA__RIVA__ASR__RECOGNITION_CONFIG__INIT;
-  if (!rc) rc = &defaults;
-  memset(out, 0, sizeof *out);
-  hark_error *err = check_audio(rc, &out->st);
-  if (!err && rc->diarization_config && rc->diarization_config->enable_speaker_diarization)
-    err = hark_error_new(HARK_ERR_INVALID_ARG, "speaker diarization is not supported");
-  if (!err && rc->max_alternatives < 0)
-    err = hark_error_new(HARK_ERR_INVALID_ARG, "max_alternatives must not be negative, got %d",
-                         (int)rc->max_alternatives);
-  if (!err) err = check_endpointing(rc->endpointing_config, &out->st);
-  if (!err) err = config_model(r, rc, streaming, &out->model);
-  if (err) {
-    config_fini(out);
-    return err;
-  }
-  out->alternatives = rc->max_alternatives == 0                 ? 1
-                      : rc->max_alternatives > MAX_ALTERNATIVES ? MAX_ALTERNATIVES
-                                                                : (uint32_t)rc->max_alternatives;
-  out->st.max_alternatives = out->alternatives > 1 ? out->alternatives : 0;
-  out->st.words = rc->enable_word_time_offsets;
-  if (!out->st.sample_rate) out->st.sample_rate = r->sample_rate;
-  /* custom_configuration: "profile" picks the model's latency profile;
-   * other keys are the model's business, as in Riva, and ignored here. */
-  for (size_t i = 0; i < rc->n_custom_configuration; i++) {
-    const char *k = rc->custom_configuration[i]->key, *v = rc->custom_configuration[i]->value;
-    if (k && v && !strcmp(k, "profile")) {
-      free(out->st.profile);
-      out->st.profile = hark_xstrdup(v);
-    }
-  }
-  if (id && id->value && *id->value) out->request_id = hark_xstrdup(id->value);
-  return NULL;
-}
-
 /* ---- results as protobuf -------------------------------------------------------- */
 
 /* The alternatives of one result, their parts in one arena. */
 typedef struct alt_set {
   hark_arena *a;
-  pb_alternative alt[MAX_ALTERNATIVES];
-  pb_alternative *alt_p[MAX_ALTERNATIVES];
+  pb_alternative alt[HARK_RIVA_MAX_ALTERNATIVES];
+  pb_alternative *alt_p[HARK_RIVA_MAX_ALTERNATIVES];
   size_t n_alt;
 } alt_set;
 
@@ -268,7 +114,8 @@ static void alt_set_build(alt_set *a, const hark_asr_result *r, uint32_t max, bo
   memset(a, 0, sizeof *a);
   a->a = hark_arena_new();
   alt_add(a, r->text, r->text_len, r->confidence, r->is_final);
-  for (uint32_t i = 0; r->is_final && a->n_alt < max && a->n_alt < MAX_ALTERNATIVES; i++) {
+  for (uint32_t i = 0; r->is_final && a->n_alt < max && a->n_alt < HARK_RIVA_MAX_ALTERNATIVES;
+       i++) {
     const char *text;
     uint32_t len;
     float conf;
@@ -287,7 +134,7 @@ static void alt_set_free(alt_set *a) { hark_arena_free(a->a); }
 typedef struct riva_stream {
   hark_riva *r;
   hark_speech_session *session; /* NULL until the streaming_config came */
-  riva_config cfg;              /* its model and settings go to the session */
+  hark_riva_config cfg;         /* its model and settings go to the session */
   bool interim;
   bool ended;       /* queue thread: END was submitted */
   uint32_t n_audio; /* audio messages so far */
@@ -302,7 +149,7 @@ typedef struct riva_job {
 
 static void stream_free(void *p) {
   riva_stream *rs = p;
-  config_fini(&rs->cfg);
+  hark_riva_config_fini(&rs->cfg);
   free(rs);
 }
 
@@ -387,7 +234,8 @@ static hark_error *stream_configure(hark_grpc_call *c,
   if (hark_server_is_draining(r->server))
     return hark_error_new(HARK_ERR_UNAVAILABLE, "Server is shutting down");
   riva_stream *rs = hark_xcalloc(1, sizeof *rs);
-  hark_error *err = config_parse(r, sc ? sc->config : NULL, true, q->id, &rs->cfg);
+  hark_error *err = hark_riva_config_parse(r->server, r->speech_model, r->sample_rate,
+                                           sc ? sc->config : NULL, true, q->id, &rs->cfg);
   if (!err) err = hark_speech_admit(&r->adm, rs->cfg.model);
   if (err) {
     stream_free(rs);
@@ -471,7 +319,7 @@ static void streaming_closed(hark_grpc_call *c) {
 
 typedef struct recognize_job {
   hark_grpc_call *c;
-  riva_config cfg;
+  hark_riva_config cfg;
   hark_response *last;
 } recognize_job;
 
@@ -517,7 +365,7 @@ static void on_recognize_response(hark_response *resp, uint32_t flags, hark_erro
   else
     recognize_reply(rj);
   hark_response_free(rj->last);
-  config_fini(&rj->cfg);
+  hark_riva_config_fini(&rj->cfg);
   free(rj);
   hark_grpc_call_unref(c); /* the engine's reference */
 }
@@ -528,7 +376,8 @@ static void recognize(hark_grpc_call *c, ProtobufCMessage *m) {
   recognize_job *rj = hark_xcalloc(1, sizeof *rj);
   rj->c = c;
   hark_request *req = NULL;
-  hark_error *err = config_parse(r, q->config, false, q->id, &rj->cfg);
+  hark_error *err = hark_riva_config_parse(r->server, r->speech_model, r->sample_rate, q->config,
+                                           false, q->id, &rj->cfg);
   if (!err)
     err =
         hark_speech_request_oneshot(rj->cfg.model, &rj->cfg.st, q->audio.data, q->audio.len, &req);
@@ -543,7 +392,7 @@ static void recognize(hark_grpc_call *c, ProtobufCMessage *m) {
     }
   }
   if (err) {
-    config_fini(&rj->cfg);
+    hark_riva_config_fini(&rj->cfg);
     free(rj);
     hark_grpc_reply_error(c, err);
   }
@@ -614,7 +463,7 @@ static void collect_model(hark_model *model, void *userp) {
   config_list *l = userp;
   const hark_model_config *cfg = hark_model_get_config(model);
   const char *name = hark_model_name(model);
-  if (!is_speech_model(cfg) || (*l->want && strcmp(l->want, name))) return;
+  if (!hark_riva_is_speech_model(cfg) || (*l->want && strcmp(l->want, name))) return;
   /* Versions come oldest first: the newest replaces an older one's entries. */
   for (size_t i = 0; i < l->n;)
     if (!strcmp(l->models[i]->model_name, name))
