@@ -164,6 +164,11 @@ static void usage(FILE *f) {
           "                              Vosk stream without a config message, Riva PCM\n"
           "                              without sample_rate_hertz): 8000..48000; default:\n"
           "                              the model's default_sample_rate (asr: 16000)\n"
+          "  --max-inflight-bytes N      bytes all clients together may make harkd hold\n"
+          "                              (request bodies, gRPC messages) before new ones\n"
+          "                              are refused: 503 / RESOURCE_EXHAUSTED (default\n"
+          "                              1 GiB, or half the cgroup's memory.max if that\n"
+          "                              is less; 0: no bound)\n"
           "  --ws-max-message-bytes N    largest WebSocket message (default 1048576)\n"
           "  --ws-idle-timeout-secs N    close a stream that sends nothing this long (60)\n"
           "  --log-verbose N             1 = verbose logging\n"
@@ -193,6 +198,20 @@ static long parse_num(const char *flag, const char *s, long lo, long hi) {
     exit(2);
   }
   return v;
+}
+
+/* --max-inflight-bytes by default: 1 GiB, or half the container's memory
+ * limit (cgroup v2 memory.max) when that is less, so that what clients
+ * make harkd hold leaves room for the models and the decoders. */
+#define DEFAULT_INFLIGHT_BYTES (1ull << 30)
+static uint64_t default_inflight_bytes(void) {
+  uint64_t def = DEFAULT_INFLIGHT_BYTES;
+  FILE *f = fopen("/sys/fs/cgroup/memory.max", "r");
+  if (!f) return def;
+  unsigned long long limit;
+  if (fscanf(f, "%llu", &limit) == 1 && limit / 2 < def) def = limit / 2; /* "max": none */
+  fclose(f);
+  return def;
 }
 
 /* The TLS flags as Triton reads them: -mutual implies TLS; a port with
@@ -257,6 +276,7 @@ int main(int argc, char **argv) {
     O_GRPC_MAX,
     O_BACKLOG,
     O_SPEECH_RATE,
+    O_INFLIGHT,
     O_HELP,
     O_LOG_INFO,
     O_LOG_WARN,
@@ -322,6 +342,7 @@ int main(int argc, char **argv) {
       {"log-format", required_argument, 0, O_LOG_FORMAT},
       {"speech-model", required_argument, 0, O_SPEECH},
       {"max-streams", required_argument, 0, O_STREAMS},
+      {"max-inflight-bytes", required_argument, 0, O_INFLIGHT},
       {"stream-backlog-limit", required_argument, 0, O_BACKLOG},
       {"speech-sample-rate", required_argument, 0, O_SPEECH_RATE},
       {"ws-max-message-bytes", required_argument, 0, O_WSMAX},
@@ -382,6 +403,7 @@ int main(int argc, char **argv) {
       .speech = {.speech_model = "asr", .max_streams = 1024},
   };
   hark_http_options *ho = &fo.http;
+  uint64_t inflight_max = default_inflight_bytes();
   hark_grpc_options *go = &fo.grpc;
   const char *loads[64];
   bool streams_per_conn_set = false;
@@ -536,6 +558,9 @@ int main(int argc, char **argv) {
     case O_SPEECH_RATE:
       fo.speech.sample_rate = (uint32_t)parse_num("--speech-sample-rate", optarg, 8000, 48000);
       break;
+    case O_INFLIGHT:
+      inflight_max = (uint64_t)parse_num("--max-inflight-bytes", optarg, 0, LONG_MAX);
+      break;
     case O_STREAMS:
       fo.speech.max_streams = (uint32_t)parse_num("--max-streams", optarg, 1, 1 << 20);
       break;
@@ -590,6 +615,7 @@ int main(int argc, char **argv) {
     HARK_WARN("--repository-poll-secs has no effect without --model-control-mode poll");
   signal(SIGPIPE, SIG_IGN);
 
+  hark_inflight_set_max(inflight_max);
   hark_server *server;
   hark_error *err = hark_server_new(&so, &server);
   if (err) {

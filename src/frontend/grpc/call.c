@@ -80,6 +80,7 @@ static void call_free(hark_grpc_call *c) {
   free(c->wout);
   hark_buf_free(&c->in);
   hark_arena_free(c->msg_arena);
+  hark_inflight_give(c->msg_charge); /* the client went mid-message */
   if (c->state_free) c->state_free(c->state);
   if (c->began) atomic_fetch_sub(&g->open_streams, 1);
   pthread_mutex_destroy(&c->mu);
@@ -201,10 +202,36 @@ void hark_grpc_handle(hark_grpc_call *c, ProtobufCMessage *msg) {
   c->msg_arena = NULL;
 }
 
-hark_arena *hark_grpc_take_message(hark_grpc_call *c) {
-  hark_arena *a = c->msg_arena;
+void hark_grpc_message_give(hark_grpc_call *c, size_t n) {
+  if (!n) return;
+  hark_inflight_give(n);
+  atomic_fetch_sub_explicit(&c->held, n, memory_order_relaxed);
+}
+
+/* A message a handler kept: its arena, and what it holds of the in-flight
+ * budget and of its call's share (the call is referenced until then). */
+struct hark_grpc_message {
+  hark_arena *arena;
+  hark_grpc_call *c;
+  size_t charge;
+};
+
+hark_grpc_message *hark_grpc_take_message(hark_grpc_call *c) {
+  hark_grpc_message *m = hark_xmalloc(sizeof *m);
+  *m = (hark_grpc_message){c->msg_arena, c, c->msg_charge};
   c->msg_arena = NULL;
-  return a;
+  c->msg_charge = 0;
+  hark_grpc_call_ref(c);
+  return m;
+}
+
+void hark_grpc_message_free(void *p) {
+  hark_grpc_message *m = p;
+  if (!m) return;
+  hark_arena_free(m->arena);
+  hark_grpc_message_give(m->c, m->charge);
+  hark_grpc_call_unref(m->c);
+  free(m);
 }
 
 hark_grpc_out *hark_grpc_pack(const ProtobufCMessage *msg, size_t max, size_t *size) {

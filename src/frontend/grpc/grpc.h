@@ -72,6 +72,12 @@ typedef struct hark_grpc_method {
   void (*half_close)(hark_grpc_call *c);
   void (*closed)(hark_grpc_call *c);
   hark_api api; /* its category (--grpc-restricted-protocol); required */
+  /* Streams only, optional, loop thread: a message was refused before it
+   * was read (it would pass the in-flight bounds); `p`/`n` are its first
+   * bytes (at most HARK_GRPC_REFUSED_PREFIX, for its id) and `why` says
+   * what to tell the client. The stream goes on. Without it the call ends
+   * with RESOURCE_EXHAUSTED. */
+  void (*refused)(hark_grpc_call *c, const uint8_t *p, size_t n, const char *why);
 } hark_grpc_method;
 
 typedef struct hark_grpc_service {
@@ -152,8 +158,13 @@ void hark_grpc_call_unref(hark_grpc_call *c);
 void hark_grpc_call_set_state(hark_grpc_call *c, void *state, void (*free_fn)(void *));
 void *hark_grpc_call_state(const hark_grpc_call *c);
 /* Inside handle(): the message handed to it outlives the call to it; the
- * caller owns the arena that holds it (free with hark_arena_free). */
-hark_arena *hark_grpc_take_message(hark_grpc_call *c);
+ * caller owns what holds it and frees it with hark_grpc_message_free,
+ * which also gives back what the message held of the in-flight budget
+ * (it keeps a reference to the call until then). */
+typedef struct hark_grpc_message hark_grpc_message;
+hark_grpc_message *hark_grpc_take_message(hark_grpc_call *c);
+/* Frees a kept message (a void * for hark_request_attach). NULL is fine. */
+void hark_grpc_message_free(void *m);
 /* Whether the call's metadata would let it reach a method of category
  * `api` (a service that shows more to some clients asks). */
 bool hark_grpc_call_allowed(const hark_grpc_call *c, hark_api api);
@@ -195,6 +206,13 @@ struct hark_grpc_slot {
 };
 
 #define HARK_GRPC_STREAM_MAX_PENDING 64
+/* Bytes of its messages one stream may hold in flight (assembled, or in
+ * the engine until their requests are freed), at least the largest
+ * message: 64 requests of 64 MiB each would otherwise be 4 GiB for one
+ * call. A message past it is refused (RESOURCE_EXHAUSTED, in the stream
+ * where the method answers per message). */
+#define HARK_GRPC_STREAM_MAX_INFLIGHT (64u << 20)
+#define HARK_GRPC_REFUSED_PREFIX 1024u
 
 /* Appends a slot (queue thread: from handle() or half_close()). */
 void hark_grpc_slot_append(hark_grpc_call *c, hark_grpc_slot *slot,

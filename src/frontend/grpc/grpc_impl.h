@@ -64,6 +64,16 @@ struct hark_grpc_call {
   uint64_t timeout_us; /* grpc-timeout; 0: none */
   hark_http_timer *deadline;
   struct hark_arena *msg_arena; /* the message handle() has, until it returns */
+  /* The in-flight budget (--max-inflight-bytes): what the message being
+   * assembled or handled took (given back when it is done with, or by
+   * hark_grpc_message_free when a handler kept it); a refused message of a
+   * stream, read only for its first bytes (refusing) and then dropped
+   * (skip bytes of it still to come). */
+  size_t msg_charge;
+  bool refusing;
+  size_t skip;
+  char refuse_text[240];
+  _Atomic size_t held; /* streams: bytes of its messages still held (any thread) */
   bool response_started, deferred, trailers_sent;
   uint64_t last_rx_ns; /* streams: the client last sent a byte (the idle bound) */
   hark_grpc_out *wout; /* the message being written, and how far */
@@ -112,6 +122,9 @@ void hark_grpc_kick(hark_grpc_call *c);
  * HARK_GRPC_MAX_NESTED_MESSAGES messages at any depth. Allocates nothing. */
 bool hark_grpc_within_message_bound(const ProtobufCMessageDescriptor *d, const uint8_t *p,
                                     size_t n);
+/* Gives back what a message of the call took from the in-flight budget
+ * and from the call's share. Any thread. */
+void hark_grpc_message_give(hark_grpc_call *c, size_t n);
 /* Unpacks the message in [p, p + n) into a fresh arena (c->msg_arena);
  * NULL if malformed. */
 ProtobufCMessage *hark_grpc_unpack(hark_grpc_call *c, const uint8_t *p, size_t n);

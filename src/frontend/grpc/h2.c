@@ -328,6 +328,60 @@ static void half_close(hark_grpc_call *c) {
   flush(c);
 }
 
+/* Takes a message of `n` bytes from the in-flight budget and, for a
+ * stream, from its own share, before any of it is held; false (with the
+ * client's text in c->refuse_text) when either would pass its bound. */
+static bool message_take(hark_grpc_call *c, size_t n) {
+  size_t cap = c->g->max_message_bytes > HARK_GRPC_STREAM_MAX_INFLIGHT
+                   ? c->g->max_message_bytes
+                   : HARK_GRPC_STREAM_MAX_INFLIGHT;
+  size_t held = atomic_load_explicit(&c->held, memory_order_relaxed);
+  if (is_streaming(c) && n > cap - held) {
+    hark_limit_hit(HARK_LIMIT_INFLIGHT_BYTES,
+                   "grpc: a message of %zu bytes refused: its stream holds %zu bytes in flight, "
+                   "at most %zu: RESOURCE_EXHAUSTED",
+                   n, held, cap);
+    snprintf(c->refuse_text, sizeof c->refuse_text,
+             "message of %zu bytes refused: this stream already holds %zu bytes of requests in "
+             "flight, at most %zu per stream; wait for their responses",
+             n, held, cap);
+    return false;
+  }
+  if (!hark_inflight_take(n)) {
+    unsigned long long now = hark_inflight_bytes(), max = hark_inflight_max();
+    hark_limit_hit(HARK_LIMIT_INFLIGHT_BYTES,
+                   "grpc: a message of %zu bytes refused: %llu of %llu bytes in flight "
+                   "(--max-inflight-bytes): RESOURCE_EXHAUSTED",
+                   n, now, max);
+    snprintf(c->refuse_text, sizeof c->refuse_text,
+             "message of %zu bytes does not fit in the server's in-flight memory budget now "
+             "(%llu of %llu bytes held; --max-inflight-bytes); try again later",
+             n, now, max);
+    return false;
+  }
+  atomic_fetch_add_explicit(&c->held, n, memory_order_relaxed);
+  c->msg_charge = n;
+  return true;
+}
+
+/* A refused message of a stream whose first bytes are in: the method
+ * answers it (or the call ends), and the rest of it is dropped as it
+ * comes. */
+static void refuse_message(hark_grpc_call *c, const uint8_t *p, size_t n, size_t have) {
+  c->refusing = false;
+  size_t prefix = n < HARK_GRPC_REFUSED_PREFIX ? n : HARK_GRPC_REFUSED_PREFIX;
+  if (have >= n) {
+    c->in_off += 5 + n;
+  } else {
+    c->skip = n - have;
+    c->in_off = c->in.len;
+  }
+  if (c->reg->m->refused)
+    c->reg->m->refused(c, p + 5, prefix, c->refuse_text);
+  else
+    finish(c, HARK_GRPC_RESOURCE_EXHAUSTED, c->refuse_text);
+}
+
 /* Reads the whole messages that have arrived, while the stream may; gives
  * the bytes read back to flow control. */
 static void read_messages(hark_grpc_call *c) {
@@ -335,14 +389,26 @@ static void read_messages(hark_grpc_call *c) {
   if (!h || c->reading) return;
   c->reading = true;
   size_t limit = c->g->max_message_bytes;
-  while (c->conn && c->in.len - c->in_off >= 5) {
+  while (c->conn && (c->skip || c->in.len - c->in_off >= 5)) {
     if (deaf(c)) {
       c->in_off = c->in.len;
+      c->skip = 0;
+      c->refusing = false;
+      hark_grpc_message_give(c, c->msg_charge); /* the one being assembled */
+      c->msg_charge = 0;
       break;
+    }
+    if (c->skip) { /* the rest of a refused message */
+      size_t k = c->in.len - c->in_off < c->skip ? c->in.len - c->in_off : c->skip;
+      if (!k) break;
+      c->in_off += k;
+      c->skip -= k;
+      continue;
     }
     if (paused(c)) break;
     const uint8_t *p = (const uint8_t *)c->in.data + c->in_off;
     size_t n = (size_t)p[1] << 24 | (size_t)p[2] << 16 | (size_t)p[3] << 8 | p[4];
+    size_t have = c->in.len - c->in_off - 5;
     char text[200];
     if (n > limit) {
       snprintf(text, sizeof text, "received message larger than max (%zu vs. %zu)", n, limit);
@@ -355,16 +421,32 @@ static void read_messages(hark_grpc_call *c) {
       finish(c, HARK_GRPC_UNIMPLEMENTED, text);
       continue;
     }
-    if (c->in.len - c->in_off - 5 < n) {
+    if (!c->refusing && !c->msg_charge && n && !message_take(c, n)) {
+      if (!is_streaming(c)) {
+        finish(c, HARK_GRPC_RESOURCE_EXHAUSTED, c->refuse_text);
+        continue;
+      }
+      c->refusing = true;
+    }
+    if (c->refusing) { /* wait for its first bytes (its id), then drop it */
+      if (have < (n < HARK_GRPC_REFUSED_PREFIX ? n : HARK_GRPC_REFUSED_PREFIX)) break;
+      refuse_message(c, p, n, have);
+      continue;
+    }
+    if (have < n) {
       if (!hark_buf_reserve(&c->in, 5 + n - (c->in.len - c->in_off)))
         finish(c, HARK_GRPC_RESOURCE_EXHAUSTED, "out of memory for the message");
       break;
     }
     c->in_off += 5 + n;
     on_message(c, p + 5, n);
+    hark_grpc_message_give(c, c->msg_charge); /* unless the handler kept the message */
+    c->msg_charge = 0;
   }
   if (c->in_off == c->in.len) {
     c->in.len = c->in_off = 0;
+    /* A big message's buffer goes with it: an idle stream holds little. */
+    if (c->in.cap > STREAM_WINDOW && !c->msg_charge) hark_buf_free(&c->in);
   } else if (c->in_off > 0 && c->in_off >= c->in.len / 2) { /* keep the unread part in front */
     memmove(c->in.data, c->in.data + c->in_off, c->in.len - c->in_off);
     c->in.len -= c->in_off;

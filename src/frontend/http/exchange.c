@@ -4,7 +4,13 @@
  * the connection's buffer (bounded by max_input_size, with a stall
  * timeout) and then goes to its body handler; the one reply it makes is
  * written when the socket is writable, headers and body in one write.
- * Keep-alive connections then wait for the next request. A connection
+ * Keep-alive connections then wait for the next request. A body's buffer
+ * grows as its bytes arrive (from 64 KiB, doubling, never past its
+ * Content-Length), each growth taken from the in-flight byte budget
+ * (--max-inflight-bytes) first: a declared size costs nothing until it is
+ * sent, and a body the budget cannot hold now is refused with 503. The
+ * bytes go back when the buffer is freed, by the connection or by the
+ * request that took it (hark_http_body_free). A connection
  * that closes while a call has its request leaves the call without a
  * client (its done handler gets NULL). Loop thread only.
  *
@@ -47,10 +53,10 @@ void *hark_http_state(hark_http_conn *c) { return c->state_ptr; }
 /* Frees what one exchange used; close_after outlives it. */
 static void exchange_reset(hark_http_conn *c) {
   hark_http_set_state(c, NULL, NULL);
-  free(c->body_mem);
+  hark_http_body_free(c->body_mem);
   hark_buf_free(&c->out);
   c->body_mem = c->body = NULL;
-  c->body_len = c->body_cap = c->out_off = 0;
+  c->body_len = c->body_cap = c->body_declared = c->out_off = 0;
   c->state = CONN_IDLE;
 }
 
@@ -131,12 +137,12 @@ int hark_http_on_timer(struct lws *wsi, hark_http_conn *c) {
     hark_limit_hit(HARK_LIMIT_HTTP_BODY_TIMEOUT,
                    "http: a request body was not in within %d s of its head, %zu of %zu bytes "
                    "(--http-body-deadline-secs): 408, closing",
-                   o->body_deadline_secs, c->body_len, c->body_cap);
+                   o->body_deadline_secs, c->body_len, c->body_declared);
     hark_http_reply_error(c, 408,
                           hark_error_new(HARK_ERR_DEADLINE,
                                          "request body not received within %d s: %zu of %zu "
                                          "bytes arrived (--http-body-deadline-secs)",
-                                         o->body_deadline_secs, c->body_len, c->body_cap));
+                                         o->body_deadline_secs, c->body_len, c->body_declared));
     return 0;
   case TIMER_SEND:
     if (c->state != CONN_REPLYING) return 0;
@@ -301,17 +307,55 @@ static hark_error *too_large(const hark_http *http, unsigned long long size) {
                         size, http->opts.max_input_size);
 }
 
-/* Sizes the body buffer so that the byte at body_align lands 64-byte
- * aligned (typed binary tensors are then used in place). Client-sized:
- * false when out of memory. */
-static bool body_alloc(hark_http_conn *c, size_t cap) {
+/* A body buffer's first BODY_HEADER bytes record what it took from the
+ * in-flight budget, so whoever frees it gives that back. */
+#define BODY_HEADER 64u
+#define BODY_FIRST (64u * 1024u) /* what a body's buffer starts with */
+
+void hark_http_body_free(void *mem) {
+  if (!mem) return;
+  hark_inflight_give(*(size_t *)mem);
+  free(mem);
+}
+
+/* The 503 for a body the in-flight budget cannot hold now. */
+static hark_error *over_budget(const char *what, size_t want) {
+  unsigned long long max = hark_inflight_max(), now = hark_inflight_bytes();
+  hark_limit_hit(HARK_LIMIT_INFLIGHT_BYTES,
+                 "http: %s of %zu bytes refused: %llu of %llu bytes in flight "
+                 "(--max-inflight-bytes): 503",
+                 what, want, now, max);
+  return hark_error_new(HARK_ERR_UNAVAILABLE,
+                        "%s of %zu bytes does not fit in the server's in-flight memory budget "
+                        "now (%llu of %llu bytes held; --max-inflight-bytes); try again later",
+                        what, want, now, max);
+}
+
+/* Grows the body buffer to hold `need` bytes: doubling, at most the
+ * declared size, taken from the budget before it is allocated. The byte
+ * at body_align lands 64-byte aligned (typed binary tensors are then used
+ * in place). Client-sized: NULL, or an error for the client. */
+static hark_error *body_grow(hark_http_conn *c, size_t need) {
+  size_t cap = c->body_cap ? c->body_cap : BODY_FIRST;
+  while (cap < need) cap = cap > SIZE_MAX / 2 ? SIZE_MAX : cap * 2;
+  if (cap > c->body_declared) cap = c->body_declared;
+  size_t more = cap - c->body_cap;
+  if (!hark_inflight_take(more)) return over_budget("a request body", c->body_declared);
   size_t pad = (64 - c->body_align % 64) % 64;
   void *mem = NULL;
-  if (posix_memalign(&mem, 64, cap + pad + 1) != 0) return false;
+  if (posix_memalign(&mem, 64, BODY_HEADER + pad + cap + 1) != 0) {
+    hark_inflight_give(more);
+    return hark_error_new(HARK_ERR_INTERNAL, "out of memory for a request body of %zu bytes",
+                          c->body_declared);
+  }
+  *(size_t *)mem = cap;
+  char *body = (char *)mem + BODY_HEADER + pad;
+  if (c->body_len) memcpy(body, c->body, c->body_len);
+  free(c->body_mem); /* what it took is part of the new one's */
   c->body_mem = mem;
-  c->body = c->body_mem + pad;
+  c->body = body;
   c->body_cap = cap;
-  return true;
+  return NULL;
 }
 
 /* Reads a numeric header; false when absent or not a number. */
@@ -347,11 +391,16 @@ int hark_http_read_body(hark_http_conn *c, size_t align_at) {
     return -1;
   }
   if (clen == 0) return 0;
+  uint64_t budget = hark_inflight_max();
+  if (budget && clen > budget) { /* could never fit: say so before any byte is sent */
+    hark_http_reply_error(c, 0, over_budget("a request body", (size_t)clen));
+    return -1;
+  }
   c->body_align = align_at;
-  if (!body_alloc(c, (size_t)clen)) {
-    hark_http_reply_error(
-        c, 0,
-        hark_error_new(HARK_ERR_INTERNAL, "out of memory for a request body of %llu bytes", clen));
+  c->body_declared = (size_t)clen;
+  hark_error *err = body_grow(c, 1);
+  if (err) {
+    hark_http_reply_error(c, 0, err);
     return -1;
   }
   c->state = CONN_BODY;
@@ -371,13 +420,20 @@ void *hark_http_take_body(hark_http_conn *c) {
   return mem;
 }
 
-/* Content-Length is known and within bounds, so the buffer is big enough;
- * the check still guards against a peer sending more than it declared. */
+/* The buffer grows as the body arrives, never past its Content-Length: a
+ * peer sending more than it declared is refused. */
 void hark_http_on_body(hark_http_conn *c, const char *in, size_t len) {
   if (c->state != CONN_BODY) return; /* replied early: drop the rest */
-  if (len > c->body_cap - c->body_len) {
+  if (len > c->body_declared - c->body_len) {
     hark_http_reply_error(c, 413, too_large(c->loop->http, (unsigned long long)c->body_len + len));
     return;
+  }
+  if (len > c->body_cap - c->body_len) {
+    hark_error *err = body_grow(c, c->body_len + len);
+    if (err) {
+      hark_http_reply_error(c, 0, err);
+      return;
+    }
   }
   memcpy(c->body + c->body_len, in, len);
   c->body_len += len;

@@ -205,9 +205,14 @@ bool hark_http_allowed(hark_http_conn *c, hark_api api, char *msg, size_t cap);
 int hark_http_read_body(hark_http_conn *c, size_t align_at);
 /* The body read for this request (empty when none): data and length. */
 char *hark_http_body(hark_http_conn *c, size_t *len);
-/* Hands the body's allocation over (free() it); the body stays readable
- * through the returned pointer's region. NULL when there is none. */
+/* Hands the body's allocation over: the taker frees it with
+ * hark_http_body_free, which gives its bytes back to the in-flight
+ * budget; the body stays readable through the returned pointer's region.
+ * NULL when there is none. */
 void *hark_http_take_body(hark_http_conn *c);
+/* Frees a body's allocation and gives back what it held of the in-flight
+ * budget. NULL is fine. */
+void hark_http_body_free(void *mem);
 
 /* State the service keeps for this exchange; free_fn(state) runs when the
  * exchange ends (replied, or the connection closed). */
@@ -329,6 +334,7 @@ typedef enum hark_limit {
   HARK_LIMIT_GRPC_PING_STRIKES,
   HARK_LIMIT_GRPC_STREAMS_PER_CONNECTION,
   HARK_LIMIT_GRPC_STREAM_IDLE,
+  HARK_LIMIT_INFLIGHT_BYTES,
   HARK_LIMIT_COUNT
 } hark_limit;
 
@@ -336,8 +342,21 @@ typedef enum hark_limit {
  * unless that kind logged less than a second ago (the next line says how
  * many were not logged). */
 void hark_limit_hit(hark_limit limit, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
-/* Every limit's count in Prometheus text, appended to `b`. */
+/* Every limit's count in Prometheus text, and the in-flight gauge,
+ * appended to `b`. */
 void hark_limit_render(hark_buf *b);
+
+/* The in-flight byte budget (--max-inflight-bytes), any thread: the
+ * bytes that request bodies, gRPC messages and the like hold while they
+ * are received and served. Set the bound once, before serving (0: no
+ * bound, only counted). A taker asks before allocating; take is false,
+ * and takes nothing, when `n` more would pass the bound. Every byte taken
+ * is given back exactly once, when what holds it is freed. */
+void hark_inflight_set_max(uint64_t max);
+uint64_t hark_inflight_max(void);
+bool hark_inflight_take(uint64_t n);
+void hark_inflight_give(uint64_t n);
+uint64_t hark_inflight_bytes(void);
 
 /* WebSocket close codes (RFC 6455 section 7.4.1); a close reason holds at
  * most 123 bytes. */

@@ -42,14 +42,15 @@ struct hark_http_conn {
   conn_state state;
   void *state_ptr; /* the service's, for this exchange */
   void (*state_free)(void *);
-  char *body_mem; /* allocation; body is inside it, aligned */
+  char *body_mem; /* allocation (exchange.c's body_alloc); body is inside it, aligned */
   char *body;
   size_t body_len, body_cap, body_align;
-  bool close_after;   /* close instead of waiting for the next request */
-  bool body_expected; /* the request declared a body ... */
-  bool body_done;     /* ... and lws has delivered all of it */
-  bool keep_alive_10; /* an HTTP/1.0 client asked to keep the connection */
-  hark_buf out;       /* the reply: headers + body from out_off */
+  size_t body_declared; /* Content-Length: body_cap grows towards it as bytes arrive */
+  bool close_after;     /* close instead of waiting for the next request */
+  bool body_expected;   /* the request declared a body ... */
+  bool body_done;       /* ... and lws has delivered all of it */
+  bool keep_alive_10;   /* an HTTP/1.0 client asked to keep the connection */
+  hark_buf out;         /* the reply: headers + body from out_off */
   size_t out_off;
   hark_http_call *call; /* the exchange's call, or NULL */
   hark_ws *ws;          /* a WebSocket connection's state (ws.c) */

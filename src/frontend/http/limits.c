@@ -5,6 +5,12 @@
  * one connection may hold). Each hit is counted, for /metrics, and
  * logged at most once a second per kind, so a flood of slow clients
  * cannot flood the log. Any thread.
+ *
+ * Also the in-flight byte budget (--max-inflight-bytes): one atomic count
+ * of the bytes clients have made the server hold — request bodies being
+ * received and their buffers until the request is freed, gRPC messages
+ * being assembled or in the engine — that a taker may not push past the
+ * bound. Whoever takes bytes gives back exactly as many, once.
  */
 #include <stdarg.h>
 #include <stdatomic.h>
@@ -35,7 +41,34 @@ static limit_state limits[HARK_LIMIT_COUNT] = {
     [HARK_LIMIT_GRPC_PING_STRIKES] = {.name = "grpc_ping_strikes"},
     [HARK_LIMIT_GRPC_STREAMS_PER_CONNECTION] = {.name = "grpc_streams_per_connection"},
     [HARK_LIMIT_GRPC_STREAM_IDLE] = {.name = "grpc_stream_idle_timeout"},
+    [HARK_LIMIT_INFLIGHT_BYTES] = {.name = "inflight_bytes"},
 };
+
+static _Atomic uint64_t inflight, inflight_max;
+
+void hark_inflight_set_max(uint64_t max) { atomic_store(&inflight_max, max); }
+
+uint64_t hark_inflight_max(void) { return atomic_load(&inflight_max); }
+
+uint64_t hark_inflight_bytes(void) { return atomic_load(&inflight); }
+
+bool hark_inflight_take(uint64_t n) {
+  uint64_t max = atomic_load_explicit(&inflight_max, memory_order_relaxed);
+  uint64_t cur = atomic_load_explicit(&inflight, memory_order_relaxed);
+  do {
+    if (max && (n > max || cur > max - n)) return false;
+  } while (!atomic_compare_exchange_weak_explicit(&inflight, &cur, cur + n, memory_order_relaxed,
+                                                  memory_order_relaxed));
+  return true;
+}
+
+void hark_inflight_give(uint64_t n) {
+  if (!n) return;
+  uint64_t before = atomic_fetch_sub_explicit(&inflight, n, memory_order_relaxed);
+  if (before < n)
+    HARK_ERROR("in-flight bytes given back twice (%llu of %llu)", (unsigned long long)n,
+               (unsigned long long)before);
+}
 
 void hark_limit_hit(hark_limit limit, const char *fmt, ...) {
   if ((unsigned)limit >= HARK_LIMIT_COUNT) return;
@@ -77,4 +110,18 @@ void hark_limit_render(hark_buf *b) {
     hark_buf_put_u64(b, atomic_load_explicit(&limits[i].hits, memory_order_relaxed));
     hark_buf_puts(b, "\n");
   }
+  hark_buf_puts(b,
+                "# HELP hark_inflight_bytes Bytes clients make the server hold now (request "
+                "bodies and gRPC messages being received or in the engine), bounded by "
+                "--max-inflight-bytes\n"
+                "# TYPE hark_inflight_bytes gauge\n"
+                "hark_inflight_bytes ");
+  hark_buf_put_u64(b, hark_inflight_bytes());
+  hark_buf_puts(b,
+                "\n# HELP hark_inflight_bytes_max The bound on hark_inflight_bytes "
+                "(--max-inflight-bytes; 0: none)\n"
+                "# TYPE hark_inflight_bytes_max gauge\n"
+                "hark_inflight_bytes_max ");
+  hark_buf_put_u64(b, hark_inflight_max());
+  hark_buf_puts(b, "\n");
 }

@@ -19,6 +19,10 @@ hark_error *hark_kserve_grpc_register(hark_grpc *g, hark_kserve *ks);
 /* The methods of kserve_grpc_infer.c. */
 void hark_kserve_grpc_infer(hark_grpc_call *c, ProtobufCMessage *msg);
 void hark_kserve_grpc_stream_infer(hark_grpc_call *c, ProtobufCMessage *msg);
+/* A ModelStreamInfer message refused before it was read (the in-flight
+ * bounds): its error, with its id, goes in the stream in its place. */
+void hark_kserve_grpc_stream_infer_refused(hark_grpc_call *c, const uint8_t *p, size_t n,
+                                           const char *why);
 
 /*
  * Fills `req` (fresh from hark_request_new) from a ModelInferRequest: id,

@@ -579,7 +579,7 @@ static hark_error *submit(job *j, ProtobufCMessage *msg, hark_response_fn fn) {
   hark_request *req = hark_request_new(model);
   hark_model_release(model);
   /* The inputs point into the message: it lives as long as the request. */
-  hark_request_attach(req, hark_grpc_take_message(c), hark_arena_free);
+  hark_request_attach(req, hark_grpc_take_message(c), hark_grpc_message_free);
   j->request = q;
   err = hark_kserve_grpc_to_request(q, ks->shm, req, &j->sequence_id, &j->shm);
   if (!err) {
@@ -655,6 +655,39 @@ static void on_stream_response(hark_response *resp, uint32_t flags, hark_error *
   j->shm = NULL;
   hark_grpc_slot_done(c, &j->slot);
   hark_grpc_call_unref(c); /* the engine's reference */
+}
+
+/* The id (field 3) of a ModelInferRequest from its first bytes on the
+ * wire, without unpacking it: it comes after the model's name and
+ * version. Empty when it is not among them. */
+static void wire_id(const uint8_t *p, size_t n, char *id, size_t cap) {
+  const uint8_t *end = p + n;
+  id[0] = 0;
+  while (p < end) {
+    uint64_t tag = 0, len = 0;
+    unsigned shift = 0;
+    do tag |= (uint64_t)(*p & 0x7f) << shift, shift += 7;
+    while (*p++ & 0x80 && p < end && shift < 64);
+    if ((tag & 7) != 2 || p >= end) return; /* the first fields are all strings */
+    shift = 0;
+    do len |= (uint64_t)(*p & 0x7f) << shift, shift += 7;
+    while (*p++ & 0x80 && p < end && shift < 64);
+    if (len > (uint64_t)(end - p)) return;
+    if (tag >> 3 == 3) {
+      snprintf(id, cap, "%.*s", (int)(len < cap ? len : cap - 1), (const char *)p);
+      return;
+    }
+    p += len;
+  }
+}
+
+void hark_kserve_grpc_stream_infer_refused(hark_grpc_call *c, const uint8_t *p, size_t n,
+                                           const char *why) {
+  job *j = job_new(c);
+  wire_id(p, n, j->id, sizeof j->id);
+  hark_grpc_slot_append(c, &j->slot, slot_free);
+  stream_push(j, NULL, why);
+  hark_grpc_slot_done(c, &j->slot);
 }
 
 void hark_kserve_grpc_stream_infer(hark_grpc_call *c, ProtobufCMessage *msg) {

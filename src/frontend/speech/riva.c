@@ -498,13 +498,13 @@ static void get_config(hark_grpc_call *c, ProtobufCMessage *m) {
 #define REFUSE HARK_GRPC_REFUSE_DRAINING
 static const hark_grpc_method methods[] = {
     {"Recognize", &nvidia__riva__asr__recognize_request__descriptor, recognize, REFUSE, NULL, NULL,
-     HARK_API_INFERENCE},
+     HARK_API_INFERENCE, NULL},
     {"StreamingRecognize", &nvidia__riva__asr__streaming_recognize_request__descriptor,
      streaming_recognize, HARK_GRPC_STREAMING | REFUSE, streaming_half_close, streaming_closed,
-     HARK_API_INFERENCE},
+     HARK_API_INFERENCE, NULL},
     {"GetRivaSpeechRecognitionConfig",
      &nvidia__riva__asr__riva_speech_recognition_config_request__descriptor, get_config, 0, NULL,
-     NULL, HARK_API_METADATA},
+     NULL, HARK_API_METADATA, NULL},
 };
 
 static const hark_grpc_service service = {"nvidia.riva.asr.RivaSpeechRecognition", methods,
