@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # The whole test suite: installs what is missing, checks the C style
 # (.clang-format), builds twice (release, and ASan+UBSan), and runs every
-# unit, fuzz-replay and end-to-end test on both; then the threaded unit
-# tests under ThreadSanitizer (scripts/tsan.sh) and every parser under
+# unit, fuzz-replay and end-to-end test on both; then 3 minutes of mixed
+# load and faulty clients on the ASan build (bench/soak.sh), the threaded
+# unit tests under ThreadSanitizer (scripts/tsan.sh) and every parser under
 # libFuzzer for a bounded time (scripts/fuzz.sh).
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
@@ -18,6 +19,8 @@ for dir in build build-asan; do
   echo "== ctest in $dir"
   (cd "$root/$dir" && ctest --output-on-failure -j2 --timeout 600) || status=1
 done
+echo "== soak: 3 minutes of mixed load on the ASan build (bench/soak.sh)"
+DURATION=180 BUILD_DIR="$root/build-asan" "$root/bench/soak.sh" || status=1
 echo "== ThreadSanitizer: the unit tests that drive threads (scripts/tsan.sh)"
 "$root/scripts/tsan.sh" || status=1
 echo "== fuzzing every parser for ${FUZZ_SECONDS:-30} s (scripts/fuzz.sh)"
