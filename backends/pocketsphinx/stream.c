@@ -316,12 +316,22 @@ static ps_status take_final(ps_stream *st, ps_result *r, bool wait, char *err, s
   return s;
 }
 
+/* The client sends faster than real time: more than a second of audio
+ * ahead of the clock since its first. */
+static bool ahead_of_clock(const ps_stream *st) {
+  uint64_t audio_ms = st->samples_in * 1000u / st->model_rate;
+  return audio_ms > now_ms() - st->first_ms + 1000u;
+}
+
 static ps_status ensure_decoder(ps_stream *st, char *err, size_t errlen) {
   if (st->ps) return PS_OK;
   /* The next utterance starts from the cepstral mean the last one leaves:
    * it waits until that one's final is out (not counted against
-   * decoder_wait_ms), so finals leave in order, one at a time. */
-  if (fin_state(st, st->closing) != FIN_NONE) return PS_WAIT;
+   * decoder_wait_ms), so finals leave in order, one at a time. A stream
+   * sent faster than real time waits for it here, and the final leaves in
+   * this call's reply: had its audio run on to the closing call meanwhile,
+   * the last two utterances' finals would leave as one. */
+  if (fin_state(st, st->closing || ahead_of_clock(st)) != FIN_NONE) return PS_WAIT;
   uint64_t now = now_ms(), budget = st->set->decoder_wait_ms;
   if (!st->wait_since_ms) st->wait_since_ms = now;
   uint64_t waited = now - st->wait_since_ms;
@@ -694,13 +704,6 @@ static ps_status strip_wav(ps_stream *st, const uint8_t **pcm, size_t *len, char
   *pcm += info.data_offset;
   *len = info.encoding == HARK_WAV_PCM16 ? info.data_size & ~(size_t)1 : info.data_size;
   return PS_OK;
-}
-
-/* The client sends faster than real time: more than a second of audio
- * ahead of the clock since its first. */
-static bool ahead_of_clock(const ps_stream *st) {
-  uint64_t audio_ms = st->samples_in * 1000u / st->model_rate;
-  return audio_ms > now_ms() - st->first_ms + 1000u;
 }
 
 static ps_status run_blocks(ps_stream *st, unsigned flags, ps_result *r, char *err, size_t errlen) {

@@ -681,6 +681,63 @@ static void test_async_finals(void **state) {
   ps_pool_free(pool);
 }
 
+static void busy_finisher(void *arg) {
+  (void)arg;
+  usleep(1500 * 1000);
+}
+
+/* An utterance finished on a pool thread that is slow to give its final,
+ * while the client, now faster than real time, sends the next utterance
+ * and its end: each utterance still has its own final, in order. */
+static void test_async_final_then_fast_rest(void **state) {
+  (void)state;
+  const char *kv[] = {"final_threads", "1", NULL};
+  ps_pool *pool = make_pool(kv);
+  blob a = read_file(DATA "sense_and_sensibility_01_austen_64kb-0880.wav");
+  size_t pcm_len = a.len - 44, sil = 16000 * 2;
+  uint8_t *audio = calloc(1, 2 * pcm_len + sil);
+  memcpy(audio, a.bytes + 44, pcm_len);
+  memcpy(audio + pcm_len + sil, a.bytes + 44, pcm_len);
+  size_t len = 2 * pcm_len + sil;
+  char err[256] = "";
+  ps_stream *st = ps_stream_new(pool, 16000, NULL, err, sizeof err);
+  int finals = 0, busy = 0;
+  char *texts[3] = {0};
+  for (size_t off = 0; off < len; off += 3200) {
+    size_t n = len - off < 3200 ? len - off : 3200;
+    unsigned flags = PS_FEED_PARTIAL | (off + n == len ? PS_FEED_END : 0);
+    /* The finisher is held up just before the first utterance ends. */
+    if (!busy && off + 3200 >= pcm_len) busy = ps_pool_run(pool, busy_finisher, NULL) == 0;
+    ps_result r;
+    ps_result_init(&r, 0);
+    assert_int_equal(ps_stream_feed(st, audio + off, n, flags, &r, err, sizeof err), PS_OK);
+    if (r.is_final && finals < 3) texts[finals++] = strdup(r.text);
+    ps_result_fini(&r);
+    if (!ps_stream_async_finals(st)) usleep(100 * 1000); /* real time until the first ends */
+  }
+  printf("    async finals %u, finals %d: '%s' | '%s'\n", ps_stream_async_finals(st), finals,
+         texts[0] ? texts[0] : "", texts[1] ? texts[1] : "");
+  assert_true(busy);
+  assert_int_equal(ps_stream_async_finals(st), 1);
+  assert_int_equal(finals, 2);
+  char tmp[] = "/tmp/hark_ps_async2XXXXXX.wav";
+  int fd = mkstemps(tmp, 4);
+  assert_true(fd >= 0);
+  close(fd);
+  write_wav(tmp, (const int16_t *)audio, len / 2, 16000);
+  char *want = run_continuous(tmp); /* the library over the same audio */
+  unlink(tmp);
+  char both[1024];
+  snprintf(both, sizeof both, "%s %s", texts[0], texts[1]);
+  assert_string_equal(both, want);
+  free(want);
+  for (int i = 0; i < finals; i++) free(texts[i]);
+  ps_stream_free(st);
+  free(audio);
+  free(a.bytes);
+  ps_pool_free(pool);
+}
+
 static void test_flush_and_bad_input(void **state) {
   (void)state;
   ps_pool *pool = make_pool(NULL);
@@ -918,6 +975,7 @@ int main(void) {
       cmocka_unit_test(test_pool_spare),
       cmocka_unit_test(test_decoder_idle),
       cmocka_unit_test(test_async_finals),
+      cmocka_unit_test(test_async_final_then_fast_rest),
       cmocka_unit_test(test_pool_exhaustion_waits_then_unavailable),
       cmocka_unit_test(test_flush_and_bad_input),
       cmocka_unit_test(test_resampled_input_and_wer),
