@@ -327,11 +327,13 @@ static ps_status ensure_decoder(ps_stream *st, char *err, size_t errlen) {
   if (st->ps) return PS_OK;
   /* The next utterance starts from the cepstral mean the last one leaves:
    * it waits until that one's final is out (not counted against
-   * decoder_wait_ms), so finals leave in order, one at a time. A stream
-   * sent faster than real time waits for it here, and the final leaves in
-   * this call's reply: had its audio run on to the closing call meanwhile,
-   * the last two utterances' finals would leave as one. */
-  if (fin_state(st, st->closing || ahead_of_clock(st)) != FIN_NONE) return PS_WAIT;
+   * decoder_wait_ms), so finals leave in order, one at a time. It waits
+   * here, in place, and that final leaves in this call's reply: had the
+   * next utterance's audio run on to the stream's closing call meanwhile,
+   * the two finals would leave as one. (The wait is what is left of the
+   * second pass, which has usually finished by the next utterance's
+   * onset.) */
+  if (fin_state(st, true) != FIN_NONE) return PS_WAIT;
   uint64_t now = now_ms(), budget = st->set->decoder_wait_ms;
   if (!st->wait_since_ms) st->wait_since_ms = now;
   uint64_t waited = now - st->wait_since_ms;
