@@ -192,6 +192,12 @@ typedef struct hark_model_stats {
 
 /* A consistent-enough snapshot (counters are read one by one). */
 void hark_model_stats_read(const hark_model *model, hark_model_stats *out);
+/* Of the model's pending requests, those a new sequence in namespace `ns`
+ * may wait behind: pending, less the requests another namespace group
+ * parks in the sequence batcher's backlog within its own quota (KServe
+ * clients' sequences for a speech session, and the other way round).
+ * What speech admission compares with --stream-backlog-limit. */
+uint64_t hark_model_pending_for(const hark_model *model, hark_corr_ns ns);
 
 /* The Prometheus text exposition of every metric. Caller frees. */
 char *hark_server_metrics_render(hark_server *server);

@@ -228,6 +228,13 @@ uint32_t hark_model_queued(const hark_model *m) {
   return m->sched ? hark_sched_queued(m->sched) : 0;
 }
 
+uint64_t hark_model_pending_for(const hark_model *m, hark_corr_ns ns) {
+  int64_t pending = atomic_load(&m->stats.pending);
+  uint32_t parked = m->sched ? hark_sched_parked(m->sched, ns) : 0;
+  /* Two snapshots a moment apart: never below zero. */
+  return pending > (int64_t)parked ? (uint64_t)(pending - parked) : 0;
+}
+
 bool hark_model_queue_delay(const hark_model *m, hark_sched_delay *out) {
   return m->sched && hark_sched_queue_delay(m->sched, out);
 }

@@ -36,6 +36,10 @@ void hark_sched_free(hark_sched *sched) {
 }
 
 uint32_t hark_sched_queued(const hark_sched *sched) { return sched->ops->queued(sched); }
+
+uint32_t hark_sched_parked(const hark_sched *sched, uint32_t ns) {
+  return sched->ops->parked ? sched->ops->parked(sched, ns) : 0;
+}
 uint32_t hark_sched_busy(const hark_sched *sched) { return sched->ops->busy(sched); }
 
 bool hark_sched_queue_delay(const hark_sched *sched, hark_sched_delay *out) {

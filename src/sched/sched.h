@@ -78,6 +78,11 @@ void hark_sched_stop(hark_sched *sched);
 void hark_sched_free(hark_sched *sched);
 /* Requests waiting in the queue (not yet executing). */
 uint32_t hark_sched_queued(const hark_sched *sched);
+/* Requests waiting within another quota group's own share (the sequence
+ * batcher's backlog of the group `ns` is not in), which a new sequence in
+ * namespace `ns` does not wait behind; any thread, no lock, a recent
+ * snapshot. 0 for schedulers without quotas. */
+uint32_t hark_sched_parked(const hark_sched *sched, uint32_t ns);
 /* Instances executing a batch now (an ensemble's steps count in their own
  * models). */
 uint32_t hark_sched_busy(const hark_sched *sched);

@@ -39,6 +39,8 @@ typedef struct hark_sched_ops {
   /* The queue delay's controller (adaptive.h), read from any thread;
    * NULL (or a NULL hook): the scheduler has no queue delay. */
   const struct hark_adaptive *(*delay)(const hark_sched *sched);
+  /* hark_sched_parked; NULL: nothing is parked. */
+  uint32_t (*parked)(const hark_sched *sched, uint32_t ns);
 } hark_sched_ops;
 
 /* Every scheduler struct starts with this. */

@@ -6,8 +6,9 @@
  * (oldest only: holds a candidate slot, has a waiting request, nothing in
  * flight; kept sorted by the arrival of its head request, so a batch takes
  * the oldest heads), `idle` (slot, nothing waiting or in flight; sorted by
- * when it went idle, so expiry pops from the front) and `backlog` (no slot
- * yet; FIFO). Direct finds an instance's ready sequences by scanning that
+ * when it went idle, so expiry pops from the front) and one `backlog` per
+ * namespace (no slot yet; FIFO; a freed slot goes to their heads in turn,
+ * skipping the client group while it holds its share). Direct finds an instance's ready sequences by scanning that
  * instance's max_batch slots. Expired ids go to a small ring that is only
  * read on the error path and when a sequence starts.
  */
@@ -21,7 +22,10 @@
 #include "sched/seqtab.h"
 #include "util/alloc.h"
 
+/* LIST_BACKLOG + i: namespace i's backlog (namespaces past the last front
+ * end's share namespace 0's list). */
 enum { LIST_NONE = 0, LIST_READY, LIST_IDLE, LIST_BACKLOG };
+#define SEQ_NS_LISTS 4u
 
 typedef struct seq_node {
   void *item;
@@ -33,6 +37,7 @@ typedef struct seq_node {
 struct hark_seq {
   uint32_t ns;
   bool is_str, oneshot;
+  bool client; /* in the client group (quota) */
   uint64_t num;
   char *str;
   uint64_t hash;
@@ -71,9 +76,14 @@ struct hark_seqtab {
   bool tearing_down;
   hark_seq **slots; /* direct: n_instances * max_batch */
   uint32_t n_slots, n_slotted;
-  seq_list ready, idle, backlog;
+  seq_list ready, idle, backlog[SEQ_NS_LISTS];
+  uint32_t n_backlog, next_backlog; /* sequences in all backlogs; whose turn */
   uint32_t queued, in_flight;
   uint32_t queued_backlog; /* of `queued`, those of sequences without a slot */
+  /* The client group: its bounds (the policy's share) and use. */
+  uint32_t client_max_slots, client_max_queued, client_max_backlog;
+  uint32_t other_max_queued, other_max_backlog;
+  uint32_t client_slotted, client_queued, client_queued_backlog;
   hark_seq_drop *drops;
   expired_id expired[HARK_SEQ_EXPIRED_MEMORY];
   uint32_t expired_next;
@@ -100,13 +110,22 @@ void hark_seq_policy_init(hark_seq_policy *p, const hark_model_config *cfg, uint
   p->idle_ns = (sb->max_sequence_idle_us ? sb->max_sequence_idle_us : 1000000u) * 1000u;
   p->max_queued = max_queue ? max_queue : 4096;
   p->max_backlog = p->max_queued;
+  p->client_share_pct = HARK_SEQ_CLIENT_SHARE_DEFAULT;
+}
+
+bool hark_seq_ns_is_client(uint32_t ns) {
+  return ns == HARK_CORR_NS_KSERVE_HTTP || ns == HARK_CORR_NS_KSERVE_GRPC;
 }
 
 /* ---- lists ---------------------------------------------------------------------- */
 
 static seq_list *list_of(hark_seqtab *t, int which) {
-  return which == LIST_READY ? &t->ready : which == LIST_IDLE ? &t->idle : &t->backlog;
+  return which == LIST_READY  ? &t->ready
+         : which == LIST_IDLE ? &t->idle
+                              : &t->backlog[which - LIST_BACKLOG];
 }
+
+static int backlog_of(uint32_t ns) { return LIST_BACKLOG + (int)(ns < SEQ_NS_LISTS ? ns : 0); }
 
 static void list_unlink(hark_seqtab *t, hark_seq *s) {
   if (s->list == LIST_NONE) return;
@@ -245,6 +264,11 @@ static bool slot_free(const hark_seqtab *t) {
   return t->p.oldest ? t->n_slotted < t->p.max_candidates : t->n_slotted < t->n_slots;
 }
 
+/* A free slot this group may take: the client group only within its share. */
+static bool slot_free_for(const hark_seqtab *t, bool client) {
+  return slot_free(t) && (!client || t->client_slotted < t->client_max_slots);
+}
+
 /* Oldest: ready sequences sorted by their head's arrival (mostly appends). */
 static void make_ready(hark_seqtab *t, hark_seq *s) {
   if (!t->p.oldest) return; /* direct scans its slots */
@@ -256,6 +280,7 @@ static void make_ready(hark_seqtab *t, hark_seq *s) {
 /* Direct: the least loaded instance's first free slot, so sequences spread. */
 static void slot_take(hark_seqtab *t, hark_seq *s) {
   t->n_slotted++;
+  if (s->client) t->client_slotted++;
   if (t->p.oldest) {
     s->slot = 0;
     return;
@@ -278,23 +303,40 @@ static void slot_take(hark_seqtab *t, hark_seq *s) {
   s->slot = best;
 }
 
+/* The backlog head whose turn it is and that may take the free slot: the
+ * namespaces in turn, so none waits behind another's whole backlog. */
+static hark_seq *backlog_next(hark_seqtab *t) {
+  for (uint32_t i = 0; i < SEQ_NS_LISTS; i++) {
+    uint32_t at = (t->next_backlog + i) % SEQ_NS_LISTS;
+    hark_seq *s = t->backlog[at].head;
+    if (!s || !slot_free_for(t, s->client)) continue;
+    t->next_backlog = (at + 1) % SEQ_NS_LISTS;
+    return s;
+  }
+  return NULL;
+}
+
 static void promote_backlog(hark_seqtab *t) {
-  while (t->backlog.head && slot_free(t)) {
-    hark_seq *s = t->backlog.head;
+  hark_seq *s;
+  while (slot_free(t) && (s = backlog_next(t))) {
     list_unlink(t, s);
+    t->n_backlog--;
     slot_take(t, s);
     t->queued_backlog -= s->n;
+    if (s->client) t->client_queued_backlog -= s->n;
     if (s->n) make_ready(t, s);
   }
 }
 
 static void record_remove(hark_seqtab *t, hark_seq *s) {
+  if (s->list >= LIST_BACKLOG) t->n_backlog--; /* only at teardown */
   list_unlink(t, s);
   if (!s->oneshot) hash_remove(t, s);
   drop_states(t, s);
   if (s->slot >= 0) {
     if (!t->p.oldest) t->slots[s->slot] = NULL;
     t->n_slotted--;
+    if (s->client) t->client_slotted--;
   }
   if (s->aprev)
     s->aprev->anext = s->anext;
@@ -313,6 +355,51 @@ static void record_remove(hark_seqtab *t, hark_seq *s) {
 
 /* ---- the table ------------------------------------------------------------------------ */
 
+static uint32_t share_of(uint32_t total, uint32_t pct) {
+  uint64_t n = (uint64_t)total * pct / 100u;
+  return n ? (uint32_t)n : 1;
+}
+
+/* The client group's share of each bound, and the others' rest (at least
+ * one each; the whole bound still holds for both together). */
+static void quota_init(hark_seqtab *t) {
+  uint32_t pct = t->p.client_share_pct;
+  uint32_t slots = t->p.oldest ? t->p.max_candidates : t->p.n_instances * t->p.max_batch;
+  if (pct == 0 || pct >= 100) {
+    t->client_max_slots = slots;
+    t->client_max_queued = t->other_max_queued = t->p.max_queued;
+    t->client_max_backlog = t->other_max_backlog = t->p.max_backlog;
+    return;
+  }
+  t->client_max_slots = share_of(slots, pct);
+  t->client_max_queued = share_of(t->p.max_queued, pct);
+  t->client_max_backlog = share_of(t->p.max_backlog, pct);
+  t->other_max_queued =
+      t->p.max_queued > t->client_max_queued ? t->p.max_queued - t->client_max_queued : 1;
+  t->other_max_backlog =
+      t->p.max_backlog > t->client_max_backlog ? t->p.max_backlog - t->client_max_backlog : 1;
+}
+
+/* Whether one more request fits where it would wait: the whole bound, then
+ * its group's share of it. */
+static hark_seq_status room_for(const hark_seqtab *t, bool client, bool to_backlog) {
+  if (to_backlog) {
+    uint32_t mine =
+        client ? t->client_queued_backlog : t->queued_backlog - t->client_queued_backlog;
+    if (t->queued_backlog >= t->p.max_backlog) return HARK_SEQ_BACKLOG_FULL;
+    if (mine >= (client ? t->client_max_backlog : t->other_max_backlog))
+      return client ? HARK_SEQ_QUOTA : HARK_SEQ_BACKLOG_FULL;
+    return HARK_SEQ_OK;
+  }
+  uint32_t slotted = t->queued - t->queued_backlog;
+  uint32_t client_slotted = t->client_queued - t->client_queued_backlog;
+  uint32_t mine = client ? client_slotted : slotted - client_slotted;
+  if (slotted >= t->p.max_queued) return HARK_SEQ_QUEUE_FULL;
+  if (mine >= (client ? t->client_max_queued : t->other_max_queued))
+    return client ? HARK_SEQ_QUOTA : HARK_SEQ_QUEUE_FULL;
+  return HARK_SEQ_OK;
+}
+
 hark_seqtab *hark_seqtab_new(const hark_seq_policy *p) {
   hark_seqtab *t = calloc(1, sizeof *t);
   if (!t) return NULL;
@@ -321,6 +408,7 @@ hark_seqtab *hark_seqtab_new(const hark_seq_policy *p) {
   if (!t->p.max_batch) t->p.max_batch = 1;
   if (!t->p.max_candidates) t->p.max_candidates = 1;
   if (!t->p.max_backlog) t->p.max_backlog = 1;
+  quota_init(t);
   if (getrandom(&t->seed, sizeof t->seed, GRND_NONBLOCK) != (ssize_t)sizeof t->seed)
     t->seed = (uint64_t)(uintptr_t)t ^ hark_now_ns(); /* no entropy yet: still not fixed */
   t->n_buckets = 64;
@@ -358,6 +446,9 @@ void hark_seqtab_free(hark_seqtab *t) {
 
 hark_seq_status hark_seqtab_push(hark_seqtab *t, const hark_seq_key *key, uint32_t flags,
                                  void *item, uint64_t now) {
+  uint32_t ns = key ? key->ns : 0;
+  bool client = hark_seq_ns_is_client(ns);
+  if (key && key->oneshot) key = NULL;
   uint64_t h = key ? key_hash(t, key) : 0;
   hark_seq *s = key ? lookup(t, key, h) : NULL;
   if (!key) flags = HARK_REQUEST_SEQUENCE_START | HARK_REQUEST_SEQUENCE_END;
@@ -366,9 +457,9 @@ hark_seq_status hark_seqtab_push(hark_seqtab *t, const hark_seq_key *key, uint32
     return !s && expired_find(t, key, now) ? HARK_SEQ_TIMED_OUT : HARK_SEQ_NEED_START;
   /* Waiting for a slot and waiting to run are bounded apart, so a full
    * backlog never keeps a live sequence from reaching its END. */
-  bool to_backlog = s ? s->slot < 0 : !slot_free(t);
-  if (to_backlog && t->queued_backlog >= t->p.max_backlog) return HARK_SEQ_BACKLOG_FULL;
-  if (!to_backlog && t->queued - t->queued_backlog >= t->p.max_queued) return HARK_SEQ_QUEUE_FULL;
+  bool to_backlog = s ? s->slot < 0 : !slot_free_for(t, client);
+  hark_seq_status room = room_for(t, client, to_backlog);
+  if (room != HARK_SEQ_OK) return room;
 
   seq_node *node = hark_xmalloc(sizeof *node);
   *node = (seq_node){.item = item, .flags = flags, .enqueued_ns = now};
@@ -376,8 +467,9 @@ hark_seq_status hark_seqtab_push(hark_seqtab *t, const hark_seq_key *key, uint32
     s = hark_xcalloc(1, sizeof *s);
     s->oneshot = !key;
     s->slot = -1;
+    s->ns = ns;
+    s->client = client;
     if (key) {
-      s->ns = key->ns;
       s->is_str = key->is_str;
       s->num = key->num;
       s->hash = h;
@@ -390,10 +482,12 @@ hark_seq_status hark_seqtab_push(hark_seqtab *t, const hark_seq_key *key, uint32
     s->anext = t->all;
     if (t->all) t->all->aprev = s;
     t->all = s;
-    if (slot_free(t))
+    if (!to_backlog) {
       slot_take(t, s);
-    else
-      list_append(t, LIST_BACKLOG, s);
+    } else {
+      list_append(t, backlog_of(ns), s);
+      t->n_backlog++;
+    }
   }
   if (s->tail)
     s->tail->next = node;
@@ -403,6 +497,10 @@ hark_seq_status hark_seqtab_push(hark_seqtab *t, const hark_seq_key *key, uint32
   s->n++;
   t->queued++;
   if (s->slot < 0) t->queued_backlog++;
+  if (client) {
+    t->client_queued++;
+    if (s->slot < 0) t->client_queued_backlog++;
+  }
   s->tail_ended = (flags & HARK_REQUEST_SEQUENCE_END) != 0;
   if (s->list == LIST_IDLE) list_unlink(t, s);
   if (s->slot >= 0 && !s->in_flight && s->n == 1) make_ready(t, s);
@@ -416,6 +514,7 @@ static void dispatch(hark_seqtab *t, hark_seq *s, hark_seq_entry *out) {
   if (!s->head) s->tail = NULL;
   s->n--;
   t->queued--;
+  if (s->client) t->client_queued--;
   *out = (hark_seq_entry){node->item, s, node->flags, node->enqueued_ns};
   free(node);
   s->in_flight = true;
@@ -522,8 +621,16 @@ hark_seq_drop *hark_seqtab_take_drops(hark_seqtab *t) {
 hark_seq_states *hark_seq_states_of(hark_seq *s) { return &s->states; }
 uint32_t hark_seqtab_queued(const hark_seqtab *t) { return t->queued; }
 uint32_t hark_seqtab_live(const hark_seqtab *t) { return t->n_live; }
-uint32_t hark_seqtab_backlog(const hark_seqtab *t) { return t->backlog.n; }
+uint32_t hark_seqtab_backlog(const hark_seqtab *t) { return t->n_backlog; }
 uint32_t hark_seqtab_in_flight(const hark_seqtab *t) { return t->in_flight; }
+uint32_t hark_seqtab_client_slotted(const hark_seqtab *t) { return t->client_slotted; }
+uint32_t hark_seqtab_client_queued(const hark_seqtab *t) { return t->client_queued; }
+uint32_t hark_seqtab_client_backlog(const hark_seqtab *t) { return t->client_queued_backlog; }
+
+uint32_t hark_seqtab_parked(const hark_seqtab *t, uint32_t ns) {
+  return hark_seq_ns_is_client(ns) ? t->queued_backlog - t->client_queued_backlog
+                                   : t->client_queued_backlog;
+}
 
 const struct hark_adaptive *hark_seqtab_delay(const hark_seqtab *t) {
   return t->p.oldest ? &t->adapt : NULL;

@@ -25,6 +25,20 @@
  *     flushing — as soon as a sequence is idle. The sequence's opaque
  *     states then move to the drop list for the caller to free.
  * A push with no key is a one-shot sequence: START|END, its own fresh slot.
+ *
+ * Quotas (issue 13, finding 6): the namespaces whose ids network clients
+ * choose — KServe HTTP and gRPC, together the "client group" — may hold
+ * at most client_share_pct of the slots (candidates for oldest), of the
+ * requests waiting to run and of the backlog; a START past the slot share
+ * waits in the backlog, and one past the backlog (or queue) share is
+ * refused with HARK_SEQ_QUOTA. The rest — the server's own speech sessions
+ * and in-process callers — keep the other share of the backlog and queue
+ * for themselves, and may use any free slot: they are bounded already (by
+ * --max-streams and the speech admission check), while a client's START
+ * costs it one HTTP request. The backlog is one FIFO per namespace, and a
+ * freed slot goes to the namespaces' heads in turn (round robin), so a
+ * namespace with a long backlog delays another's next sequence by at most
+ * one promotion each.
  */
 #ifndef HARK_SCHED_SEQTAB_H
 #define HARK_SCHED_SEQTAB_H
@@ -47,6 +61,7 @@ typedef struct hark_seq hark_seq;
  * sequence (or an expired id) of another. */
 typedef struct hark_seq_key {
   uint32_t ns;
+  bool oneshot; /* no id (num, str unused): a one-shot sequence in namespace ns */
   bool is_str;
   uint64_t num;
   const char *str; /* is_str: borrowed for the call; the table copies it */
@@ -65,10 +80,24 @@ typedef struct hark_seq_policy {
   uint64_t idle_ns;             /* max_sequence_idle */
   uint32_t max_queued;          /* requests waiting to run, sequences with a slot */
   uint32_t max_backlog;         /* requests waiting for a slot (backlog sequences) */
+  /* The client group's share, in percent, of the slots, max_queued and
+   * max_backlog (each at least 1); 0 or 100: no quota. */
+  uint32_t client_share_pct;
 } hark_seq_policy;
 
+/* The default client share, and the model config parameter that sets it
+ * ("1".."100"). Half: a flood of client STARTs leaves the speech sessions
+ * at least half of everything, and clients alone still get half. */
+#define HARK_SEQ_CLIENT_SHARE_DEFAULT 50u
+#define HARK_SEQ_CLIENT_SHARE_PARAM "sequence_client_share"
+
+/* Whether ids of namespace `ns` are chosen by network clients (the quota's
+ * client group). */
+bool hark_seq_ns_is_client(uint32_t ns);
+
 /* From the model's config; n_instances and the bound on waiting requests
- * come from the scheduler. */
+ * come from the scheduler. The client share is the default; the caller
+ * parses HARK_SEQ_CLIENT_SHARE_PARAM (it can refuse a bad value). */
 void hark_seq_policy_init(hark_seq_policy *p, const hark_model_config *cfg, uint32_t n_instances,
                           uint32_t max_queue);
 
@@ -78,6 +107,7 @@ typedef enum hark_seq_status {
   HARK_SEQ_TIMED_OUT,    /* ... and the id expired idle recently */
   HARK_SEQ_QUEUE_FULL,   /* max_queued requests of slotted sequences wait */
   HARK_SEQ_BACKLOG_FULL, /* the request would wait for a slot; max_backlog do */
+  HARK_SEQ_QUOTA,        /* the client group's share of the queue or backlog is full */
 } hark_seq_status;
 
 /* What a caller keeps per sequence; the table only moves these around. */
@@ -105,7 +135,7 @@ hark_seqtab *hark_seqtab_new(const hark_seq_policy *p); /* NULL: out of memory *
  * states not yet taken (not freed: the caller drains first). */
 void hark_seqtab_free(hark_seqtab *t);
 
-/* Queues `item`. key NULL: a one-shot sequence. */
+/* Queues `item`. key NULL: a one-shot sequence in namespace 0. */
 hark_seq_status hark_seqtab_push(hark_seqtab *t, const hark_seq_key *key, uint32_t flags,
                                  void *item, uint64_t now_ns);
 
@@ -140,6 +170,15 @@ uint32_t hark_seqtab_queued(const hark_seqtab *t);  /* requests waiting */
 uint32_t hark_seqtab_live(const hark_seqtab *t);    /* sequences, backlog included */
 uint32_t hark_seqtab_backlog(const hark_seqtab *t); /* sequences without a slot */
 uint32_t hark_seqtab_in_flight(const hark_seqtab *t);
+/* Client group: sequences holding a slot, requests waiting (backlog
+ * included), requests waiting in the backlog. */
+uint32_t hark_seqtab_client_slotted(const hark_seqtab *t);
+uint32_t hark_seqtab_client_queued(const hark_seqtab *t);
+uint32_t hark_seqtab_client_backlog(const hark_seqtab *t);
+/* Requests parked in the backlog of the other quota group than `ns`'s:
+ * they wait within their own share and stand in no way of a new sequence
+ * of `ns` beyond one promotion turn (what speech admission discounts). */
+uint32_t hark_seqtab_parked(const hark_seqtab *t, uint32_t ns);
 /* oldest: the queue delay's controller, which a scrape may read from any
  * thread (adaptive.h); NULL for direct. The depth it sees is the number of
  * sequences with a request ready to run. */

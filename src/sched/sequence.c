@@ -30,13 +30,18 @@
  * timeouts (Triton's sequence batcher has no queue policy either). Waiting
  * is bounded instead: requests of slotted sequences by the server's max
  * queue size, and the backlog of sequences waiting for a slot by the same
- * number, beyond which requests get UNAVAILABLE "queue full".
+ * number, beyond which requests get UNAVAILABLE "queue full". KServe
+ * clients' sequences together get only a share of the slots, the queue and
+ * the backlog (seqtab.h, "Quotas"; the model's sequence_client_share
+ * parameter), beyond which they get RESOURCE_EXHAUSTED naming the quota.
  *
  * Hark extension: a request with no correlation id (0 or "") to a
  * sequence model is a one-shot sequence — implicit START|END, fresh state,
  * freed after — so offline recognition over plain KServe infer works.
  */
+#include <errno.h>
 #include <pthread.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -89,6 +94,10 @@ struct seq_sched {
   seq_instance *insts;
   uint32_t n_insts, next_inst, max_batch;
   bool oldest, batched;
+  uint32_t client_share; /* percent */
+  /* hark_seqtab_parked for a session and for a client namespace, as of
+   * the last admit or pass (hark_sched_parked reads them without the lock). */
+  _Atomic uint32_t parked_client, parked_other;
 };
 
 /* The scheduler whose execute this thread is inside, if any. */
@@ -267,6 +276,12 @@ static void form_batches(seq_sched *s, uint64_t now, hark_skel_pass *p) {
   }
 }
 
+/* Under the lock: what hark_sched_parked reads without it. */
+static void publish_parked(seq_sched *s) {
+  atomic_store(&s->parked_client, hark_seqtab_parked(s->tab, HARK_CORR_NS_SESSION));
+  atomic_store(&s->parked_other, hark_seqtab_parked(s->tab, HARK_CORR_NS_KSERVE_HTTP));
+}
+
 /* The pass: idle sequences end, batches form, and the dropped states
  * leave the lock (p->out[0]) for seq_finish. */
 static void seq_pass(hark_skel *sk, uint64_t now, hark_skel_pass *p) {
@@ -277,6 +292,7 @@ static void seq_pass(hark_skel *sk, uint64_t now, hark_skel_pass *p) {
   hark_seq_drop *drops = tls_executing == s ? NULL : hark_seqtab_take_drops(s->tab);
   if (drops) p->out[p->n_out++] = drops;
   p->queued = hark_seqtab_queued(s->tab);
+  publish_parked(s);
 }
 
 static void seq_finish(hark_skel *sk, hark_skel_pass *p) {
@@ -380,6 +396,14 @@ static hark_error *refusal(seq_sched *s, hark_seq_status st, const hark_seq_key 
                           "queue full: model '%s' has every sequence slot taken and %u sequences "
                           "waiting for one in its backlog; sequence %s refused",
                           model, hark_seqtab_backlog(s->tab), id);
+  case HARK_SEQ_QUOTA:
+    return hark_error_new(HARK_ERR_RESOURCE_EXHAUSTED,
+                          "sequence quota exceeded: KServe clients' sequences on model '%s' hold "
+                          "their share (%u%%, parameter " HARK_SEQ_CLIENT_SHARE_PARAM
+                          ") of its sequence slots, queue and backlog (%u slots, %u requests "
+                          "waiting); sequence %s refused, try again later",
+                          model, s->client_share, hark_seqtab_client_slotted(s->tab),
+                          hark_seqtab_client_queued(s->tab), id);
   case HARK_SEQ_OK: break;
   }
   return hark_error_new(HARK_ERR_INTERNAL, "unexpected sequence status %d", (int)st);
@@ -390,11 +414,14 @@ static hark_error *seq_admit(hark_skel *sk, hark_request *req, void *arg, uint64
   seq_sched *s = (seq_sched *)sk;
   const char *sid = hark_request_correlation_id_str(req);
   uint64_t nid = hark_request_correlation_id(req);
-  hark_seq_key key = {
-      .ns = hark_request_correlation_ns(req), .is_str = sid != NULL, .num = nid, .str = sid};
   bool oneshot = sid ? !*sid : nid == 0;
-  hark_seq_status st =
-      hark_seqtab_push(s->tab, oneshot ? NULL : &key, hark_request_flags(req), arg, now);
+  hark_seq_key key = {.ns = hark_request_correlation_ns(req),
+                      .oneshot = oneshot,
+                      .is_str = sid != NULL,
+                      .num = nid,
+                      .str = sid};
+  hark_seq_status st = hark_seqtab_push(s->tab, &key, hark_request_flags(req), arg, now);
+  publish_parked(s);
   return st == HARK_SEQ_OK ? NULL : refusal(s, st, oneshot ? NULL : &key);
 }
 
@@ -444,6 +471,27 @@ static const struct hark_adaptive *seq_delay(const hark_sched *base) {
   return s->tab ? hark_seqtab_delay(s->tab) : NULL;
 }
 
+static uint32_t seq_parked(const hark_sched *base, uint32_t ns) {
+  const seq_sched *s = (const seq_sched *)base;
+  return atomic_load(hark_seq_ns_is_client(ns) ? &s->parked_other : &s->parked_client);
+}
+
+/* The model's sequence_client_share parameter: a percentage, 1..100. */
+static hark_error *client_share(const hark_sched_desc *desc, uint32_t *pct) {
+  const char *v = hark_model_config_parameter(desc->config, HARK_SEQ_CLIENT_SHARE_PARAM);
+  if (!v) return NULL;
+  char *end;
+  errno = 0;
+  unsigned long n = strtoul(v, &end, 10);
+  if (errno || end == v || *end || n < 1 || n > 100)
+    return hark_error_new(HARK_ERR_INVALID_ARG,
+                          "model '%s': parameter " HARK_SEQ_CLIENT_SHARE_PARAM
+                          " must be a percentage from 1 to 100, got '%s'",
+                          desc->name, v);
+  *pct = (uint32_t)n;
+  return NULL;
+}
+
 static const hark_sched_ops seq_ops = {
     .enqueue = seq_enqueue,
     .stop = seq_stop,
@@ -451,6 +499,7 @@ static const hark_sched_ops seq_ops = {
     .queued = hark_skel_queued,
     .busy = hark_skel_busy,
     .delay = seq_delay,
+    .parked = seq_parked,
 };
 
 static const hark_skel_ops seq_skel_ops = {
@@ -479,6 +528,12 @@ hark_error *hark_sched_sequence_new(const hark_sched_desc *desc, hark_sched **ou
 
   hark_seq_policy policy;
   hark_seq_policy_init(&policy, cfg, n_insts, desc->default_max_queue);
+  hark_error *err = client_share(desc, &policy.client_share_pct);
+  if (err) {
+    seq_destroy(s);
+    return err;
+  }
+  s->client_share = policy.client_share_pct;
   s->tab = hark_seqtab_new(&policy);
   s->entries = calloc(s->max_batch, sizeof *s->entries);
   s->insts = calloc(n_insts, sizeof *s->insts);

@@ -497,6 +497,127 @@ static void test_many_sequences(void **state) {
   hark_seqtab_free(t);
 }
 
+/* ---- quotas (issue 13, finding 6) ------------------------------------------------ */
+
+static hark_seq_key in_ns(uint32_t ns, uint64_t id) { return (hark_seq_key){.ns = ns, .num = id}; }
+
+#define HTTP HARK_CORR_NS_KSERVE_HTTP
+#define GRPC HARK_CORR_NS_KSERVE_GRPC
+#define SESSION HARK_CORR_NS_SESSION
+
+/* KServe clients (HTTP and gRPC together) get half the slots, the queue
+ * and the backlog; past that a START is refused with QUOTA, while speech
+ * sessions still take the other slots and their own half of the backlog. */
+static void test_client_quota(void **state) {
+  (void)state;
+  hark_seq_policy p = oldest_policy(4, 1);
+  p.max_queued = 4;
+  p.max_backlog = 8;
+  p.client_share_pct = 50;
+  hark_seqtab *t = hark_seqtab_new(&p);
+  /* Two slots, then the backlog's half; the group is HTTP and gRPC. */
+  push_ok(t, in_ns(HTTP, 1), START, 1, 0);
+  push_ok(t, in_ns(GRPC, 1), START, 2, 0);
+  assert_int_equal(hark_seqtab_client_slotted(t), 2);
+  for (int i = 3; i <= 6; i++) push_ok(t, in_ns(i % 2 ? HTTP : GRPC, (uint64_t)i), START, i, 0);
+  assert_int_equal(hark_seqtab_backlog(t), 4); /* two slots were still free */
+  hark_seq_key k = in_ns(HTTP, 7);
+  assert_int_equal(hark_seqtab_push(t, &k, START, ITEM(7), 0), HARK_SEQ_QUOTA);
+  k = in_ns(GRPC, 7);
+  assert_int_equal(hark_seqtab_push(t, &k, START, ITEM(7), 0), HARK_SEQ_QUOTA);
+  /* A client's one-shot request counts in its group too. */
+  k = (hark_seq_key){.ns = HTTP, .oneshot = true};
+  assert_int_equal(hark_seqtab_push(t, &k, 0, ITEM(7), 0), HARK_SEQ_QUOTA);
+  /* The client half of the queue is full as well: 1 may not queue more. */
+  k = in_ns(HTTP, 1);
+  assert_int_equal(hark_seqtab_push(t, &k, 0, ITEM(8), 0), HARK_SEQ_QUOTA);
+  /* Sessions take the free slots, then their own half of the backlog. */
+  push_ok(t, in_ns(SESSION, 100), START, 100, 0);
+  push_ok(t, in_ns(SESSION, 101), START, 101, 0);
+  assert_int_equal(hark_seqtab_client_slotted(t), 2);
+  for (int i = 102; i < 106; i++) push_ok(t, in_ns(SESSION, (uint64_t)i), START, i, 0);
+  k = in_ns(SESSION, 106);
+  assert_int_equal(hark_seqtab_push(t, &k, START, ITEM(106), 0), HARK_SEQ_BACKLOG_FULL);
+  /* In-process callers share the server's half. */
+  k = in_ns(HARK_CORR_NS_LOCAL, 1);
+  assert_int_equal(hark_seqtab_push(t, &k, START, ITEM(107), 0), HARK_SEQ_BACKLOG_FULL);
+  /* What a new session waits behind does not include the clients' parked. */
+  assert_int_equal(hark_seqtab_client_backlog(t), 4);
+  assert_int_equal(hark_seqtab_parked(t, SESSION), 4);
+  assert_int_equal(hark_seqtab_parked(t, HTTP), 4);
+  hark_seqtab_free(t);
+}
+
+/* Without a quota (share 0 or 100) a client may take every slot, as before. */
+static void test_no_quota(void **state) {
+  (void)state;
+  hark_seq_policy p = oldest_policy(4, 1);
+  p.client_share_pct = 100;
+  hark_seqtab *t = hark_seqtab_new(&p);
+  for (int i = 1; i <= 4; i++) push_ok(t, in_ns(HTTP, (uint64_t)i), START, i, 0);
+  assert_int_equal(hark_seqtab_client_slotted(t), 4);
+  assert_int_equal(hark_seqtab_backlog(t), 0);
+  for (int i = 5; i <= 12; i++) push_ok(t, in_ns(HTTP, (uint64_t)i), START, i, 0);
+  hark_seq_key k = in_ns(HTTP, 13);
+  assert_int_equal(hark_seqtab_push(t, &k, START, ITEM(13), 0), HARK_SEQ_BACKLOG_FULL);
+  hark_seqtab_free(t);
+}
+
+/* A freed slot goes to the namespaces' backlogs in turn: sessions queued
+ * behind a client's long backlog are not served after all of it. */
+static void test_backlog_round_robin(void **state) {
+  (void)state;
+  hark_seq_policy p = oldest_policy(1, 1);
+  hark_seqtab *t = hark_seqtab_new(&p);
+  hark_seq_entry e[1];
+  push_ok(t, in_ns(HARK_CORR_NS_LOCAL, 1), START | END, 1, 0);
+  for (int i = 10; i < 13; i++) push_ok(t, in_ns(HTTP, (uint64_t)i), START | END, i, 1);
+  for (int i = 20; i < 22; i++) push_ok(t, in_ns(SESSION, (uint64_t)i), START | END, i, 2);
+  assert_int_equal(hark_seqtab_backlog(t), 5);
+  const int want[] = {1, 10, 20, 11, 21, 12};
+  for (uint32_t i = 0; i < sizeof want / sizeof *want; i++) {
+    hark_seq_entry *x = &e[0];
+    assert_int_equal(hark_seqtab_form(t, 0, true, 10, x, &(uint64_t){UINT64_MAX}), 1);
+    assert_int_equal(ID(*x), want[i]);
+    hark_seqtab_done(t, x->seq, 10);
+  }
+  assert_int_equal(hark_seqtab_live(t), 0);
+  hark_seqtab_free(t);
+}
+
+/* A client at its slot share waits in the backlog even with a slot free,
+ * and takes the next slot its group may have: when one of its own ends. */
+static void test_quota_promotion(void **state) {
+  (void)state;
+  hark_seq_policy p = oldest_policy(2, 1);
+  p.client_share_pct = 50;
+  hark_seqtab *t = hark_seqtab_new(&p);
+  hark_seq_entry e[1];
+  uint64_t wake = UINT64_MAX;
+  push_ok(t, in_ns(HTTP, 1), START, 1, 0);
+  push_ok(t, in_ns(HTTP, 2), START | END, 2, 1); /* parked, a slot still free */
+  assert_int_equal(hark_seqtab_backlog(t), 1);
+  push_ok(t, in_ns(SESSION, 9), START | END, 9, 2); /* takes the free slot at once */
+  assert_int_equal(hark_seqtab_backlog(t), 1);
+  assert_int_equal(hark_seqtab_form(t, 0, true, 3, e, &wake), 1);
+  assert_int_equal(ID(e[0]), 1);
+  hark_seqtab_done(t, e[0].seq, 3);
+  assert_int_equal(hark_seqtab_form(t, 0, true, 3, e, &wake), 1);
+  assert_int_equal(ID(e[0]), 9);
+  hark_seqtab_done(t, e[0].seq, 3); /* the session's slot frees: still not the client's */
+  assert_int_equal(hark_seqtab_backlog(t), 1);
+  push_ok(t, in_ns(HTTP, 1), END, 3, 4);
+  assert_int_equal(hark_seqtab_form(t, 0, true, 4, e, &wake), 1);
+  assert_int_equal(ID(e[0]), 3);
+  hark_seqtab_done(t, e[0].seq, 4); /* 1 ends: 2 may go */
+  assert_int_equal(hark_seqtab_backlog(t), 0);
+  assert_int_equal(hark_seqtab_form(t, 0, true, 5, e, &wake), 1);
+  assert_int_equal(ID(e[0]), 2);
+  hark_seqtab_done(t, e[0].seq, 5);
+  assert_int_equal(hark_seqtab_live(t), 0);
+  hark_seqtab_free(t);
+}
+
 /* ---- the scheduler with a fake run ------------------------------------------------ */
 
 #define OLDEST(extra)   \
@@ -787,6 +908,10 @@ int main(void) {
       cmocka_unit_test(test_one_shot),
       cmocka_unit_test(test_queue_bound),
       cmocka_unit_test(test_many_sequences),
+      cmocka_unit_test(test_client_quota),
+      cmocka_unit_test(test_no_quota),
+      cmocka_unit_test(test_backlog_round_robin),
+      cmocka_unit_test(test_quota_promotion),
       cmocka_unit_test(test_fake_one_at_a_time_in_order),
       cmocka_unit_test(test_fake_state_to_fini_at_end),
       cmocka_unit_test(test_fake_idle_expiry),

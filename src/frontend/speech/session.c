@@ -158,10 +158,9 @@ hark_error *hark_speech_admit(hark_speech_admission *adm, const hark_model *mode
                             max, adm->protocol);
   } while (!atomic_compare_exchange_weak(&adm->streams, &n, n + 1));
   uint32_t limit = backlog_limit(adm, model);
-  hark_model_stats *st = hark_xmalloc(sizeof *st);
-  hark_model_stats_read(model, st);
-  uint64_t pending = st->pending;
-  free(st);
+  /* Only what a new session would wait behind: KServe clients' sequences
+   * parked in their own quota's backlog are not (issue 13, finding 6). */
+  uint64_t pending = hark_model_pending_for(model, HARK_CORR_NS_SESSION);
   if (pending <= limit) return NULL;
   hark_speech_leave(adm);
   return hark_error_new(HARK_ERR_UNAVAILABLE,
