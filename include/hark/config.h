@@ -215,6 +215,10 @@ void hark_model_config_free(hark_model_config *cfg);
 /* The value of parameters[key], or NULL. */
 const char *hark_model_config_parameter(const hark_model_config *cfg, const char *key);
 
+/* A streaming speech model: BYTES input AUDIO and BYTES output TRANSCRIPT
+ * (what the Vosk and Riva front ends serve). */
+bool hark_model_config_is_speech(const hark_model_config *cfg);
+
 /*
  * The config as JSON, in the shape Triton's /v2/models/{m}/config returns
  * (field names as in model_config.proto, enums as their names, data types

@@ -645,6 +645,17 @@ void hark_model_config_free(hark_model_config *cfg) {
   free(cfg);
 }
 
+static bool has_io(const hark_model_io *io, uint32_t n, const char *name, hark_datatype type) {
+  for (uint32_t i = 0; i < n; i++)
+    if (!strcmp(io[i].name, name) && io[i].datatype == type) return true;
+  return false;
+}
+
+bool hark_model_config_is_speech(const hark_model_config *cfg) {
+  return has_io(cfg->inputs, cfg->n_inputs, "AUDIO", HARK_TYPE_BYTES) &&
+         has_io(cfg->outputs, cfg->n_outputs, "TRANSCRIPT", HARK_TYPE_BYTES);
+}
+
 const char *hark_model_config_parameter(const hark_model_config *cfg, const char *key) {
   for (uint32_t i = 0; cfg && key && i < cfg->n_parameters; i++)
     if (strcmp(cfg->parameters[i].key, key) == 0) return cfg->parameters[i].value;

@@ -110,7 +110,7 @@ void hark_seq_policy_init(hark_seq_policy *p, const hark_model_config *cfg, uint
   p->idle_ns = (sb->max_sequence_idle_us ? sb->max_sequence_idle_us : 1000000u) * 1000u;
   p->max_queued = max_queue ? max_queue : 4096;
   p->max_backlog = p->max_queued;
-  p->client_share_pct = HARK_SEQ_CLIENT_SHARE_DEFAULT;
+  p->client_share_pct = hark_model_config_is_speech(cfg) ? HARK_SEQ_CLIENT_SHARE_DEFAULT : 100;
 }
 
 bool hark_seq_ns_is_client(uint32_t ns) {

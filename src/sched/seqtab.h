@@ -85,9 +85,11 @@ typedef struct hark_seq_policy {
   uint32_t client_share_pct;
 } hark_seq_policy;
 
-/* The default client share, and the model config parameter that sets it
- * ("1".."100"). Half: a flood of client STARTs leaves the speech sessions
- * at least half of everything, and clients alone still get half. */
+/* The default client share of a speech model, and the model config
+ * parameter that sets it on any model ("1".."100"). Half: a flood of
+ * client STARTs leaves the speech sessions at least half of everything,
+ * and clients alone still get half. Other models, which no speech session
+ * uses, default to 100 (no quota), as in Triton. */
 #define HARK_SEQ_CLIENT_SHARE_DEFAULT 50u
 #define HARK_SEQ_CLIENT_SHARE_PARAM "sequence_client_share"
 

@@ -40,12 +40,8 @@ REPO = {
     "acc_short": acc_config("acc_short", idle_us=500000),
     "acc_slow": acc_config("acc_slow", max_batch=0, count=1,
                            strategy="oldest { max_candidate_sequences: 2 }",
-                           # The batcher's own bounds, for KServe clients alone:
-                           # no share kept for speech sessions (test_quota.py).
                            extra='parameters { key: "execute_delay_us" '
-                                 'value: { string_value: "300000" } }\n'
-                                 'parameters { key: "sequence_client_share" '
-                                 'value: { string_value: "100" } }'),
+                                 'value: { string_value: "300000" } }'),
     "accumulate_implicit": IMPLICIT,
 }
 

@@ -50,7 +50,7 @@ static void on_response(hark_response *resp, uint32_t flags, hark_error *err, vo
 /* What an accepted config promises riva.c. */
 static void check_config(const hark_riva_config *c, bool streaming) {
   const hark_model_config *mc = hark_model_get_config(c->model);
-  if (!hark_riva_is_speech_model(mc) || (streaming && !mc->sequence_batching.enabled)) abort();
+  if (!hark_model_config_is_speech(mc) || (streaming && !mc->sequence_batching.enabled)) abort();
   if (c->alternatives < 1 || c->alternatives > HARK_RIVA_MAX_ALTERNATIVES) abort();
   if (c->st.max_alternatives != (c->alternatives > 1 ? c->alternatives : 0)) abort();
   if (c->st.sample_rate && (c->st.sample_rate < 8000 || c->st.sample_rate > 48000)) abort();

@@ -463,7 +463,7 @@ static void collect_model(hark_model *model, void *userp) {
   config_list *l = userp;
   const hark_model_config *cfg = hark_model_get_config(model);
   const char *name = hark_model_name(model);
-  if (!hark_riva_is_speech_model(cfg) || (*l->want && strcmp(l->want, name))) return;
+  if (!hark_model_config_is_speech(cfg) || (*l->want && strcmp(l->want, name))) return;
   /* Versions come oldest first: the newest replaces an older one's entries. */
   for (size_t i = 0; i < l->n;)
     if (!strcmp(l->models[i]->model_name, name))

@@ -25,17 +25,6 @@ void hark_riva_config_fini(hark_riva_config *rc) {
   memset(rc, 0, sizeof *rc);
 }
 
-static bool has_io(const hark_model_io *io, uint32_t n, const char *name, hark_datatype type) {
-  for (uint32_t i = 0; i < n; i++)
-    if (!strcmp(io[i].name, name) && io[i].datatype == type) return true;
-  return false;
-}
-
-bool hark_riva_is_speech_model(const hark_model_config *cfg) {
-  return has_io(cfg->inputs, cfg->n_inputs, "AUDIO", HARK_TYPE_BYTES) &&
-         has_io(cfg->outputs, cfg->n_outputs, "TRANSCRIPT", HARK_TYPE_BYTES);
-}
-
 static const char *encoding_name(int e) {
   const ProtobufCEnumValue *v =
       protobuf_c_enum_descriptor_get_value(&nvidia__riva__audio_encoding__descriptor, e);
@@ -102,7 +91,7 @@ static hark_error *config_model(hark_server *server, const char *speech_model,
   if (err) return err;
   const hark_model_config *cfg = hark_model_get_config(*out);
   const char *lang = hark_model_config_parameter(cfg, "language_code");
-  if (!hark_riva_is_speech_model(cfg))
+  if (!hark_model_config_is_speech(cfg))
     err = hark_error_new(HARK_ERR_INVALID_ARG,
                          "model '%s' is not a speech model (it needs a BYTES input AUDIO and an "
                          "output TRANSCRIPT)",

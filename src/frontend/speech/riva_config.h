@@ -27,9 +27,6 @@ typedef struct hark_riva_config {
   char *request_id;        /* echoed; NULL when none */
 } hark_riva_config;
 
-/* A speech model: audio in as BYTES "AUDIO", text out as "TRANSCRIPT". */
-bool hark_riva_is_speech_model(const hark_model_config *cfg);
-
 /*
  * Reads `rc` (NULL: every default) into *out, with a reference to the
  * model it names (else `speech_model`) on `server`; `streaming` asks for
