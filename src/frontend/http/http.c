@@ -56,7 +56,7 @@ static int lws_event(struct lws *wsi, enum lws_callback_reasons reason, void *us
     c->loop = loop;
   }
   switch (reason) {
-  case LWS_CALLBACK_HTTP: hark_http_on_request(c, in ? (const char *)in : ""); return 0;
+  case LWS_CALLBACK_HTTP: return hark_http_on_request(c, in ? (const char *)in : "");
   case LWS_CALLBACK_HTTP_BODY: hark_http_on_body(c, in, len); return 0;
   case LWS_CALLBACK_HTTP_BODY_COMPLETION: return hark_http_on_body_done(c);
   case LWS_CALLBACK_HTTP_WRITEABLE: return hark_http_on_writable(c);

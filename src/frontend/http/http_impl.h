@@ -150,8 +150,8 @@ void hark_http_drain_soon(void);
 /* hark_http_allowed for a request head lws has no connection state for
  * yet (a WebSocket upgrade). */
 bool hark_http_wsi_allowed(struct lws *wsi, hark_api api, char *msg, size_t cap);
-/* LWS_CALLBACK_HTTP: a request head on `path`. */
-void hark_http_on_request(hark_http_conn *c, const char *path);
+/* LWS_CALLBACK_HTTP: a request head on `path`; -1 closes the connection. */
+int hark_http_on_request(hark_http_conn *c, const char *path);
 /* LWS_CALLBACK_HTTP_BODY / _COMPLETION. */
 void hark_http_on_body(hark_http_conn *c, const char *in, size_t len);
 int hark_http_on_body_done(hark_http_conn *c);
