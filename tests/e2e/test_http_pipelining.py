@@ -10,11 +10,16 @@ over raw sockets against the real harkd (found by the soak, bench/RESULTS.md
   Connection: close, or the connection ends after the first reply,
   unparsed; every request that is answered is answered once.
 - pipelined GETs are all served, in order.
+- a request whose head and body are in is not cut by a time limit while
+  the server works on it: a repository load without a body, longer than
+  --http-body-timeout-secs, was cut by libwebsockets' own request timeout
+  with no reply.
 """
 import json
 import os
 import shutil
 import socket
+import tempfile
 import time
 import unittest
 
@@ -182,6 +187,42 @@ class DrainAfterPipelining(unittest.TestCase):
             self.assertLess(time.monotonic() - t0, 10)
         finally:
             shutil.rmtree(repo, ignore_errors=True)
+
+
+class SlowRequestsUnderShortLimits(unittest.TestCase):
+    """Every HTTP time limit at 1 s; a model load takes longer (asr:
+    pocketsphinx reads its model, seconds)."""
+
+    @classmethod
+    def setUpClass(cls):
+        cls.repo = tempfile.mkdtemp(prefix="hark-pipelining-")
+        os.symlink(os.path.realpath(os.path.join(MODELS, "asr")), os.path.join(cls.repo, "asr"))
+        cls.server = Harkd(cls.repo, ["--model-control-mode", "explicit", "--load-model", "asr",
+                                      "--http-header-timeout-secs", "1",
+                                      "--http-body-timeout-secs", "1",
+                                      "--http-body-deadline-secs", "1",
+                                      "--send-timeout-secs", "1"])
+
+    @classmethod
+    def tearDownClass(cls):
+        try:
+            cls.server.stop()
+        finally:
+            shutil.rmtree(cls.repo, ignore_errors=True)
+
+    def load(self, extra):
+        with socket.create_connection(("127.0.0.1", self.server.http_port)) as s:
+            t0 = time.monotonic()
+            s.sendall(b"POST /v2/repository/models/asr/load HTTP/1.1\r\nHost: hark\r\n" + extra)
+            replies, _ = read_replies(s, 1, timeout=120)
+            return replies, time.monotonic() - t0
+
+    def test_load_without_body_is_answered(self):
+        # Was: cut at --http-body-timeout-secs (lws's own request timeout)
+        # with no reply (curl: 000).
+        for extra in (b"\r\n", b"Content-Length: 0\r\n\r\n", b"Content-Length: 2\r\n\r\n{}"):
+            replies, took = self.load(extra)
+            self.assertEqual([r[0] for r in replies], [200], (extra, took))
 
 
 if __name__ == "__main__":

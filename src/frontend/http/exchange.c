@@ -20,7 +20,9 @@
  * timeout from their first byte), a body within its deadline of its head
  * (408), and a reply must make progress: a client that reads nothing of
  * it for the send timeout is dropped. One lws timer per connection counts
- * down whichever bound applies now.
+ * down whichever bound applies now. lws's own request timeout, which it
+ * arms for every head, is stopped once the head is in: a request that is
+ * whole is not cut while it is worked on (a model load, a long inference).
  */
 #include <errno.h>
 #include <linux/sockios.h>
@@ -543,6 +545,10 @@ int hark_http_on_request(hark_http_conn *c, const char *path) {
   struct lws *wsi = c->wsi;
   hark_http_loop *loop = c->loop;
   timer_stop(c); /* the head is in */
+  /* lws armed its request timeout (--http-body-timeout-secs) for every
+   * head; a body re-arms it for as long as it arrives, and nothing should
+   * cut a request that is whole while it is worked on. */
+  lws_set_timeout(wsi, NO_PENDING_TIMEOUT, 0);
   exchange_reset(c);
   c->close_after = false;
   c->body_expected = lws_hdr_total_length(wsi, WSI_TOKEN_HTTP_TRANSFER_ENCODING) > 0;
