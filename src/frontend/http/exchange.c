@@ -213,14 +213,17 @@ bool hark_http_wsi_allowed(struct lws *wsi, hark_api api, char *msg, size_t cap)
  * paused while it writes a reply: a paused HTTP connection is never told
  * it is writable.)
  *
- * So: input after a request with a body (lws calls its body completion
- * again for it) ends the connection after the reply, unparsed; and when a
- * reply is out and the connection is kept, we note how many bytes lws has
- * taken from the socket. A later head with a body that came with no byte
- * taken since was parsed from lws's buffer: it is answered 503 with
- * Connection: close before lws reads its body, and the connection ends.
- * The lws connection's opaque user data holds the note (our state is
- * remade for each exchange); 0: no note.
+ * So: input after a request with a body that comes before the whole
+ * reply is with lws (lws calls its body completion again for it) ends the
+ * connection after the reply, unparsed. A kept-alive exchange is handed to
+ * lws with the last of its reply, and lws completes it once the socket has
+ * taken all of it, in the same step, so a client that waited for the
+ * reply cannot have its next request read before; at that point we note
+ * how many bytes lws has taken from the socket. A later head with a body
+ * that came with no byte taken since was parsed from lws's buffer: it is
+ * answered 503 with Connection: close before lws reads its body, and the
+ * connection ends. The lws connection's opaque user data holds the note
+ * (our state is remade for each exchange); 0: no note.
  */
 
 /* How many bytes have been taken from the connection's socket. */
@@ -237,13 +240,23 @@ static bool socket_taken(struct lws *wsi, uint64_t *out) {
   return true;
 }
 
-/* The reply is out: keep the connection for the next request (-1: close
- * it instead, when what lws holds cannot be told). */
+/* The whole reply is with lws: keep the connection for the next request
+ * (-1: close it instead, when what lws will hold cannot be told). */
 static int keep_alive(struct lws *wsi) {
   uint64_t taken;
   if (!socket_taken(wsi, &taken)) return -1;
-  lws_set_opaque_user_data(wsi, (void *)(uintptr_t)(taken + 1));
   return lws_http_transaction_completed(wsi) ? -1 : 0;
+}
+
+void hark_http_on_unbound(hark_http_conn *c) {
+  if (!c || !c->kept) return; /* not an exchange lws completed */
+  c->kept = false;
+  atomic_fetch_sub_explicit(&c->loop->replying, 1, memory_order_relaxed);
+  exchange_reset(c);
+  timer_stop(c);
+  uint64_t taken = 0;
+  socket_taken(c->wsi, &taken); /* keep_alive saw it answer */
+  lws_set_opaque_user_data(c->wsi, (void *)(uintptr_t)(taken + 1));
 }
 
 /* The head just parsed came out of lws's buffer of pipelined input. */
@@ -339,7 +352,7 @@ void hark_http_reply_text(hark_http_conn *c, int status, const char *ctype, cons
  * Returns -1 to close the connection. */
 int hark_http_on_writable(hark_http_conn *c) {
   struct lws *wsi = c->wsi;
-  if (c->state != CONN_REPLYING) return 0;
+  if (c->state != CONN_REPLYING || c->kept) return 0;
   /* The socket took what went before: the client reads. */
   timer_arm(c, TIMER_SEND, c->loop->http->opts.send_timeout_secs);
   size_t left = c->out.len - c->out_off;
@@ -349,16 +362,26 @@ int hark_http_on_writable(hark_http_conn *c) {
       return -1;
     c->out_off += n;
   }
-  /* lws keeps what the socket would not take and sends it before the next
-   * writable callback: finish only once everything is out. */
-  if (c->out_off < c->out.len || lws_partial_buffered(wsi)) {
+  if (c->out_off < c->out.len) {
+    lws_callback_on_writable(wsi);
+    return 0;
+  }
+  /* Kept alive: lws sends what the socket would not take yet and then
+   * completes the exchange in the same step (hark_http_on_unbound), so no
+   * request the client sends once it has the whole reply can come in
+   * before (it would be taken for pipelined input). */
+  if (!c->close_after) {
+    c->kept = true;
+    return keep_alive(wsi);
+  }
+  /* Closing: once everything is out. */
+  if (lws_partial_buffered(wsi)) {
     lws_callback_on_writable(wsi);
     return 0;
   }
   atomic_fetch_sub_explicit(&c->loop->replying, 1, memory_order_relaxed);
   exchange_reset(c);
   timer_stop(c);
-  if (!c->close_after) return keep_alive(wsi);
   if (!c->body_expected || c->body_done) return -1;
   /* Closing with unread input makes the kernel send a reset, which can
    * destroy the reply before the client reads it. Instead end our side and
@@ -590,6 +613,7 @@ int hark_http_on_request(hark_http_conn *c, const char *path) {
 }
 
 void hark_http_on_closed(hark_http_conn *c) {
+  c->kept = false;
   if (c->call) c->call->conn = NULL; /* its done handler finds no client */
   c->call = NULL;
   if (c->state == CONN_REPLYING)
