@@ -20,13 +20,19 @@
  * timeout from their first byte), a body within its deadline of its head
  * (408), and a reply must make progress: a client that reads nothing of
  * it for the send timeout is dropped. One lws timer per connection counts
- * down whichever bound applies now.
+ * down whichever bound applies now. lws's own request timeout, which it
+ * arms for every head, is stopped once the head is in: a request that is
+ * whole is not cut while it is worked on (a model load, a long inference).
  */
 #include <errno.h>
+#include <linux/sockios.h>
+#include <linux/tcp.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
+#include <sys/ioctl.h>
 #include <sys/socket.h>
 
 #include "frontend/http/http_impl.h"
@@ -97,23 +103,31 @@ static void kill_conn(struct lws *wsi) {
   lws_set_timeout(wsi, PENDING_TIMEOUT_CLOSE_SEND, LWS_TO_KILL_ASYNC);
 }
 
-/* No request was read, so nothing was written: a 408 goes straight to the
- * socket, as much of it as the socket takes now (not under TLS, whose
- * records only lws writes), and our side ends. */
-static void reply_head_timeout(struct lws *wsi, int secs) {
+/* An error reply written straight to the socket, as much of it as the
+ * socket takes now (not under TLS, whose records only lws writes), with
+ * Connection: close; then our side ends. For a connection whose request
+ * lws will not let us answer the usual way; nothing of another reply may
+ * be pending on it. */
+static void reply_raw(struct lws *wsi, const char *status, const char *message) {
   if (lws_is_ssl(wsi)) return;
-  char body[160], out[400];
-  int b = snprintf(body, sizeof body,
-                   "{\"error\":\"request head not received within %d s "
-                   "(--http-header-timeout-secs)\"}",
-                   secs);
+  char out[768];
   int n = snprintf(out, sizeof out,
-                   "HTTP/1.1 408 Request Timeout\r\nContent-Type: application/json\r\n"
-                   "Content-Length: %d\r\nConnection: close\r\n\r\n%s",
-                   b, body);
+                   "HTTP/1.1 %s\r\nContent-Type: application/json\r\n"
+                   "Content-Length: %zu\r\nConnection: close\r\n\r\n{\"error\":\"%s\"}",
+                   status, strlen(message) + 12, message);
   int fd = lws_get_socket_fd(wsi);
-  if (fd < 0 || send(fd, out, (size_t)n, MSG_DONTWAIT | MSG_NOSIGNAL) < 0) return;
+  if (n <= 0 || (size_t)n >= sizeof out || fd < 0 ||
+      send(fd, out, (size_t)n, MSG_DONTWAIT | MSG_NOSIGNAL) < 0)
+    return;
   shutdown(fd, SHUT_WR);
+}
+
+/* No request was read, so nothing was written: a 408, and close. */
+static void reply_head_timeout(struct lws *wsi, int secs) {
+  char msg[160];
+  snprintf(msg, sizeof msg, "request head not received within %d s (--http-header-timeout-secs)",
+           secs);
+  reply_raw(wsi, "408 Request Timeout", msg);
 }
 
 int hark_http_on_timer(struct lws *wsi, hark_http_conn *c) {
@@ -181,6 +195,77 @@ bool hark_http_allowed(hark_http_conn *c, hark_api api, char *msg, size_t cap) {
 
 bool hark_http_wsi_allowed(struct lws *wsi, hark_api api, char *msg, size_t cap) {
   return wsi_allowed(wsi, hark_http_loop_of(wsi)->http->opts.restricted, api, msg, cap);
+}
+
+/* ---- pipelined input ------------------------------------------------------------ */
+
+/*
+ * libwebsockets 4.1 reads up to 64 KiB at a time and keeps what follows
+ * the request it is on (pipelined requests) in a buffer of its own. While
+ * a request is served it goes on reading into that buffer, and once the
+ * exchange is done it parses the next head from it. For a head with a
+ * body it then feeds that same buffer again as the body, head bytes
+ * first, and frees it under the parser that still reads it
+ * (lws_http_action's buflist loop): the body callback reads freed memory,
+ * or, once the body is complete, lws loops on it for ever. Heads without a
+ * body are parsed from it safely, and are served in order. (lws reads
+ * nothing from the socket while that buffer holds anything, and cannot be
+ * paused while it writes a reply: a paused HTTP connection is never told
+ * it is writable.)
+ *
+ * So: input after a request with a body that comes before the whole
+ * reply is with lws (lws calls its body completion again for it) ends the
+ * connection after the reply, unparsed. A kept-alive exchange is handed to
+ * lws with the last of its reply, and lws completes it once the socket has
+ * taken all of it, in the same step, so a client that waited for the
+ * reply cannot have its next request read before; at that point we note
+ * how many bytes lws has taken from the socket. A later head with a body
+ * that came with no byte taken since was parsed from lws's buffer: it is
+ * answered 503 with Connection: close before lws reads its body, and the
+ * connection ends. The lws connection's opaque user data holds the note
+ * (our state is remade for each exchange); 0: no note.
+ */
+
+/* How many bytes have been taken from the connection's socket. */
+static bool socket_taken(struct lws *wsi, uint64_t *out) {
+  int fd = lws_get_socket_fd(wsi);
+  struct tcp_info ti;
+  socklen_t len = sizeof ti;
+  int queued = 0;
+  if (fd < 0 || getsockopt(fd, IPPROTO_TCP, TCP_INFO, &ti, &len) != 0 ||
+      len < offsetof(struct tcp_info, tcpi_bytes_received) + sizeof ti.tcpi_bytes_received ||
+      ioctl(fd, SIOCINQ, &queued) != 0 || queued < 0)
+    return false;
+  *out = ti.tcpi_bytes_received - (uint64_t)queued;
+  return true;
+}
+
+/* The whole reply is with lws: keep the connection for the next request
+ * (-1: close it instead, when what lws will hold cannot be told). */
+static int keep_alive(struct lws *wsi) {
+  uint64_t taken;
+  if (!socket_taken(wsi, &taken)) return -1;
+  return lws_http_transaction_completed(wsi) ? -1 : 0;
+}
+
+void hark_http_on_unbound(hark_http_conn *c) {
+  if (!c || !c->kept) return; /* not an exchange lws completed */
+  c->kept = false;
+  atomic_fetch_sub_explicit(&c->loop->replying, 1, memory_order_relaxed);
+  exchange_reset(c);
+  timer_stop(c);
+  uint64_t taken = 0;
+  socket_taken(c->wsi, &taken); /* keep_alive saw it answer */
+  lws_set_opaque_user_data(c->wsi, (void *)(uintptr_t)(taken + 1));
+}
+
+/* The head just parsed came out of lws's buffer of pipelined input. */
+static bool head_was_buffered(struct lws *wsi) {
+  uintptr_t note = (uintptr_t)lws_get_opaque_user_data(wsi);
+  lws_set_opaque_user_data(wsi, NULL);
+  uint64_t taken;
+  if (!note) return false; /* the connection's first request: lws read it */
+  return !socket_taken(wsi, &taken) || (uintptr_t)(taken + 1) == note;
 }
 
 /* ---- replies ------------------------------------------------------------------ */
@@ -267,7 +352,7 @@ void hark_http_reply_text(hark_http_conn *c, int status, const char *ctype, cons
  * Returns -1 to close the connection. */
 int hark_http_on_writable(hark_http_conn *c) {
   struct lws *wsi = c->wsi;
-  if (c->state != CONN_REPLYING) return 0;
+  if (c->state != CONN_REPLYING || c->kept) return 0;
   /* The socket took what went before: the client reads. */
   timer_arm(c, TIMER_SEND, c->loop->http->opts.send_timeout_secs);
   size_t left = c->out.len - c->out_off;
@@ -277,16 +362,26 @@ int hark_http_on_writable(hark_http_conn *c) {
       return -1;
     c->out_off += n;
   }
-  /* lws keeps what the socket would not take and sends it before the next
-   * writable callback: finish only once everything is out. */
-  if (c->out_off < c->out.len || lws_partial_buffered(wsi)) {
+  if (c->out_off < c->out.len) {
+    lws_callback_on_writable(wsi);
+    return 0;
+  }
+  /* Kept alive: lws sends what the socket would not take yet and then
+   * completes the exchange in the same step (hark_http_on_unbound), so no
+   * request the client sends once it has the whole reply can come in
+   * before (it would be taken for pipelined input). */
+  if (!c->close_after) {
+    c->kept = true;
+    return keep_alive(wsi);
+  }
+  /* Closing: once everything is out. */
+  if (lws_partial_buffered(wsi)) {
     lws_callback_on_writable(wsi);
     return 0;
   }
   atomic_fetch_sub_explicit(&c->loop->replying, 1, memory_order_relaxed);
   exchange_reset(c);
   timer_stop(c);
-  if (!c->close_after) return lws_http_transaction_completed(wsi) ? -1 : 0;
   if (!c->body_expected || c->body_done) return -1;
   /* Closing with unread input makes the kernel send a reset, which can
    * destroy the reply before the client reads it. Instead end our side and
@@ -441,6 +536,12 @@ void hark_http_on_body(hark_http_conn *c, const char *in, size_t len) {
 }
 
 int hark_http_on_body_done(hark_http_conn *c) {
+  /* Again: lws has input after this body, a pipelined request it must not
+   * parse ("pipelined input"); the connection ends after this reply. */
+  if (c->body_done && c->state != CONN_LINGER) {
+    c->close_after = true;
+    return 0;
+  }
   c->body_done = true;
   if (c->state == CONN_LINGER) return -1;
   if (c->state != CONN_BODY) return 0;
@@ -463,10 +564,14 @@ static hark_http_method method_of(int m) {
   }
 }
 
-void hark_http_on_request(hark_http_conn *c, const char *path) {
+int hark_http_on_request(hark_http_conn *c, const char *path) {
   struct lws *wsi = c->wsi;
   hark_http_loop *loop = c->loop;
   timer_stop(c); /* the head is in */
+  /* lws armed its request timeout (--http-body-timeout-secs) for every
+   * head; a body re-arms it for as long as it arrives, and nothing should
+   * cut a request that is whole while it is worked on. */
+  lws_set_timeout(wsi, NO_PENDING_TIMEOUT, 0);
   exchange_reset(c);
   c->close_after = false;
   c->body_expected = lws_hdr_total_length(wsi, WSI_TOKEN_HTTP_TRANSFER_ENCODING) > 0;
@@ -476,6 +581,15 @@ void hark_http_on_request(hark_http_conn *c, const char *path) {
         lws_hdr_copy(wsi, v, sizeof v, WSI_TOKEN_HTTP_CONTENT_LENGTH) > 0 && strcmp(v, "0") != 0;
   }
   c->body_done = false;
+  if (head_was_buffered(wsi) && c->body_expected) {
+    hark_limit_hit(HARK_LIMIT_HTTP_PIPELINED,
+                   "http: a pipelined request with a body came in the same read as the one "
+                   "before it: 503, closing");
+    reply_raw(wsi, "503 Service Unavailable",
+              "a pipelined request with a body must wait for the reply before it; "
+              "send it again on this or a new connection");
+    return -1; /* lws closes the connection before it reads the body */
+  }
   /* HTTP/1.1 keeps connections by default; an HTTP/1.0 client that asks
    * to must be told it was granted (lws keeps it either way). */
   char conn_hdr[32];
@@ -484,7 +598,7 @@ void hark_http_on_request(hark_http_conn *c, const char *path) {
   if (atomic_load(&loop->http->stop)) {
     c->close_after = true;
     hark_http_reply_error(c, 0, hark_error_new(HARK_ERR_UNAVAILABLE, "Server is shutting down"));
-    return;
+    return 0;
   }
   char *uri;
   int ulen;
@@ -495,9 +609,11 @@ void hark_http_on_request(hark_http_conn *c, const char *path) {
   };
   const hark_http_handler *h = loop->http->handler;
   h->head(h->userp, c, &req);
+  return 0;
 }
 
 void hark_http_on_closed(hark_http_conn *c) {
+  c->kept = false;
   if (c->call) c->call->conn = NULL; /* its done handler finds no client */
   c->call = NULL;
   if (c->state == CONN_REPLYING)

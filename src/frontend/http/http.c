@@ -56,10 +56,11 @@ static int lws_event(struct lws *wsi, enum lws_callback_reasons reason, void *us
     c->loop = loop;
   }
   switch (reason) {
-  case LWS_CALLBACK_HTTP: hark_http_on_request(c, in ? (const char *)in : ""); return 0;
+  case LWS_CALLBACK_HTTP: return hark_http_on_request(c, in ? (const char *)in : "");
   case LWS_CALLBACK_HTTP_BODY: hark_http_on_body(c, in, len); return 0;
   case LWS_CALLBACK_HTTP_BODY_COMPLETION: return hark_http_on_body_done(c);
   case LWS_CALLBACK_HTTP_WRITEABLE: return hark_http_on_writable(c);
+  case LWS_CALLBACK_HTTP_DROP_PROTOCOL: hark_http_on_unbound(c); return 0;
   case LWS_CALLBACK_CLOSED_HTTP:
     if (c) hark_http_on_closed(c);
     return 0;

@@ -50,6 +50,7 @@ struct hark_http_conn {
   bool body_expected;   /* the request declared a body ... */
   bool body_done;       /* ... and lws has delivered all of it */
   bool keep_alive_10;   /* an HTTP/1.0 client asked to keep the connection */
+  bool kept;            /* the whole reply is with lws, which completes the exchange */
   hark_buf out;         /* the reply: headers + body from out_off */
   size_t out_off;
   hark_http_call *call; /* the exchange's call, or NULL */
@@ -150,13 +151,16 @@ void hark_http_drain_soon(void);
 /* hark_http_allowed for a request head lws has no connection state for
  * yet (a WebSocket upgrade). */
 bool hark_http_wsi_allowed(struct lws *wsi, hark_api api, char *msg, size_t cap);
-/* LWS_CALLBACK_HTTP: a request head on `path`. */
-void hark_http_on_request(hark_http_conn *c, const char *path);
+/* LWS_CALLBACK_HTTP: a request head on `path`; -1 closes the connection. */
+int hark_http_on_request(hark_http_conn *c, const char *path);
 /* LWS_CALLBACK_HTTP_BODY / _COMPLETION. */
 void hark_http_on_body(hark_http_conn *c, const char *in, size_t len);
 int hark_http_on_body_done(hark_http_conn *c);
 /* LWS_CALLBACK_HTTP_WRITEABLE: the next piece of the reply; -1 closes. */
 int hark_http_on_writable(hark_http_conn *c);
+/* LWS_CALLBACK_HTTP_DROP_PROTOCOL: lws is done with the exchange's state
+ * (it completed a kept-alive exchange, or starts the next request). */
+void hark_http_on_unbound(hark_http_conn *c);
 /* LWS_CALLBACK_CLOSED_HTTP. */
 void hark_http_on_closed(hark_http_conn *c);
 /* LWS_CALLBACK_SERVER_NEW_CLIENT_INSTANTIATED: a new connection, whose

@@ -42,6 +42,7 @@ static limit_state limits[HARK_LIMIT_COUNT] = {
     [HARK_LIMIT_GRPC_STREAMS_PER_CONNECTION] = {.name = "grpc_streams_per_connection"},
     [HARK_LIMIT_GRPC_STREAM_IDLE] = {.name = "grpc_stream_idle_timeout"},
     [HARK_LIMIT_INFLIGHT_BYTES] = {.name = "inflight_bytes"},
+    [HARK_LIMIT_HTTP_PIPELINED] = {.name = "http_pipelined_body"},
 };
 
 static _Atomic uint64_t inflight, inflight_max;

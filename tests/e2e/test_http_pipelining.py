@@ -1,0 +1,232 @@
+"""Pipelined HTTP/1.1 requests and slow requests under short time limits,
+over raw sockets against the real harkd (found by the soak, bench/RESULTS.md
+2026-11-24):
+
+- two POSTs with bodies sent in one write: libwebsockets 4.1 parsed the
+  second from its own buffer, fed that buffer again as the body and freed
+  it under its parser (heap-use-after-free in the body callback, ~70 KB
+  bodies), or looped for ever (small bodies: no reply, and a drain that
+  never ended). Now the first is answered and the second gets a 503 with
+  Connection: close, or the connection ends after the first reply,
+  unparsed; every request that is answered is answered once.
+- pipelined GETs are all served, in order.
+- a request whose head and body are in is not cut by a time limit while
+  the server works on it: a repository load without a body, longer than
+  --http-body-timeout-secs, was cut by libwebsockets' own request timeout
+  with no reply.
+"""
+import json
+import os
+import shutil
+import socket
+import tempfile
+import time
+import unittest
+
+from harness import MODELS, Harkd, make_repo, metric_value
+
+IDENTITY = open(os.path.join(MODELS, "identity", "config.pbtxt")).read()
+
+
+def infer_request(size):
+    """POST /v2/models/identity/infer whose body is about `size` bytes."""
+    doc = {"inputs": [{"name": "INPUT_BYTES", "shape": [1, 1], "datatype": "BYTES",
+                       "data": ["x" * max(1, size - 80)]}]}
+    body = json.dumps(doc).encode()
+    return (b"POST /v2/models/identity/infer HTTP/1.1\r\nHost: hark\r\n"
+            b"Content-Type: application/json\r\nContent-Length: %d\r\n\r\n" % len(body)) + body
+
+
+def read_replies(sock, want, timeout=10):
+    """Reads replies until `want` came or the server closed or `timeout`
+    passed: ([(status, headers, body)], closed)."""
+    sock.settimeout(0.2)
+    data, replies, closed = b"", [], False
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline and len(replies) < want:
+        try:
+            chunk = sock.recv(65536)
+        except socket.timeout:
+            continue
+        except ConnectionResetError:
+            closed = True
+            break
+        if not chunk:
+            closed = True
+            break
+        data += chunk
+        while b"\r\n\r\n" in data:
+            head, rest = data.split(b"\r\n\r\n", 1)
+            lines = head.decode("latin-1").split("\r\n")
+            headers = {k.strip().lower(): v.strip()
+                       for k, v in (line.split(":", 1) for line in lines[1:])}
+            n = int(headers.get("content-length", "0"))
+            if len(rest) < n:
+                break
+            replies.append((int(lines[0].split()[1]), headers, rest[:n]))
+            data = rest[n:]
+    return replies, closed
+
+
+def wait_closed(sock, timeout=10):
+    """True once the server ends the connection (EOF or reset)."""
+    sock.settimeout(timeout)
+    try:
+        while sock.recv(65536):
+            pass
+    except socket.timeout:
+        return False
+    except ConnectionResetError:
+        pass
+    return True
+
+
+class Pipelining(unittest.TestCase):
+    @classmethod
+    def setUpClass(cls):
+        cls.repo = make_repo({"identity": IDENTITY})
+        cls.server = Harkd(cls.repo)
+
+    @classmethod
+    def tearDownClass(cls):
+        try:
+            cls.server.stop()  # no sanitizer report, exit status 0
+        finally:
+            shutil.rmtree(cls.repo, ignore_errors=True)
+
+    def connect(self):
+        return socket.create_connection(("127.0.0.1", self.server.http_port))
+
+    def assert_serving(self):
+        with self.connect() as s:
+            s.sendall(infer_request(100))
+            replies, _ = read_replies(s, 1)
+        self.assertEqual([r[0] for r in replies], [200])
+
+    def assert_first_answered_rest_refused_or_unread(self, requests):
+        """Sends `requests` in one write: the first is answered 200; a later
+        one is answered at most once, 200, or 503 with Connection: close
+        after which nothing more comes; the connection ends."""
+        with self.connect() as s:
+            s.sendall(b"".join(requests))
+            replies, closed = read_replies(s, len(requests))
+            self.assertGreaterEqual(len(replies), 1, "no reply at all")
+            self.assertLessEqual(len(replies), len(requests))
+            self.assertEqual(replies[0][0], 200, replies[0])
+            for i, (status, headers, body) in enumerate(replies[1:], 1):
+                self.assertIn(status, (200, 503), body)
+                if status == 503:
+                    self.assertEqual(headers.get("connection"), "close", headers)
+                    self.assertIn(b"pipelined", body)
+                    self.assertEqual(i, len(replies) - 1, "a reply after the 503")
+            if len(replies) < len(requests):
+                self.assertTrue(closed or wait_closed(s),
+                                "unanswered requests, and the connection stays open")
+        self.assert_serving()
+
+    def test_large_posts_in_one_write(self):
+        # Was: heap-use-after-free in hark_http_on_body (ASan abort).
+        self.assert_first_answered_rest_refused_or_unread([infer_request(70000)] * 2)
+
+    def test_small_posts_in_one_write(self):
+        # Was: the first answered, the others never, and a drain that hung.
+        for size in (10, 1000):
+            self.assert_first_answered_rest_refused_or_unread([infer_request(size)] * 3)
+
+    def test_get_then_post_in_one_write(self):
+        get = b"GET /v2/models/identity HTTP/1.1\r\nHost: hark\r\n\r\n"
+        self.assert_first_answered_rest_refused_or_unread([get, infer_request(1000)])
+
+    def test_buffered_post_is_refused_with_503(self):
+        # A GET leaves what follows it to be parsed: the POST's head comes
+        # out of lws's buffer and gets its 503.
+        get = b"GET /v2/health/ready HTTP/1.1\r\nHost: hark\r\n\r\n"
+        before = metric_value(self.server.metrics(), "hark_limit_hits_total",
+                              limit="http_pipelined_body") or 0
+        with self.connect() as s:
+            s.sendall(get + infer_request(1000) + get)
+            replies, _ = read_replies(s, 3)
+            self.assertEqual([r[0] for r in replies], [200, 503], replies)
+            self.assertEqual(replies[1][1].get("connection"), "close")
+            self.assertTrue(wait_closed(s))
+        after = metric_value(self.server.metrics(), "hark_limit_hits_total",
+                             limit="http_pipelined_body")
+        self.assertEqual(after, before + 1)
+        self.assert_serving()
+
+    def test_pipelined_gets_are_served_in_order(self):
+        paths = ["/v2/health/ready", "/v2/models/identity", "/v2/health/live",
+                 "/v2/models/identity/ready", "/v2"]
+        with self.connect() as s:
+            s.sendall(b"".join(b"GET %s HTTP/1.1\r\nHost: hark\r\n\r\n" % p.encode()
+                               for p in paths))
+            replies, _ = read_replies(s, len(paths))
+        self.assertEqual([r[0] for r in replies], [200] * len(paths))
+        self.assertEqual(json.loads(replies[1][2])["name"], "identity")
+
+    def test_keep_alive_posts_one_at_a_time_are_all_served(self):
+        # A request sent once the whole (large) reply came must not be
+        # taken for pipelined input: lws used to read it while the last
+        # of the reply was still its to send.
+        with self.connect() as s:
+            for size in (10, 70000, 1000, 70000) * 5:
+                s.sendall(infer_request(size))
+                replies, closed = read_replies(s, 1)
+                self.assertEqual([r[0] for r in replies], [200])
+                self.assertFalse(closed)
+
+
+class DrainAfterPipelining(unittest.TestCase):
+    def test_sigterm_drains_at_once(self):
+        # Was: exit 1 after the 35 s shutdown watchdog.
+        repo = make_repo({"identity": IDENTITY})
+        try:
+            server = Harkd(repo)
+            with socket.create_connection(("127.0.0.1", server.http_port)) as s:
+                s.sendall(infer_request(1000) * 3)
+                read_replies(s, 3, timeout=3)
+                t0 = time.monotonic()
+                server.stop(timeout=20)
+            self.assertLess(time.monotonic() - t0, 10)
+        finally:
+            shutil.rmtree(repo, ignore_errors=True)
+
+
+class SlowRequestsUnderShortLimits(unittest.TestCase):
+    """Every HTTP time limit at 1 s; a model load takes longer (asr:
+    pocketsphinx reads its model, seconds)."""
+
+    @classmethod
+    def setUpClass(cls):
+        cls.repo = tempfile.mkdtemp(prefix="hark-pipelining-")
+        os.symlink(os.path.realpath(os.path.join(MODELS, "asr")), os.path.join(cls.repo, "asr"))
+        cls.server = Harkd(cls.repo, ["--model-control-mode", "explicit", "--load-model", "asr",
+                                      "--http-header-timeout-secs", "1",
+                                      "--http-body-timeout-secs", "1",
+                                      "--http-body-deadline-secs", "1",
+                                      "--send-timeout-secs", "1"])
+
+    @classmethod
+    def tearDownClass(cls):
+        try:
+            cls.server.stop()
+        finally:
+            shutil.rmtree(cls.repo, ignore_errors=True)
+
+    def load(self, extra):
+        with socket.create_connection(("127.0.0.1", self.server.http_port)) as s:
+            t0 = time.monotonic()
+            s.sendall(b"POST /v2/repository/models/asr/load HTTP/1.1\r\nHost: hark\r\n" + extra)
+            replies, _ = read_replies(s, 1, timeout=120)
+            return replies, time.monotonic() - t0
+
+    def test_load_without_body_is_answered(self):
+        # Was: cut at --http-body-timeout-secs (lws's own request timeout)
+        # with no reply (curl: 000).
+        for extra in (b"\r\n", b"Content-Length: 0\r\n\r\n", b"Content-Length: 2\r\n\r\n{}"):
+            replies, took = self.load(extra)
+            self.assertEqual([r[0] for r in replies], [200], (extra, took))
+
+
+if __name__ == "__main__":
+    unittest.main(verbosity=2)
