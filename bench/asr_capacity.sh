@@ -132,28 +132,13 @@ figures() {
     d["chunk_latency_ms"]["max"], d["final_latency_ms"]["max"], d["errors"], d["timeouts"], d["streams"]))'
 }
 
-# settle: waits (up to 60 s) until the model has no request in flight and
-# no stream state, so one trial's backlog cannot refuse the next trial's
-# streams (harkd refuses new streams while the model is backlogged).
-settle() {
-  local i text
-  for ((i = 0; i < 600; i++)); do
-    text=$(curl -sf --max-time 1 "http://127.0.0.1:$HARKD_METRICS_PORT/metrics" 2>/dev/null) || true
-    if grep -q "^nv_inference_pending_request_count{model=\"$MODEL\",[^}]*} 0$" <<<"$text" &&
-      ! grep -q "^hark_asr_streams{model=\"$MODEL\",[^}]*} [1-9]" <<<"$text"; then
-      return 0
-    fi
-    sleep 0.1
-  done
-  bench_log "warning: harkd still busy before the next trial"
-}
 
 declare -A SEEN # PROTO:N -> "pass|fail figures"
 # trial N: 0 when N streams meet every bound over $PROTO.
 trial() {
   local n=$1 key=$PROTO:$1 out=$BENCH_TMP/trial-$PROTO-$1.json f verdict
   if [[ -z ${SEEN[$key]:-} ]]; then
-    settle
+    bench_settle "$MODEL"
     transcribe "$out" "$n" --iterations "$ITERATIONS" || true
     if [[ -s $out ]] && f=$(figures "$out"); then
       verdict=$(awk -v c="$P99_CHUNK_MS" -v fi="$P99_FINAL_MS" -v m="$MAX_REPLY_MS" '{
@@ -216,7 +201,7 @@ if ((${#PROTOCOLS[@]} == 2)); then
     order=(ws grpc)
     ((r % 2 == 0)) && order=(grpc ws)
     for PROTO in "${order[@]}"; do
-      settle
+      bench_settle "$MODEL"
       out=$BENCH_TMP/h2h-$PROTO-$r.json
       transcribe "$out" "$h2h_n" --iterations "$ITERATIONS" || true
       if [[ -s $out ]]; then
@@ -248,7 +233,7 @@ if ((SILENT_STREAMS > 0)); then
   idle_rss=$(awk '/^VmRSS:/ { print $2 }' "/proc/$HARKD_PID/status")
   bench_spawn "$BENCH_TMP/sampler.log" sample_server "$BENCH_TMP/samples"
   sampler=$BENCH_LAST_PID
-  settle
+  bench_settle "$MODEL"
   transcribe "$BENCH_TMP/silent.json" "$SILENT_STREAMS" --iterations 1 --silent-fraction 0.9 || true
   kill "$sampler" 2>/dev/null || true
   [[ -s $BENCH_TMP/silent.json ]] || bench_die "the silent run gave no result: $(tail -c 300 "$BENCH_TMP/silent.json.log")"
@@ -284,7 +269,7 @@ fi
 # library's own step.
 at_report=""
 AT_N=$(awk -v l="$LIMIT" -v f="$AT_FRACTION" 'BEGIN { n = int(l * f + 0.5); print (n < 1 ? 1 : n) }')
-settle
+bench_settle "$MODEL"
 transcribe "$BENCH_TMP/at.json" "$AT_N" --iterations "$ITERATIONS" || true
 if [[ -s $BENCH_TMP/at.json ]]; then
   at_report=$($PY - "$BENCH_TMP/at.json" "$BENCH_TMP/floor.json" "$AT_N" "$AT_FRACTION" "$PROTO" <<'PY'
@@ -309,7 +294,7 @@ if ((OVERLOAD)) && ((lo >= 1)); then
   OVER_N=$(awk -v l="$LIMIT" 'BEGIN { n = int(2 * l + 0.5); print (n < 2 ? 2 : n) }')
   bench_log "overload: $OVER_N streams at once, --max-streams $lo"
   transcribe "$BENCH_TMP/warm2.json" "$lo" --iterations 1 || true # the new server's decoders
-  settle
+  bench_settle "$MODEL"
   transcribe "$BENCH_TMP/over.json" "$OVER_N" --iterations 1 &
   over_pid=$!
   sleep 2 # the admitted streams are live: what a refused client reads

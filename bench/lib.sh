@@ -117,3 +117,20 @@ bench_command() {
   for v in "$@"; do vars+="$v=${!v} "; done
   printf 'BUILD_DIR=%s %sbench/%s' "${BUILD_DIR#"$BENCH_ROOT"/}" "$vars" "$(basename "$0")"
 }
+
+# bench_settle MODEL: waits (up to 60 s) until harkd (started by
+# bench_start_harkd) has no request of MODEL in flight and no stream state,
+# so one trial's backlog cannot refuse the next trial's streams (harkd
+# refuses new streams while the model is backlogged).
+bench_settle() {
+  local i text
+  for ((i = 0; i < 600; i++)); do
+    text=$(curl -sf --max-time 1 "http://127.0.0.1:$HARKD_METRICS_PORT/metrics" 2>/dev/null) || true
+    if grep -q "^nv_inference_pending_request_count{model=\"$1\",[^}]*} 0$" <<<"$text" &&
+      ! grep -q "^hark_asr_streams{model=\"$1\",[^}]*} [1-9]" <<<"$text"; then
+      return 0
+    fi
+    sleep 0.1
+  done
+  bench_log "warning: harkd still busy before the next trial"
+}

@@ -1,0 +1,134 @@
+#!/usr/bin/env bash
+# bench/vad_streams.sh — how many real-time WebSocket streams the VAD-gated
+# speech model (asr_silero: silero_vad batched across streams in front of
+# pocketsphinx) serves with p99 reply latency <= P99_MS (100) and no
+# errors, against the bare ceiling measured in the same run:
+#
+#   ceiling = frames/s of the bare libtorch loop at batch 512
+#             (tools/silero/bare_loop.py, the same model.pt)
+#             / 31.25 frames per stream-second
+#
+# (a) every stream silent (zeros; goal: >= 0.75 of the ceiling), at each
+#     fraction of the ceiling in FRACTIONS;
+# (b) the same N with SPEAKING (4) of them streaming the LibriVox
+#     recordings: their latency, the decoders held (peak of the pool's
+#     /metrics series), harkd's resident memory and the share of the two
+#     cores harkd used.
+#
+# Streams are `hark transcribe --simulate-realtime --chunk-ms 100` (one
+# client process, one thread), ITERATIONS passes over the files' lengths.
+# Env: BUILD_DIR, FRACTIONS ("0.25 0.5 0.75 1.0"), P99_MS (100), SPEAKING
+# (4), ITERATIONS (2), AUDIO_DIR.
+# shellcheck source=bench/lib.sh
+source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
+
+FRACTIONS=${FRACTIONS:-0.25 0.5 0.75 1.0}
+P99_MS=${P99_MS:-100}
+SPEAKING=${SPEAKING:-4}
+ITERATIONS=${ITERATIONS:-2}
+AUDIO_DIR=${AUDIO_DIR:-/usr/share/pocketsphinx/test/data/librivox}
+MODEL_FILE=$BENCH_ROOT/models/silero_vad/1/model.pt
+CORES=$(nproc)
+
+bench_need "$HARKD" "$HARK" curl "$PY"
+[[ -f $MODEL_FILE ]] || bench_die "$MODEL_FILE is missing (scripts/setup.sh makes it)"
+shopt -s nullglob
+FILES=("$AUDIO_DIR"/*.wav)
+((${#FILES[@]})) || bench_die "no .wav files in $AUDIO_DIR (apt install pocketsphinx-testdata)"
+
+bench_log "bare ceiling: the libtorch loop at batch 512, $CORES threads"
+BARE=$(timeout 300 "$PY" "$BENCH_ROOT/tools/silero/bare_loop.py" "$MODEL_FILE" "$CORES" 10 512 |
+  $PY -c 'import json,sys; print(json.load(sys.stdin)["frames_per_sec"])') || bench_die "bare loop failed"
+CEILING=$(awk -v f="$BARE" 'BEGIN { printf "%.0f\n", f / 31.25 }')
+bench_log "bare: $BARE frames/s at batch 512 -> ceiling $CEILING streams"
+
+bench_start_harkd --model-control-mode explicit --load-model silero_vad --load-model asr_silero
+HARKD_PID=$BENCH_LAST_PID
+curl -sf -o /dev/null "http://$HARKD_URL/v2/models/asr_silero/ready" || bench_die "asr_silero is not ready"
+idle_rss=$(awk '/^VmRSS:/ { print $2 }' "/proc/$HARKD_PID/status")
+
+# sample FILE: harkd's RSS (kB) and its decoder series, twice a second.
+sample() {
+  while kill -0 "$HARKD_PID" 2>/dev/null; do
+    echo "rss $(awk '/^VmRSS:/ { print $2 }' "/proc/$HARKD_PID/status")" >>"$1"
+    curl -s --max-time 1 "http://127.0.0.1:$HARKD_METRICS_PORT/metrics" | grep -i decoder |
+      grep -v '^#' | sed 's/^/metric /' >>"$1" || true
+    sleep 0.5
+  done
+}
+
+# cpu: harkd's user+system CPU seconds so far.
+cpu() { awk '{ printf "%.2f\n", ($14 + $15) / 100 }' "/proc/$HARKD_PID/stat"; }
+
+# trial NAME N SILENT_FRACTION: one real-time run; prints one report line
+# and sets PASS (1 when p99 <= P99_MS and no errors or timeouts).
+trial() {
+  local name=$1 n=$2 frac=$3 out=$BENCH_TMP/$1.json samples=$BENCH_TMP/$1.samples c0 w0 c1 w1
+  : >"$samples"
+  bench_settle asr_silero
+  bench_spawn "$BENCH_TMP/$name.sampler.log" sample "$samples"
+  local sampler=$BENCH_LAST_PID
+  c0=$(cpu) w0=$(date +%s.%N)
+  timeout $((ITERATIONS * 20 + 60)) "$HARK" transcribe --server "$HARKD_URL" --model asr_silero \
+    --simulate-realtime --chunk-ms 100 --parallel "$n" --iterations "$ITERATIONS" \
+    --silent-fraction "$frac" --timeout-secs 2 --json "${FILES[@]}" >"$out" 2>"$out.log" || true
+  c1=$(cpu) w1=$(date +%s.%N)
+  kill "$sampler" 2>/dev/null || true
+  wait "$sampler" 2>/dev/null || true
+  [[ -s $out ]] || bench_die "$name gave no result: $(tail -c 300 "$out.log")"
+  local line
+  line=$($PY - "$out" "$samples" "$idle_rss" "$P99_MS" "$c0" "$c1" "$w0" "$w1" "$CORES" <<'PY'
+import json, sys
+d = json.load(open(sys.argv[1]))
+p99_bar, c0, c1, w0, w1, cores = float(sys.argv[4]), *map(float, sys.argv[5:10])
+rss, series = [], {}
+for line in open(sys.argv[2]):
+    kind, _, rest = line.strip().partition(" ")
+    if kind == "rss" and rest:
+        rss.append(int(rest))
+    elif kind == "metric" and " " in rest:
+        name, value = rest.rsplit(" ", 1)
+        try:
+            series[name] = max(series.get(name, float("-inf")), float(value))
+        except ValueError:
+            pass
+c = d["chunk_latency_ms"]
+ok = c["p99"] <= p99_bar and d["errors"] == 0 and d["timeouts"] == 0
+dec = "; ".join(f"{k} {v:g}" for k, v in sorted(series.items()) if "in_use" in k or "held" in k)
+print(f"{int(ok)}|{d['streams']}|{c['p50']}|{c['p99']}|{c['max']}|{d['errors']}|{d['timeouts']}|"
+      f"{(max(rss) if rss else 0) / 1024:.0f}|{(c1 - c0) / (w1 - w0) / cores:.2f}|{dec or '-'}")
+PY
+)
+  PASS=${line%%|*}
+  LINE=${line#*|}
+}
+
+rows=()
+best=0
+for f in $FRACTIONS; do
+  n=$(awk -v c="$CEILING" -v f="$f" 'BEGIN { n = int(c * f + 0.5); print (n < 1 ? 1 : n) }')
+  trial "silent-$n" "$n" 1
+  bench_log "silent N=$n ($f of the ceiling): $LINE (pass=$PASS)"
+  rows+=("| $n ($f) | all silent | ${LINE//|/ | } | $PASS |")
+  ((PASS)) && ((n > best)) && best=$n
+  if ((n > SPEAKING)); then
+    trial "speaking-$n" "$n" "$(awk -v n="$n" -v s="$SPEAKING" 'BEGIN { printf "%.6f\n", 1 - s / n }')"
+    bench_log "N=$n with $SPEAKING speaking: $LINE"
+    rows+=("| $n ($f) | $SPEAKING speaking | ${LINE//|/ | } | $PASS |")
+  fi
+done
+
+cat <<EOF
+
+### asr_silero: real-time WebSocket streams within p99 ${P99_MS} ms
+
+$(bench_machine). Command: \`$(bench_command FRACTIONS P99_MS SPEAKING ITERATIONS)\`.
+Bare ceiling: $BARE frames/s at batch 512 (the libtorch loop, $CORES threads) / 31.25 =
+**$CEILING streams**. harkd idle RSS $((idle_rss / 1024)) MiB.
+
+| N (of ceiling) | load | streams | chunk p50 ms | p99 ms | max ms | errors | timeouts | peak RSS MiB | harkd CPU share | decoders (peak) | within bars |
+| --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | --- | ---: |
+$(printf '%s\n' "${rows[@]}")
+
+Largest all-silent N within the bars: **$best = $(awk -v b="$best" -v c="$CEILING" 'BEGIN { printf "%.2f", b / c }') of the ceiling** (goal >= 0.75).
+EOF
