@@ -128,5 +128,26 @@ class Quota(ServerTest):
             self.assertEqual(len([r for r in done if r[0] == 200]), SLOTS + PARKED)
 
 
+class ShareOutOfRange(ServerTest):
+    """A sequence_client_share that is not a percentage from 1 to 100
+    fails the model's load with the reason; the server goes on serving."""
+    REPO = {"echo_asr": ECHO_CONFIG}
+    ARGS = ("--model-control-mode", "explicit", "--load-model", "echo_asr")
+
+    def test_bad_share_fails_the_load(self):
+        for i, value in enumerate(("0", "101", "half", "")):
+            name = f"share_{i}"
+            os.makedirs(os.path.join(self.repo_dir, name, "1"))
+            with open(os.path.join(self.repo_dir, name, "config.pbtxt"), "w") as f:
+                f.write(ECHO_CONFIG.replace('name: "echo_asr"', f'name: "{name}"') +
+                        'parameters { key: "sequence_client_share" value: { string_value: "%s" } }\n'
+                        % value)
+            status, doc = self.server.json("POST", f"/v2/repository/models/{name}/load")
+            self.assertEqual(status, 400, (value, doc))
+            self.assertIn("sequence_client_share", doc["error"])
+            self.assertIn("1 to 100", doc["error"])
+        self.assertEqual(self.server.request("GET", "/v2/models/echo_asr/ready")[0], 200)
+
+
 if __name__ == "__main__":
     main()
