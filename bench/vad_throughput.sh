@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# bench/vad_throughput.sh — frames/s of silero_vad (Silero VAD v5, one
-# 512-sample frame per request and sequence) through harkd with N
+# bench/vad_throughput.sh — frames/s of silero_vad (Silero VAD v5, FRAMES
+# 512-sample frames per request and sequence) through harkd with N
 # concurrent sequences, against the bare library: the same TorchScript
 # file called in a loop by libtorch at batch N (tools/silero/bare_loop.py),
 # and against the same model with max_batch_size 1 (silero_vad_b1: no
@@ -14,7 +14,10 @@
 # (goal >= 5x).
 #
 # Env: BUILD_DIR (default ./build), SEQUENCES ("1 16 64 256 512"),
-# DURATION and WARMUP, whole seconds per measurement and before it (5, 2).
+# DURATION and WARMUP, whole seconds per measurement and before it (5, 2),
+# FRAMES per request (1: a 32 ms frame; 3 or 4: a streaming client's
+# 100 ms chunk, what the gated speech model sends; the bare loop's calls
+# carry as many).
 # About 4 minutes.
 # shellcheck source=bench/lib.sh
 source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
@@ -22,6 +25,8 @@ source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 SEQUENCES=${SEQUENCES:-1 16 64 256 512}
 DURATION=${DURATION:-5}
 WARMUP=${WARMUP:-2}
+FRAMES=${FRAMES:-1}
+export FRAMES
 LOAD=$BUILD_DIR/bin/vad_load
 MODEL_FILE=$BENCH_ROOT/models/silero_vad/1/model.pt
 THREADS=$(nproc)
@@ -52,7 +57,7 @@ bench_log "harkd ready at $HARKD_URL; $(grep -o 'intra-op threads [0-9]* per ins
 # hark MODEL N: frames/s through harkd; sets FPS P50 P99.
 hark() {
   local out=$BENCH_TMP/$1-$2.json
-  timeout $((DURATION + WARMUP + 60)) "$LOAD" 127.0.0.1 "$HARKD_PORT" "$1" audio 512 "$2" \
+  timeout $((DURATION + WARMUP + 60)) "$LOAD" 127.0.0.1 "$HARKD_PORT" "$1" audio "${FRAMES}x512" "$2" \
     "$DURATION" "$WARMUP" >"$out" 2>"$out.log" || { cat "$out.log" >&2; bench_die "vad_load $1 $2 failed"; }
   FPS=$(bench_json "$out" 'd["frames_per_sec"]')
   P50=$(bench_json "$out" 'd["p50_us"]')
@@ -86,9 +91,10 @@ cat <<EOF
 
 ### silero_vad throughput: hark vs bare libtorch, batched vs max_batch_size 1
 
-$(bench_machine). Command: \`$(bench_command SEQUENCES DURATION WARMUP)\`.
-One harkd; N concurrent sequences, one 512-sample frame per request (vad_load, closed loop,
-HTTP binary tensors); bare: the same model.pt at batch N in a libtorch loop, $THREADS threads.
+$(bench_machine). Command: \`$(bench_command SEQUENCES DURATION WARMUP FRAMES)\`.
+One harkd; N concurrent sequences, $FRAMES 512-sample frame(s) per request (vad_load, closed
+loop, HTTP binary tensors); bare: the same model.pt at batch N, $FRAMES frame(s) per row, in a
+libtorch loop, $THREADS threads.
 ${DURATION} s per measurement after ${WARMUP} s of warmup.
 
 | N | hark frames/s | p50 µs | p99 µs | max_batch_size 1 frames/s | bare frames/s | hark/bare | batched/unbatched |

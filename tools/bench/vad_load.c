@@ -4,10 +4,11 @@
  * sending its next request as soon as the previous one is answered.
  * bench/vad_throughput.sh drives silero_vad with it.
  *
- *   vad_load HOST PORT MODEL INPUT ELEMENTS N SECONDS [WARMUP_SECONDS]
+ *   vad_load HOST PORT MODEL INPUT TxSIZE N SECONDS [WARMUP_SECONDS]
  *
- * Every request carries one FP32 row of ELEMENTS values (a frame of quiet
- * noise, the same for all) as a binary tensor (Triton's binary tensor
+ * Every request carries T frames of SIZE FP32 values, shape [1, T, SIZE]
+ * (quiet noise, the same for all; silero_vad: 1x512 is one 32 ms frame,
+ * 4x512 a 128 ms chunk) as a binary tensor (Triton's binary tensor
  * extension: a JSON header, Inference-Header-Content-Length, then the raw
  * bytes) with its connection's sequence_id; the first also carries
  * sequence_start. One thread, epoll, so the client costs little beside
@@ -51,17 +52,17 @@ static uint64_t now_ns(void) {
 
 static const char *g_host, *g_model, *g_input;
 static float *g_frame;
-static size_t g_elements;
+static size_t g_elements, g_frames, g_frame_size;
 
 static void build_request(conn *c) {
   char json[512];
   int jn =
       snprintf(json, sizeof json,
-               "{\"inputs\":[{\"name\":\"%s\",\"shape\":[1,%zu],\"datatype\":\"FP32\","
+               "{\"inputs\":[{\"name\":\"%s\",\"shape\":[1,%zu,%zu],\"datatype\":\"FP32\","
                "\"parameters\":{\"binary_data_size\":%zu}}],"
                "\"outputs\":[{\"name\":\"speech_prob\",\"parameters\":{\"binary_data\":true}}],"
                "\"parameters\":{\"sequence_id\":%llu%s}}",
-               g_input, g_elements, g_elements * 4, (unsigned long long)c->seq,
+               g_input, g_frames, g_frame_size, g_elements * 4, (unsigned long long)c->seq,
                c->started ? "" : ",\"sequence_start\":true");
   size_t body = (size_t)jn + g_elements * 4;
   char head[512];
@@ -108,14 +109,15 @@ static int cmp_u64(const void *a, const void *b) {
 
 int main(int argc, char **argv) {
   if (argc < 8) {
-    fprintf(stderr, "usage: vad_load HOST PORT MODEL INPUT ELEMENTS N SECONDS [WARMUP]\n");
+    fprintf(stderr, "usage: vad_load HOST PORT MODEL INPUT TxSIZE N SECONDS [WARMUP]\n");
     return 2;
   }
   g_host = argv[1];
   const char *port = argv[2];
   g_model = argv[3];
   g_input = argv[4];
-  g_elements = strtoul(argv[5], NULL, 10);
+  if (sscanf(argv[5], "%zux%zu", &g_frames, &g_frame_size) != 2) return 2;
+  g_elements = g_frames * g_frame_size;
   int n = atoi(argv[6]);
   double seconds = atof(argv[7]), warmup = argc > 8 ? atof(argv[8]) : 1.0;
   if (g_elements == 0 || n <= 0 || seconds <= 0) return 2;
@@ -212,9 +214,9 @@ int main(int argc, char **argv) {
   qsort(lat, n_lat, sizeof *lat, cmp_u64);
   double p50 = n_lat ? lat[n_lat / 2] / 1e3 : 0, p99 = n_lat ? lat[n_lat * 99 / 100] / 1e3 : 0;
   printf(
-      "{\"sequences\": %d, \"seconds\": %.3f, \"frames\": %zu, \"frames_per_sec\": %.1f, "
-      "\"errors\": %zu, \"p50_us\": %.0f, \"p99_us\": %.0f}\n",
-      n, seconds, n_lat, n_lat / seconds, errors, p50, p99);
+      "{\"sequences\": %d, \"seconds\": %.3f, \"requests\": %zu, \"frames\": %zu, "
+      "\"frames_per_sec\": %.1f, \"errors\": %zu, \"p50_us\": %.0f, \"p99_us\": %.0f}\n",
+      n, seconds, n_lat, n_lat * g_frames, (double)(n_lat * g_frames) / seconds, errors, p50, p99);
   for (int i = 0; i < n; i++) {
     close(conns[i].fd);
     free(conns[i].out);

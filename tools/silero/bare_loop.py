@@ -6,10 +6,13 @@ state carried from call to call as hark carries it, nothing else around.
     /usr/bin/python3 tools/silero/bare_loop.py MODEL.pt THREADS SECONDS BATCH [BATCH ...]
 
 THREADS is libtorch's intra-op thread count (hark's default for a model of
-one instance: the cores it may use). Prints one JSON object per batch size:
-{"batch": B, "calls": n, "frames_per_sec": f}.
+one instance: the cores it may use). Each call carries FRAMES (environment,
+default 1) frames per row, [BATCH, FRAMES, 512], as a request to harkd does.
+Prints one JSON object per batch size:
+{"batch": B, "frames": T, "calls": n, "frames_per_sec": f}.
 """
 import json
+import os
 import sys
 import time
 
@@ -23,9 +26,10 @@ def main():
     torch.set_num_threads(threads)
     module = torch.jit.load(path)
     module.eval()
+    frames = int(os.environ.get("FRAMES", "1"))
     gen = torch.Generator().manual_seed(1)
     for batch in (int(b) for b in sys.argv[4:]):
-        audio = torch.rand(batch, 512, generator=gen) * 0.02 - 0.01
+        audio = torch.rand(batch, frames, 512, generator=gen) * 0.02 - 0.01
         state = torch.zeros(batch, 2, 128)
         context = torch.zeros(batch, 64)
         with torch.no_grad():
@@ -37,8 +41,9 @@ def main():
                 _, state, context = module(audio, state, context)
                 calls += 1
             elapsed = time.perf_counter() - start
-        print(json.dumps({"batch": batch, "calls": calls,
-                          "frames_per_sec": round(calls * batch / elapsed, 1)}), flush=True)
+        print(json.dumps({"batch": batch, "frames": frames, "calls": calls,
+                          "frames_per_sec": round(calls * batch * frames / elapsed, 1)}),
+              flush=True)
 
 
 if __name__ == "__main__":

@@ -20,11 +20,15 @@ graph:
 Silero's own streaming wrapper feeds the graph 64 samples of context (the
 end of the previous chunk, zeros at the start) followed by the 512-sample
 frame. Here that context is part of the module's state, beside the LSTM's
-(h, c), so that one request carries just the frame and hark's sequence
-batcher keeps the rest (implicit state, batch on dimension 0):
+(h, c), so that one request carries just its frames and hark's sequence
+batcher keeps the rest (implicit state, batch on dimension 0). A request
+carries T >= 1 consecutive frames of its sequence (a client's 100 ms chunk is
+3 or 4): their encoders run as one batch of B*T frames (each frame's context
+is the end of the frame before it), and only the LSTM cell steps through
+the T frames in order:
 
-  forward(audio [B, 512], state [B, 2, 128], context [B, 64])
-    -> (speech_prob [B, 1], state_out [B, 2, 128], context_out [B, 64])
+  forward(audio [B, T, 512], state [B, 2, 128], context [B, 64])
+    -> (speech_prob [B, T], state_out [B, 2, 128], context_out [B, 64])
 
 Only the weights come from the file; the code is this project's own.
 """
@@ -100,7 +104,7 @@ def read_weights(path):
 
 
 class SileroVad16k(torch.nn.Module):
-    """One 32 ms frame per sequence and row; see the file's comment."""
+    """T consecutive 32 ms frames per sequence and row; see the file's comment."""
 
     def __init__(self, w):
         super().__init__()
@@ -120,10 +124,16 @@ class SileroVad16k(torch.nn.Module):
         self.out.bias.data.copy_(w["decoder.decoder.2.bias"])
 
     def forward(self, audio: torch.Tensor, state: torch.Tensor, context: torch.Tensor):
-        x = torch.cat([context, audio], dim=1)
+        b = audio.shape[0]
+        t = audio.shape[1]
         n = context.shape[1]
+        x = torch.cat([context, audio.reshape(b, t * audio.shape[2])], dim=1)
         next_context = x[:, x.shape[1] - n:]
-        padded = torch.nn.functional.pad(x.unsqueeze(1), [0, n], mode="reflect")
+        if t == 0:
+            return audio.new_zeros([b, 0]), state, next_context
+        # Each frame with the context before it: [B * T, n + 512].
+        frames = x.unfold(1, n + audio.shape[2], audio.shape[2]).reshape(b * t, -1)
+        padded = torch.nn.functional.pad(frames.unsqueeze(1), [0, n], mode="reflect")
         spec = torch.nn.functional.conv1d(padded, self.basis, stride=128)
         half = spec.shape[1] // 2
         re = spec[:, :half]
@@ -132,10 +142,17 @@ class SileroVad16k(torch.nn.Module):
         for conv in self.encoder:
             feat = torch.relu(conv(feat))
         # 576 samples + 64 of padding give 4 STFT frames, which the strided
-        # convolutions reduce to one: feat is [B, 128, 1].
-        h, c = self.cell(feat.squeeze(2), (state[:, 0], state[:, 1]))
-        prob = torch.sigmoid(self.out(torch.relu(h.unsqueeze(2))))
-        return prob.squeeze(2), torch.stack([h, c], dim=1), next_context
+        # convolutions reduce to one: feat is [B * T, 128, 1].
+        feat = feat.reshape(b, t, feat.shape[1])
+        h = state[:, 0]
+        c = state[:, 1]
+        hs = []
+        for i in range(t):
+            h, c = self.cell(feat[:, i], (h, c))
+            hs.append(h)
+        out = torch.stack(hs, dim=1).reshape(b * t, h.shape[1], 1)
+        prob = torch.sigmoid(self.out(torch.relu(out)))
+        return prob.reshape(b, t), torch.stack([h, c], dim=1), next_context
 
 
 def main():
@@ -144,11 +161,17 @@ def main():
     src, dst = sys.argv[1:]
     torch.set_num_threads(1)
     module = torch.jit.script(SileroVad16k(read_weights(src)).eval())
-    # A smoke run: two rows, zero state, shapes as config.pbtxt declares.
+    # A smoke run: two rows, zero state, shapes as config.pbtxt declares;
+    # three frames at once give what three one-frame calls give.
     with torch.no_grad():
-        prob, state, ctx = module(torch.zeros(2, FRAME), torch.zeros(2, 2, 128),
-                                  torch.zeros(2, CONTEXT))
-    assert prob.shape == (2, 1) and state.shape == (2, 2, 128) and ctx.shape == (2, CONTEXT)
+        audio = torch.rand(2, 3, FRAME) * 0.2 - 0.1
+        prob, state, ctx = module(audio, torch.zeros(2, 2, 128), torch.zeros(2, CONTEXT))
+        assert prob.shape == (2, 3) and state.shape == (2, 2, 128) and ctx.shape == (2, CONTEXT)
+        s1, c1 = torch.zeros(2, 2, 128), torch.zeros(2, CONTEXT)
+        for i in range(3):
+            p1, s1, c1 = module(audio[:, i:i + 1], s1, c1)
+            assert torch.allclose(p1[:, 0], prob[:, i], atol=1e-6), (p1, prob)
+        assert torch.allclose(s1, state, atol=1e-6) and torch.equal(c1, ctx)
     module.save(dst)
     print(f"export: {src} -> {dst} (16 kHz, frame {FRAME}, context {CONTEXT})")
 

@@ -17,13 +17,13 @@
  * 512-sample frames (the partial tail waits for the next chunk; at END it
  * is zero-padded to a whole frame, so the last audio has a probability
  * too), and an item's run has two phases: its frames go to the VAD model
- * as requests of a sequence with the stream's correlation id in the
- * sessions' namespace (START on the stream's first frame, END on its
- * last: the END item's frame, a zero frame whose probability is not used
- * when no tail is left), all queued at once (the sequence batcher runs
- * them in order, each in a batch with other streams' frames); when the
- * last one is back, the item's request to the speech model goes with the
- * 16 kHz audio and VAD_PROB (the frames' probabilities). A VAD failure
+ * as one request ([1, frames, 512]) of a sequence with the stream's
+ * correlation id in the sessions' namespace (START on the stream's first
+ * request, END on the END item's: its frame is a zero frame whose
+ * probability is not used when no tail is left), so that one batched round
+ * of the VAD serves a chunk of every live stream; when its probabilities
+ * are back, the item's request to the speech model goes with the 16 kHz
+ * audio and VAD_PROB (the frames' probabilities). A VAD failure
  * fails the item with the VAD's reason; an END still reaches the speech
  * model, so its stream state is freed. A client that vanishes mid-frame:
  * its tail is dropped and the VAD sequence ends on a zero frame.
@@ -45,15 +45,9 @@
 
 #define DEFAULT_MAX_STREAMS 1024u
 #define VAD_RATE 16000u
-#define VAD_FRAME 512u /* samples per VAD request (32 ms) */
+#define VAD_FRAME 512u /* samples per VAD frame (32 ms) */
 
 typedef struct item item;
-/* One VAD request of an item: which frame it is. */
-typedef struct vad_call {
-  item *it;
-  uint32_t i;
-} vad_call;
-
 struct item {
   struct item *next;
   hark_speech_session *s;
@@ -65,13 +59,11 @@ struct item {
   hark_error *err;     /* set: fails when its turn comes (no memory for it) */
   hark_response *last; /* the latest response, until the final */
   /* gated models */
-  float *frames;     /* n_frames x VAD_FRAME samples for the VAD */
-  uint32_t n_frames; /* frames of this item */
-  uint32_t n_probs;  /* of them, those whose probabilities go to the model */
-  float *probs;      /* one per frame, from the VAD */
-  vad_call *calls;   /* one per frame: the VAD requests' userp */
-  _Atomic uint32_t vad_pending;
-  hark_error *vad_err; /* the first VAD failure */
+  float *frames;       /* n_frames x VAD_FRAME samples for the VAD, until sent */
+  uint32_t n_frames;   /* frames of this item */
+  uint32_t n_probs;    /* of them, those whose probabilities go to the model */
+  float *probs;        /* one per frame, from the VAD */
+  hark_error *vad_err; /* the VAD's failure */
   uint32_t flags;      /* START/END of the speech model's request */
 };
 
@@ -249,7 +241,6 @@ hark_error *hark_speech_request_oneshot(hark_model *model, const hark_speech_set
 static void item_free(item *it) {
   free(it->frames);
   free(it->probs);
-  free(it->calls);
   hark_error_free(it->vad_err);
   free(it->mem);
   hark_response_free(it->last);
@@ -384,61 +375,57 @@ static void vad_fail(item *it, hark_error *err) {
   hark_error_free(err);
 }
 
-/* Engine worker: one frame's speech probability. */
+/* Engine worker: the speech probabilities of an item's frames. */
 static void on_vad(hark_response *resp, uint32_t flags, hark_error *err, void *userp) {
-  vad_call *c = userp;
-  item *it = c->it;
+  item *it = userp;
   if (resp) {
     const char *name = hark_model_get_config(it->s->vad)->outputs[0].name;
     const hark_tensor *t = hark_response_output_by_name(resp, name);
-    if (t && t->datatype == HARK_TYPE_FP32 && t->byte_size >= sizeof(float))
-      memcpy(&it->probs[c->i], t->data, sizeof(float));
+    size_t want = (size_t)it->n_frames * sizeof(float);
+    if (t && t->datatype == HARK_TYPE_FP32 && t->byte_size == want)
+      memcpy(it->probs, t->data, want);
     else
-      vad_fail(it, hark_error_new(HARK_ERR_INTERNAL, "no FP32 output"));
+      vad_fail(it, hark_error_new(HARK_ERR_INTERNAL, "expected %u FP32 probabilities, got %s",
+                                  it->n_frames, t ? "another output" : "none"));
     hark_response_free(resp);
   }
   if (err) vad_fail(it, err);
-  if (!(flags & HARK_RESPONSE_FINAL)) return;
-  if (atomic_fetch_sub(&it->vad_pending, 1) == 1) vad_done(it->s, it);
+  if (flags & HARK_RESPONSE_FINAL) vad_done(it->s, it);
 }
 
-/* Sends `it`'s frames to the VAD model, all at once (its sequence batcher
- * runs them in order). The last answer runs vad_done. */
+/* Sends `it`'s frames to the VAD model as one request of the stream's
+ * sequence, [1, n_frames, 512] ([n_frames, 512] without batching): the
+ * frames of every live stream's chunk go in one batched round. Its final
+ * answer runs vad_done. */
 static void run_vad(hark_speech_session *s, item *it) {
   pthread_mutex_lock(&s->mu);
   bool start = !s->vad_started;
   s->vad_started = true;
   pthread_mutex_unlock(&s->mu);
   bool batched = hark_model_get_config(s->vad)->max_batch_size > 0;
-  static const int64_t shape2[2] = {1, VAD_FRAME}, shape1[1] = {VAD_FRAME};
+  int64_t shape[3] = {1, it->n_frames, VAD_FRAME};
   it->probs = hark_xcalloc(it->n_frames, sizeof *it->probs);
-  it->calls = hark_xcalloc(it->n_frames, sizeof *it->calls);
-  atomic_store(&it->vad_pending, it->n_frames + 1); /* + 1 until all are sent */
-  const char *input = hark_model_get_config(s->vad)->inputs[0].name;
-  for (uint32_t i = 0; i < it->n_frames; i++) {
-    float *frame = hark_xmalloc(VAD_FRAME * sizeof *frame);
-    memcpy(frame, it->frames + (size_t)i * VAD_FRAME, VAD_FRAME * sizeof *frame);
-    hark_request *req = hark_request_new(s->vad);
-    hark_request_attach(req, frame, free);
-    hark_error_free(hark_request_add_input(req, input, HARK_TYPE_FP32, batched ? shape2 : shape1,
-                                           batched ? 2 : 1, frame, VAD_FRAME * sizeof *frame));
-    uint32_t flags = start && i == 0 ? HARK_REQUEST_SEQUENCE_START : 0;
-    if (it->kind == HARK_SPEECH_END && i + 1 == it->n_frames) flags |= HARK_REQUEST_SEQUENCE_END;
-    hark_request_set_flags(req, flags);
-    hark_request_set_correlation_ns(req, HARK_CORR_NS_SESSION);
-    hark_request_set_correlation_id(req, s->corr_id);
-    hark_request_set_id(req, s->id);
-    it->calls[i] = (vad_call){it, i};
-    hark_request_set_callback(req, on_vad, &it->calls[i]);
-    hark_error *err = hark_server_infer(s->server, req);
-    if (err) { /* the rest would run out of order: not sent */
-      hark_request_free(req);
-      vad_fail(it, err);
-      atomic_fetch_sub(&it->vad_pending, it->n_frames - i);
-      break;
-    }
+  hark_request *req = hark_request_new(s->vad);
+  hark_request_attach(req, it->frames, free); /* the request owns them now */
+  float *frames = it->frames;
+  it->frames = NULL;
+  hark_error_free(hark_request_add_input(req, hark_model_get_config(s->vad)->inputs[0].name,
+                                         HARK_TYPE_FP32, batched ? shape : shape + 1,
+                                         batched ? 3 : 2, frames,
+                                         (size_t)it->n_frames * VAD_FRAME * sizeof *frames));
+  uint32_t flags = start ? HARK_REQUEST_SEQUENCE_START : 0;
+  if (it->kind == HARK_SPEECH_END) flags |= HARK_REQUEST_SEQUENCE_END;
+  hark_request_set_flags(req, flags);
+  hark_request_set_correlation_ns(req, HARK_CORR_NS_SESSION);
+  hark_request_set_correlation_id(req, s->corr_id);
+  hark_request_set_id(req, s->id);
+  hark_request_set_callback(req, on_vad, it);
+  hark_error *err = hark_server_infer(s->server, req);
+  if (err) {
+    hark_request_free(req);
+    vad_fail(it, err);
+    vad_done(s, it);
   }
-  if (atomic_fetch_sub(&it->vad_pending, 1) == 1) vad_done(s, it);
 }
 
 /*
@@ -657,12 +644,14 @@ void hark_speech_configure(hark_speech_session *s, hark_model *model,
   hark_error *err = hark_server_model_acquire(s->server, vad, -1, &s->vad);
   const hark_model_config *vc = s->vad ? hark_model_get_config(s->vad) : NULL;
   if (!err &&
-      (vc->n_inputs < 1 || vc->inputs[0].datatype != HARK_TYPE_FP32 || vc->inputs[0].ndims != 1 ||
-       vc->inputs[0].dims[0] != VAD_FRAME || vc->n_outputs < 1 || !vc->sequence_batching.enabled))
+      (vc->n_inputs < 1 || vc->inputs[0].datatype != HARK_TYPE_FP32 || vc->inputs[0].ndims != 2 ||
+       vc->inputs[0].dims[0] != -1 || vc->inputs[0].dims[1] != VAD_FRAME || vc->n_outputs < 1 ||
+       !vc->sequence_batching.enabled))
     err = hark_error_new(HARK_ERR_INVALID_ARG,
-                         "is not a VAD: it needs sequence batching, an FP32 input of %u samples "
-                         "(32 ms at 16 kHz) and a speech probability output",
-                         VAD_FRAME);
+                         "is not a VAD: it needs sequence batching, an FP32 input of frames of "
+                         "%u samples (32 ms at 16 kHz; dims [-1, %u]) and an output of one "
+                         "speech probability per frame",
+                         VAD_FRAME, VAD_FRAME);
   if (!err) return;
   if (s->vad) hark_model_release(s->vad);
   s->vad = NULL;
