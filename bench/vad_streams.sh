@@ -18,7 +18,7 @@
 # Streams are `hark transcribe --simulate-realtime --chunk-ms 100` (one
 # client process, one thread), ITERATIONS passes over the files' lengths.
 # Env: BUILD_DIR, FRACTIONS ("0.25 0.5 0.75 1.0"), P99_MS (100), SPEAKING
-# (4), ITERATIONS (2), AUDIO_DIR.
+# (4; 0: only the silent rows), ITERATIONS (2), AUDIO_DIR.
 # shellcheck source=bench/lib.sh
 source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 
@@ -111,7 +111,7 @@ for f in $FRACTIONS; do
   bench_log "silent N=$n ($f of the ceiling): $LINE (pass=$PASS)"
   rows+=("| $n ($f) | all silent | ${LINE//|/ | } | $PASS |")
   ((PASS)) && ((n > best)) && best=$n
-  if ((n > SPEAKING)); then
+  if ((SPEAKING > 0 && n > SPEAKING)); then
     trial "speaking-$n" "$n" "$(awk -v n="$n" -v s="$SPEAKING" 'BEGIN { printf "%.6f\n", 1 - s / n }')"
     bench_log "N=$n with $SPEAKING speaking: $LINE"
     rows+=("| $n ($f) | $SPEAKING speaking | ${LINE//|/ | } | $PASS |")

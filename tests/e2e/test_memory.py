@@ -7,10 +7,13 @@ make the server hold counts against one budget, --max-inflight-bytes: a
 body that would pass it is refused with 503 and a JSON error naming the
 flag while others are served; a gRPC message past it gets
 RESOURCE_EXHAUSTED; one ModelStreamInfer call may hold only so many bytes
-of requests at once, the rest answered in the stream with their ids.
+of requests at once, the rest answered in the stream with their ids; audio
+a speech stream has queued counts too, and a stream whose audio would pass
+the budget is closed (WebSocket 1013) naming the flag.
 hark_inflight_bytes shows what is held, and goes back to 0 when clients
 vanish mid-body.
 """
+import asyncio
 import json
 import os
 import shutil
@@ -21,9 +24,10 @@ import time
 import unittest
 
 import grpc
+import websockets
 from grpc_tools import protoc
 
-from harness import MODELS, Harkd, metric_value, simple_request
+from harness import MODELS, Harkd, ServerTest, metric_value, simple_request
 
 PROTO_DIR = os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(
     os.path.abspath(__file__)))), "proto")
@@ -261,6 +265,51 @@ def slow_repo():
                 'instance_group [ { count: 1 kind: KIND_CPU } ]\n'
                 'parameters { key: "execute_delay_us" value: { string_value: "3000000" } }\n')
     return root
+
+
+class SpeechBudget(ServerTest):
+    """Audio queued behind a speech stream's request in the engine counts
+    in --max-inflight-bytes: a client streaming faster than it is decoded
+    cannot make the server hold more than the budget (the per-stream
+    queue's own bound, 4 messages, is larger here)."""
+    ARGS = ("--max-inflight-bytes", str(256 * 1024), "--speech-model", "echo_asr",
+            "--ws-max-message-bytes", str(128 * 1024))
+
+    def test_stream_past_the_budget_is_closed_naming_the_flag(self):
+        url = f"ws://127.0.0.1:{self.server.http_port}/"
+        chunk = b"\x01\x00" * 50_000  # 100 kB
+        hits = limit_hits(self.server)
+
+        async def go():
+            async with websockets.connect(url) as ws:
+                # The first holds echo_asr's instance 300 ms; the next two
+                # wait behind it: 300 kB in all, past the 256 KiB budget.
+                await ws.send(b"SLOW" + chunk)
+                await ws.send(chunk)
+                await ws.send(chunk)
+                with self.assertRaises(websockets.ConnectionClosed) as cm:
+                    while True:
+                        await asyncio.wait_for(ws.recv(), 30)
+                return cm.exception
+
+        closed = asyncio.run(go())
+        self.assertEqual(closed.code, 1013, closed.reason)
+        self.assertIn("--max-inflight-bytes", closed.reason)
+        self.assertGreater(limit_hits(self.server), hits)
+        # What the stream held is given back; the next stream is served.
+        deadline = time.time() + 10
+        while inflight(self.server) != 0 and time.time() < deadline:
+            time.sleep(0.05)
+        self.assertEqual(inflight(self.server), 0)
+
+        async def again():
+            async with websockets.connect(url) as ws:
+                await ws.send(chunk)
+                self.assertIn("partial", json.loads(await asyncio.wait_for(ws.recv(), 30)))
+                await ws.send('{"eof" : 1}')
+                self.assertIn("text", json.loads(await asyncio.wait_for(ws.recv(), 30)))
+
+        asyncio.run(again())
 
 
 class StreamBound(unittest.TestCase):

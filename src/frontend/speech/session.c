@@ -37,6 +37,7 @@
 #include <string.h>
 #include <sys/random.h>
 
+#include "frontend/http/http.h"
 #include "hark/audio.h"
 #include "hark/backend.h"
 #include "hark/config.h"
@@ -56,6 +57,7 @@ struct item {
   void *tag;           /* the codec's */
   char *mem;           /* the AUDIO element: 4-byte length, then the PCM */
   size_t len;          /* PCM bytes */
+  size_t budget;       /* bytes taken from the in-flight budget, given back when freed */
   hark_error *err;     /* set: fails when its turn comes (no memory for it) */
   hark_response *last; /* the latest response, until the final */
   /* gated models */
@@ -239,6 +241,7 @@ hark_error *hark_speech_request_oneshot(hark_model *model, const hark_speech_set
 /* ---- the chain -------------------------------------------------------------------- */
 
 static void item_free(item *it) {
+  if (it->budget) hark_inflight_give(it->budget);
   free(it->frames);
   free(it->probs);
   hark_error_free(it->vad_err);
@@ -673,7 +676,20 @@ void hark_speech_submit(hark_speech_session *s, hark_speech_item_kind kind, cons
   it->kind = kind;
   it->reply = true;
   it->tag = tag;
-  if (kind == HARK_SPEECH_AUDIO) {
+  if (kind == HARK_SPEECH_AUDIO && !hark_inflight_take(n + HARK_SPEECH_ITEM_OVERHEAD)) {
+    /* Queued audio counts in the server's in-flight budget like request
+     * bodies and gRPC messages: past it, the stream ends (try later)
+     * rather than the pod running out of memory. */
+    unsigned long long now = hark_inflight_bytes(), max = hark_inflight_max();
+    hark_limit_hit(HARK_LIMIT_INFLIGHT_BYTES,
+                   "speech: stream %s: %zu bytes of audio refused: %llu of %llu bytes in flight "
+                   "(--max-inflight-bytes)",
+                   s->id, n, now, max);
+    it->err = hark_error_new(HARK_ERR_RESOURCE_EXHAUSTED,
+                             "the server holds as much audio and data in flight as it may "
+                             "(--max-inflight-bytes); try again later");
+  } else if (kind == HARK_SPEECH_AUDIO) {
+    it->budget = n + HARK_SPEECH_ITEM_OVERHEAD;
     it->mem = audio_element(s->st.encoding, audio, n, &it->len);
     if (!it->mem)
       it->err =
