@@ -131,6 +131,9 @@ hark_error *hark_model_enqueue(hark_model *model, hark_request *req);
 uint32_t hark_model_queued(const hark_model *model);
 /* Its batcher's queue delay now (sched.h); false when it has none. */
 bool hark_model_queue_delay(const hark_model *model, hark_sched_delay *out);
+/* The implicit sequence state its sequence batcher holds now (sched.h);
+ * false when it keeps none. */
+bool hark_model_sequence_state(const hark_model *model, hark_sched_seq_state *out);
 /* Stops accepting, waits for every request and reference to finish,
  * finalizes the backend state and frees. Blocks: never call it from a
  * worker or the event loop. */

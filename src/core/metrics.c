@@ -125,6 +125,8 @@ typedef struct snap {
   hark_model_stats st;
   bool has_delay; /* a batcher with a queue delay */
   hark_sched_delay delay;
+  bool has_state; /* a sequence batcher with implicit state */
+  hark_sched_seq_state state;
 } snap;
 
 typedef struct snaps {
@@ -146,6 +148,7 @@ static void collect(hark_model *m, void *userp) {
   x->load_secs = m->load_secs;
   hark_model_stats_read(m, &x->st);
   x->has_delay = hark_model_queue_delay(m, &x->delay);
+  x->has_state = hark_model_sequence_state(m, &x->state);
 }
 
 typedef struct out {
@@ -292,6 +295,36 @@ static void queue_delay(out *o, const snaps *s) {
   }
 }
 
+/* ---- the sequence batcher's implicit state -------------------------------------- */
+
+/* hark's own gauges, for every model with sequence_batching.state: what
+ * the engine holds for its live sequences, which goes back to 0 when they
+ * have all ended or idled out. */
+static void sequence_state(out *o, const snaps *s) {
+  bool any = false;
+  for (size_t i = 0; i < s->n; i++) any |= s->v[i].has_state;
+  if (!any) return;
+  emit(o,
+       "# HELP hark_sequence_state_bytes Bytes of implicit sequence state (sequence_batching "
+       "state tensors) the engine holds now for live sequences\n"
+       "# TYPE hark_sequence_state_bytes gauge\n");
+  for (size_t i = 0; i < s->n; i++) {
+    if (!s->v[i].has_state) continue;
+    emit(o, "hark_sequence_state_bytes{");
+    labels(o, &s->v[i]);
+    emit(o, "} %llu\n", (unsigned long long)s->v[i].state.bytes);
+  }
+  emit(o,
+       "# HELP hark_sequence_states Live sequences holding implicit sequence state\n"
+       "# TYPE hark_sequence_states gauge\n");
+  for (size_t i = 0; i < s->n; i++) {
+    if (!s->v[i].has_state) continue;
+    emit(o, "hark_sequence_states{");
+    labels(o, &s->v[i]);
+    emit(o, "} %llu\n", (unsigned long long)s->v[i].state.sequences);
+  }
+}
+
 /* ---- the host: Triton's CPU gauges ------------------------------------------- */
 
 /* Whole-machine figures, as Triton reports them: utilization from
@@ -424,6 +457,7 @@ char *hark_server_metrics_render(hark_server *server) {
             "Time requests waited in the scheduler queue, in microseconds",
             offsetof(hark_model_stats, queue_duration));
   queue_delay(&o, &s);
+  sequence_state(&o, &s);
   for (size_t i = 0; i < s.n; i++) free(s.v[i].name);
   free(s.v);
   host_gauges(&o);

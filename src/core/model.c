@@ -239,6 +239,10 @@ bool hark_model_queue_delay(const hark_model *m, hark_sched_delay *out) {
   return m->sched && hark_sched_queue_delay(m->sched, out);
 }
 
+bool hark_model_sequence_state(const hark_model *m, hark_sched_seq_state *out) {
+  return m->sched && hark_sched_sequence_state(m->sched, out);
+}
+
 /* Frees per-sequence backend state through the backend's sequence_fini
  * (read only from backends built on API 1.1 or newer). */
 static void model_sequence_fini(void *ctx, void *state) {

@@ -56,6 +56,10 @@ bool hark_sched_queue_delay(const hark_sched *sched, hark_sched_delay *out) {
   return true;
 }
 
+bool hark_sched_sequence_state(const hark_sched *sched, hark_sched_seq_state *out) {
+  return sched && sched->ops->seq_state && sched->ops->seq_state(sched, out);
+}
+
 /* A comma-separated list of ids in a fixed buffer; "..." once full. */
 typedef struct id_list {
   char *buf;

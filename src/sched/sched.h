@@ -100,4 +100,18 @@ typedef struct hark_sched_delay {
  * default scheduler, the sequence batcher's direct strategy, ensembles. */
 bool hark_sched_queue_delay(const hark_sched *sched, hark_sched_delay *out);
 
+/* The implicit sequence state (sequence_batching.state) a sequence
+ * batcher holds now: the bytes of its state tensors, and the sequences
+ * holding them. Each goes back to 0 once every sequence has ended (END,
+ * idle expiry, unload). */
+typedef struct hark_sched_seq_state {
+  uint64_t bytes;
+  uint64_t sequences;
+} hark_sched_seq_state;
+
+/* Any thread, no lock; a recent snapshot. False for schedulers that keep
+ * no implicit state: all but the sequence batcher of a model with
+ * sequence_batching.state. */
+bool hark_sched_sequence_state(const hark_sched *sched, hark_sched_seq_state *out);
+
 #endif

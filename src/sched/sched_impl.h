@@ -41,6 +41,8 @@ typedef struct hark_sched_ops {
   const struct hark_adaptive *(*delay)(const hark_sched *sched);
   /* hark_sched_parked; NULL: nothing is parked. */
   uint32_t (*parked)(const hark_sched *sched, uint32_t ns);
+  /* hark_sched_sequence_state; NULL: no implicit sequence state. */
+  bool (*seq_state)(const hark_sched *sched, hark_sched_seq_state *out);
 } hark_sched_ops;
 
 /* Every scheduler struct starts with this. */

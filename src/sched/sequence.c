@@ -20,7 +20,9 @@
  *   - dropped sequences' state (END done, idle expiry, restart, unload)
  *     goes to the descriptor's sequence_fini (the backend's) outside the
  *     lock, never inside an execute on the same thread, never while that
- *     sequence runs.
+ *     sequence runs;
+ *   - the implicit state held is counted (bytes, sequences) in atomics
+ *     that /metrics reads (hark_sched_sequence_state).
  * A pass of the pump expires idle sequences and forms batches by seqtab's
  * rules, and takes the drops out of the lock. Stop flushes: every queued
  * request still runs, idle sequences end at once, and it returns when no
@@ -98,6 +100,10 @@ struct seq_sched {
   /* hark_seqtab_parked for a session and for a client namespace, as of
    * the last admit or pass (hark_sched_parked reads them without the lock). */
   _Atomic uint32_t parked_client, parked_other;
+  /* The implicit state held now (hark_sched_sequence_state), moved by
+   * whichever thread allocates, replaces or frees a sequence's tensors:
+   * adding before subtracting, so a reader never sees it below 0. */
+  atomic_uint_fast64_t state_bytes, state_seqs;
 };
 
 /* The scheduler whose execute this thread is inside, if any. */
@@ -105,10 +111,20 @@ static _Thread_local seq_sched *tls_executing;
 
 /* ---- dropped state ------------------------------------------------------------ */
 
-static void implicit_free(seq_implicit *im) {
+/* A state tensor's data goes from `was` bytes to `now`. */
+static void state_bytes_move(seq_sched *s, size_t was, size_t now) {
+  if (now) atomic_fetch_add_explicit(&s->state_bytes, now, memory_order_relaxed);
+  if (was) atomic_fetch_sub_explicit(&s->state_bytes, was, memory_order_relaxed);
+}
+
+static void implicit_free(seq_sched *s, seq_implicit *im) {
   if (!im) return;
-  for (uint32_t i = 0; i < im->n; i++) free(im->t[i].data);
+  for (uint32_t i = 0; i < im->n; i++) {
+    state_bytes_move(s, im->t[i].bytes, 0);
+    free(im->t[i].data);
+  }
   free(im);
+  atomic_fetch_sub_explicit(&s->state_seqs, 1, memory_order_relaxed);
 }
 
 static void drops_fini(seq_sched *s, hark_seq_drop *d) {
@@ -116,7 +132,7 @@ static void drops_fini(seq_sched *s, hark_seq_drop *d) {
   for (hark_seq_drop *next; d; d = next) {
     next = d->next;
     if (d->states.backend && desc->sequence_fini) desc->sequence_fini(desc->ctx, d->states.backend);
-    implicit_free(d->states.implicit);
+    implicit_free(s, d->states.implicit);
     free(d);
   }
 }
@@ -186,13 +202,15 @@ static void add_control(seq_sched *s, hark_request *req, const hark_seq_control 
 }
 
 /* Zeros of the state's initial shape. */
-static void tensor_reset(const hark_seq_state *st, seq_tensor *t) {
+static void tensor_reset(seq_sched *s, const hark_seq_state *st, seq_tensor *t) {
+  size_t was = t->bytes;
   free(t->data);
   t->ndims = st->has_initial ? st->initial_ndims : st->ndims;
   memcpy(t->dims, st->has_initial ? st->initial_dims : st->dims, t->ndims * sizeof *t->dims);
   int64_t count = hark_shape_count(t->dims, t->ndims);
   t->bytes = count > 0 ? (size_t)count * hark_datatype_size(st->datatype) : 0;
   t->data = hark_xcalloc(1, t->bytes);
+  state_bytes_move(s, was, t->bytes);
 }
 
 static void add_states(seq_sched *s, hark_request *req, hark_seq_states *states, uint32_t flags) {
@@ -203,10 +221,11 @@ static void add_states(seq_sched *s, hark_request *req, hark_seq_states *states,
     im = hark_xcalloc(1, sizeof *im + sb->n_states * sizeof im->t[0]);
     im->n = sb->n_states;
     states->implicit = im;
+    atomic_fetch_add_explicit(&s->state_seqs, 1, memory_order_relaxed);
   }
   for (uint32_t i = 0; i < sb->n_states; i++) {
     seq_tensor *t = &im->t[i];
-    if (fresh || !t->data) tensor_reset(&sb->states[i], t);
+    if (fresh || !t->data) tensor_reset(s, &sb->states[i], t);
     void *copy = hark_xmalloc(t->bytes);
     memcpy(copy, t->data, t->bytes);
     add_input(s, req, sb->states[i].input_name, sb->states[i].datatype, t->dims, t->ndims, copy,
@@ -229,6 +248,7 @@ static void keep_states(seq_sched *s, seq_call *call, hark_response *resp) {
       continue;
     }
     seq_tensor *t = &im->t[i];
+    state_bytes_move(s, t->bytes, out.byte_size);
     free(t->data);
     t->data = (void *)out.data;
     t->bytes = out.byte_size;
@@ -476,6 +496,14 @@ static uint32_t seq_parked(const hark_sched *base, uint32_t ns) {
   return atomic_load(hark_seq_ns_is_client(ns) ? &s->parked_other : &s->parked_client);
 }
 
+static bool seq_state(const hark_sched *base, hark_sched_seq_state *out) {
+  const seq_sched *s = (const seq_sched *)base;
+  if (!s->sb->n_states) return false;
+  out->bytes = atomic_load_explicit(&s->state_bytes, memory_order_relaxed);
+  out->sequences = atomic_load_explicit(&s->state_seqs, memory_order_relaxed);
+  return true;
+}
+
 /* The model's sequence_client_share parameter: a percentage, 1..100. */
 static hark_error *client_share(const hark_sched_desc *desc, uint32_t *pct) {
   const char *v = hark_model_config_parameter(desc->config, HARK_SEQ_CLIENT_SHARE_PARAM);
@@ -500,6 +528,7 @@ static const hark_sched_ops seq_ops = {
     .busy = hark_skel_busy,
     .delay = seq_delay,
     .parked = seq_parked,
+    .seq_state = seq_state,
 };
 
 static const hark_skel_ops seq_skel_ops = {
@@ -522,6 +551,8 @@ hark_error *hark_sched_sequence_new(const hark_sched_desc *desc, hark_sched **ou
   hark_skel_init(&s->sk, &seq_skel_ops, desc);
   s->sk.base.ops = &seq_ops;
   s->sb = &cfg->sequence_batching;
+  atomic_init(&s->state_bytes, 0);
+  atomic_init(&s->state_seqs, 0);
   s->oldest = s->sb->strategy == HARK_SEQ_OLDEST;
   s->batched = cfg->max_batch_size > 0;
   s->max_batch = cfg->max_batch_size ? cfg->max_batch_size : 1;
