@@ -8,8 +8,8 @@
 #
 # The load is tools/bench/vad_load (bin/vad_load): N keep-alive HTTP
 # connections, one sequence each, closed loop, binary tensors. The bare
-# loop uses as many libtorch threads as harkd gives the model (its default:
-# the cores it may use, one instance). Prints a markdown snippet with the
+# loop uses as many libtorch threads as harkd gives the model (read from
+# its log: INTRA_OP_THREAD_COUNT, 1 in the shipped config). Prints a markdown snippet with the
 # ratios hark/bare (goal >= 0.8 at N >= 64) and batched/unbatched
 # (goal >= 5x).
 #
@@ -29,7 +29,6 @@ FRAMES=${FRAMES:-1}
 export FRAMES
 LOAD=$BUILD_DIR/bin/vad_load
 MODEL_FILE=$BENCH_ROOT/models/silero_vad/1/model.pt
-THREADS=$(nproc)
 
 bench_need "$HARKD" "$LOAD" curl "$PY"
 [[ -f $MODEL_FILE ]] || bench_die "$MODEL_FILE is missing (scripts/setup.sh makes it)"
@@ -51,8 +50,11 @@ bench_spawn "$BENCH_TMP/harkd.log" "$HARKD" --model-repository "$repo" \
   --grpc-port -1
 bench_wait_http "http://$HARKD_URL/v2/health/ready" 60 ||
   { cat "$BENCH_TMP/harkd.log" >&2; bench_die "harkd did not become ready"; }
-bench_log "harkd ready at $HARKD_URL; $(grep -o 'intra-op threads [0-9]* per instance' \
-  "$BENCH_TMP/harkd.log" | head -1)"
+# The bare loop gets as many libtorch threads as harkd gives the model.
+THREADS=$(grep -o "model 'silero_vad' .*intra-op threads [0-9]*" "$BENCH_TMP/harkd.log" | head -1 |
+  grep -o '[0-9]*$')
+[[ -n $THREADS ]] || bench_die "no intra-op thread count for silero_vad in harkd's log"
+bench_log "harkd ready at $HARKD_URL; silero_vad: intra-op threads $THREADS per instance"
 
 # hark MODEL N: frames/s through harkd; sets FPS P50 P99.
 hark() {
