@@ -217,26 +217,67 @@ bool hark_http_wsi_allowed(struct lws *wsi, hark_api api, char *msg, size_t cap)
  * reply is with lws (lws calls its body completion again for it) ends the
  * connection after the reply, unparsed. A kept-alive exchange is handed to
  * lws with the last of its reply, and lws completes it once the socket has
- * taken all of it, in the same step, so a client that waited for the
- * reply cannot have its next request read before; at that point we note
+ * taken all of it, in the same step (lws_issue_raw, as the last of its
+ * buffered output goes), so a client that waited for the reply cannot
+ * have its next request read before; at that point we note
  * how many bytes lws has taken from the socket. A later head with a body
  * that came with no byte taken since was parsed from lws's buffer: it is
  * answered 503 with Connection: close before lws reads its body, and the
  * connection ends. The lws connection's opaque user data holds the note
  * (our state is remade for each exchange); 0: no note.
+ *
+ * The count is what TCP received (TCP_INFO) less what waits in the
+ * socket (SIOCINQ), read in two calls: input that lands between them is
+ * in the second and not the first, so the count comes out short by its
+ * size. A head read alone, whose body landed there, then looked like no
+ * byte taken when the two were the same size (http.client writes them
+ * apart): a 503 for a client that had waited. So what was received is
+ * read on both sides of the queue until it holds still, and if input
+ * keeps coming, the note takes the count before (never more than were
+ * taken) and a head the count after (never fewer): a head is only taken
+ * for buffered input when no byte can have been taken since.
  */
 
-/* How many bytes have been taken from the connection's socket. */
-static bool socket_taken(struct lws *wsi, uint64_t *out) {
-  int fd = lws_get_socket_fd(wsi);
+/* The TCP states in which the peer's FIN has come (the kernel's
+ * include/net/tcp_states.h; <linux/tcp.h> does not have them). */
+enum {
+  TCP_STATE_TIME_WAIT = 6,
+  TCP_STATE_CLOSE_WAIT = 8,
+  TCP_STATE_LAST_ACK = 9,
+  TCP_STATE_CLOSING = 11
+};
+
+/* How many bytes TCP has received on the socket. Its count has the
+ * peer's FIN as one byte more, which is never in SIOCINQ's: a FIN landing
+ * after the note would have hidden a head parsed from lws's buffer. */
+static bool tcp_received(int fd, uint64_t *out) {
   struct tcp_info ti;
   socklen_t len = sizeof ti;
-  int queued = 0;
-  if (fd < 0 || getsockopt(fd, IPPROTO_TCP, TCP_INFO, &ti, &len) != 0 ||
-      len < offsetof(struct tcp_info, tcpi_bytes_received) + sizeof ti.tcpi_bytes_received ||
-      ioctl(fd, SIOCINQ, &queued) != 0 || queued < 0)
+  if (getsockopt(fd, IPPROTO_TCP, TCP_INFO, &ti, &len) != 0 ||
+      len < offsetof(struct tcp_info, tcpi_bytes_received) + sizeof ti.tcpi_bytes_received)
     return false;
-  *out = ti.tcpi_bytes_received - (uint64_t)queued;
+  bool fin = ti.tcpi_state == TCP_STATE_CLOSE_WAIT || ti.tcpi_state == TCP_STATE_LAST_ACK ||
+             ti.tcpi_state == TCP_STATE_CLOSING || ti.tcpi_state == TCP_STATE_TIME_WAIT;
+  *out = ti.tcpi_bytes_received - (uint64_t)fin;
+  return true;
+}
+
+#define TAKEN_TRIES 4
+
+/* How many bytes have been taken from the connection's socket: exactly,
+ * or while input keeps arriving, at least that many (`high`) or at most. */
+static bool socket_taken(struct lws *wsi, bool high, uint64_t *out) {
+  int fd = lws_get_socket_fd(wsi);
+  uint64_t before, after;
+  int queued;
+  if (fd < 0 || !tcp_received(fd, &before)) return false;
+  for (int tries = 1;; tries++) {
+    if (ioctl(fd, SIOCINQ, &queued) != 0 || queued < 0 || !tcp_received(fd, &after)) return false;
+    if (after == before || tries == TAKEN_TRIES) break;
+    before = after;
+  }
+  uint64_t got = high ? after : before;
+  *out = got > (uint64_t)queued ? got - (uint64_t)queued : 0;
   return true;
 }
 
@@ -244,7 +285,7 @@ static bool socket_taken(struct lws *wsi, uint64_t *out) {
  * (-1: close it instead, when what lws will hold cannot be told). */
 static int keep_alive(struct lws *wsi) {
   uint64_t taken;
-  if (!socket_taken(wsi, &taken)) return -1;
+  if (!socket_taken(wsi, false, &taken)) return -1;
   return lws_http_transaction_completed(wsi) ? -1 : 0;
 }
 
@@ -255,7 +296,7 @@ void hark_http_on_unbound(hark_http_conn *c) {
   exchange_reset(c);
   timer_stop(c);
   uint64_t taken = 0;
-  socket_taken(c->wsi, &taken); /* keep_alive saw it answer */
+  socket_taken(c->wsi, false, &taken); /* keep_alive saw it answer */
   lws_set_opaque_user_data(c->wsi, (void *)(uintptr_t)(taken + 1));
 }
 
@@ -265,7 +306,7 @@ static bool head_was_buffered(struct lws *wsi) {
   lws_set_opaque_user_data(wsi, NULL);
   uint64_t taken;
   if (!note) return false; /* the connection's first request: lws read it */
-  return !socket_taken(wsi, &taken) || (uintptr_t)(taken + 1) == note;
+  return !socket_taken(wsi, true, &taken) || (uintptr_t)(taken + 1) == note;
 }
 
 /* ---- replies ------------------------------------------------------------------ */
