@@ -44,6 +44,7 @@
 #include <string.h>
 #include <unistd.h>
 #include "hark/audio.h"
+#include "profile_fast.h"
 
 #define PS_MODEL_DIR "/usr/share/pocketsphinx/model/en-us"
 
@@ -77,16 +78,6 @@ static int set_in(char **argv, int *argc, const char *name, const char *value) {
 static int set_arg(ps_settings *s, const char *name, const char *value) {
   return set_in(s->argv, &s->argc, name, value);
 }
-
-/* The fast profile: no second pass (-fwdflat) and no lattice rescoring
- * (-bestpath), which finals wait for, and narrower beams and per-frame
- * caps on the first pass: about half the CPU of the accurate profile on
- * the LibriVox recordings, a few words lost (bench/RESULTS.md). Each is
- * overridden by a parameter "fast:<argument>". */
-static const char *const fast_defaults[][2] = {
-    {"-fwdflat", "no"},  {"-bestpath", "no"},   {"-beam", "1e-35"}, {"-pbeam", "1e-35"},
-    {"-wbeam", "1e-25"}, {"-maxhmmpf", "3000"}, {"-maxwpf", "10"},
-};
 
 int ps_profile_parse(const char *name, ps_profile *out) {
   if (!strcmp(name, "accurate"))
@@ -142,8 +133,9 @@ int ps_settings_init(ps_settings *s, ps_param_fn get, void *ctx, char *err, size
   s->default_sample_rate = 16000;
   s->degrade = (ps_degrade_settings){0, 10000, 200, 3, 1000};
   s->gate = (ps_gate_settings){0, 0.5f, 0.35f, 96, 0.6f, 512, 0.95f, 200};
-  for (size_t i = 0; i < sizeof fast_defaults / sizeof *fast_defaults; i++)
-    if (set_in(s->fast_argv, &s->fast_argc, fast_defaults[i][0], fast_defaults[i][1])) goto oom;
+  for (size_t i = 0; i < PS_FAST_PROFILE_ARGC; i++)
+    if (set_in(s->fast_argv, &s->fast_argc, ps_fast_profile_args[i][0], ps_fast_profile_args[i][1]))
+      goto oom;
   if (set_arg(s, "-hmm", PS_MODEL_DIR "/en-us") ||
       set_arg(s, "-lm", PS_MODEL_DIR "/en-us.lm.bin") ||
       set_arg(s, "-dict", PS_MODEL_DIR "/cmudict-en-us.dict"))

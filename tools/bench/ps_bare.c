@@ -39,6 +39,7 @@
 #include <pocketsphinx.h>
 
 #include "hark/audio.h"
+#include "profile_fast.h"
 
 #define MODEL_DIR "/usr/share/pocketsphinx/model/en-us"
 #define BLOCK_SAMPLES 2048 /* pocketsphinx_continuous reads this much at a time */
@@ -57,6 +58,7 @@ typedef struct bare_opts {
   bool json, verbose;
   int repeat;
   int partial_ms; /* 0: no partial hypotheses */
+  bool fast;      /* hark's fast profile's arguments over the defaults */
 } bare_opts;
 
 static void usage(FILE *f) {
@@ -73,6 +75,8 @@ static void usage(FILE *f) {
       "/cmudict-en-us.dict)\n"
       "  --repeat K     decode the file list K times (default 1)\n"
       "  --partial-ms N a partial hypothesis per N ms of audio in an utterance (default 0: none)\n"
+      "  --profile P    accurate (default: the library's defaults, as pocketsphinx_continuous) or\n"
+      "                 fast (hark's fast profile: no second pass, narrower beams)\n"
       "  --json         one JSON object on stdout\n"
       "  --verbose      keep pocketsphinx's log on stderr\n"
       "  -h, --help     this help\n");
@@ -262,6 +266,8 @@ static int parse_opts(int argc, char **argv, bare_opts *o, int *first_file) {
       i++;
     else if (v && !strcmp(a, "--partial-ms") && (o->partial_ms = atoi(v)) >= 0)
       i++;
+    else if (v && !strcmp(a, "--profile") && (!strcmp(v, "accurate") || !strcmp(v, "fast")))
+      o->fast = !strcmp(v, "fast"), i++;
     else {
       fprintf(stderr, "ps_bare: bad option '%s'\n", a);
       usage(stderr);
@@ -308,12 +314,14 @@ static void report(const bare_opts *o, bare_file *files, int n, double audio, do
   printf(
       "], \"repeat\": %d, \"audio_seconds\": %.3f, \"cpu_seconds\": %.4f, \"user_seconds\": %.4f, "
       "\"sys_seconds\": %.4f, \"wall_seconds\": %.4f, \"load_seconds\": %.3f, "
-      "\"partial_ms\": %d, \"cpu_per_audio_second\": %.6f, \"block_ms\": {\"n\": %zu, "
+      "\"partial_ms\": %d, \"profile\": \"%s\", \"cpu_per_audio_second\": %.6f, \"block_ms\": "
+      "{\"n\": %zu, "
       "\"p50\": %.2f, \"p99\": %.2f, \"max\": %.2f}, \"utterance_end_ms\": {\"n\": %zu, "
       "\"p50\": %.2f, \"max\": %.2f}}\n",
-      o->repeat, audio, cpu, user, sys, wall, load, o->partial_ms, per, g_blocks.n,
-      step_quantile(&g_blocks, 0.5), step_quantile(&g_blocks, 0.99), step_quantile(&g_blocks, 1.0),
-      g_ends.n, step_quantile(&g_ends, 0.5), step_quantile(&g_ends, 1.0));
+      o->repeat, audio, cpu, user, sys, wall, load, o->partial_ms, o->fast ? "fast" : "accurate",
+      per, g_blocks.n, step_quantile(&g_blocks, 0.5), step_quantile(&g_blocks, 0.99),
+      step_quantile(&g_blocks, 1.0), g_ends.n, step_quantile(&g_ends, 0.5),
+      step_quantile(&g_ends, 1.0));
 }
 
 int main(int argc, char **argv) {
@@ -328,8 +336,14 @@ int main(int argc, char **argv) {
     if (read_wav(&files[i]) < 0) return 2;
   }
   if (!o.verbose) err_set_logfp(NULL);
-  cmd_ln_t *config =
-      cmd_ln_init(NULL, ps_args(), TRUE, "-hmm", o.hmm, "-lm", o.lm, "-dict", o.dict, NULL);
+  char *args[6 + 2 * PS_FAST_PROFILE_ARGC] = {"-hmm",       (char *)o.hmm, "-lm",
+                                              (char *)o.lm, "-dict",       (char *)o.dict};
+  int nargs = 6;
+  for (size_t k = 0; o.fast && k < PS_FAST_PROFILE_ARGC; k++) {
+    args[nargs++] = (char *)ps_fast_profile_args[k][0];
+    args[nargs++] = (char *)ps_fast_profile_args[k][1];
+  }
+  cmd_ln_t *config = cmd_ln_parse_r(NULL, ps_args(), nargs, args, TRUE);
   double load = 0, user = 0, sys = 0, wall = 0, audio = 0;
   for (int r = 0; r < o.repeat; r++)
     for (int i = 0; i < n; i++) {
