@@ -13,7 +13,8 @@
 # (b) the same N with SPEAKING (4) of them streaming the LibriVox
 #     recordings: their latency, the decoders held (peak of the pool's
 #     /metrics series), harkd's resident memory and the share of the two
-#     cores harkd used.
+#     cores harkd used, and the client's share beside it (the load
+#     generator runs on the same cores: what it takes, harkd cannot have).
 #
 # Streams are `hark transcribe --simulate-realtime --chunk-ms 100` (one
 # client process, one thread), ITERATIONS passes over the files' lengths.
@@ -75,18 +76,25 @@ trial() {
   bench_spawn "$BENCH_TMP/$name.sampler.log" sample "$samples"
   local sampler=$BENCH_LAST_PID
   c0=$(cpu) w0=$(date +%s.%N)
-  timeout $((ITERATIONS * 20 + 60)) "$HARK" transcribe --server "$HARKD_URL" --model asr_silero \
-    --simulate-realtime --chunk-ms 100 --parallel "$n" --iterations "$ITERATIONS" \
-    --silent-fraction "$frac" --timeout-secs 2 --json "${FILES[@]}" >"$out" 2>"$out.log" || true
+  # (bash's `times` in the subshell: its children's CPU, the client's.)
+  (
+    timeout $((ITERATIONS * 20 + 60)) "$HARK" transcribe --server "$HARKD_URL" --model asr_silero \
+      --simulate-realtime --chunk-ms 100 --parallel "$n" --iterations "$ITERATIONS" \
+      --silent-fraction "$frac" --timeout-secs 2 --json "${FILES[@]}" >"$out" 2>"$out.log" || true
+    times >"$out.times"
+  )
   c1=$(cpu) w1=$(date +%s.%N)
   kill "$sampler" 2>/dev/null || true
   wait "$sampler" 2>/dev/null || true
   [[ -s $out ]] || bench_die "$name gave no result: $(tail -c 300 "$out.log")"
   local line
-  line=$($PY - "$out" "$samples" "$idle_rss" "$P99_MS" "$c0" "$c1" "$w0" "$w1" "$CORES" <<'PY'
-import json, sys
+  line=$($PY - "$out" "$samples" "$idle_rss" "$P99_MS" "$c0" "$c1" "$w0" "$w1" "$CORES" "$out.times" <<'PY'
+import json, re, sys
 d = json.load(open(sys.argv[1]))
 p99_bar, c0, c1, w0, w1, cores = float(sys.argv[4]), *map(float, sys.argv[5:10])
+# `times`: the shell's user and system time, then its children's.
+child = open(sys.argv[10]).read().split("\n")[1]
+client = sum(int(m) * 60 + float(s) for m, s in re.findall(r"(\d+)m([\d.]+)s", child))
 rss, series = [], {}
 for line in open(sys.argv[2]):
     kind, _, rest = line.strip().partition(" ")
@@ -102,7 +110,8 @@ c = d["chunk_latency_ms"]
 ok = c["p99"] <= p99_bar and d["errors"] == 0 and d["timeouts"] == 0
 dec = "; ".join(f"{k} {v:g}" for k, v in sorted(series.items()) if "in_use" in k or "held" in k)
 print(f"{int(ok)}|{d['streams']}|{c['p50']}|{c['p99']}|{c['max']}|{d['errors']}|{d['timeouts']}|"
-      f"{(max(rss) if rss else 0) / 1024:.0f}|{(c1 - c0) / (w1 - w0) / cores:.2f}|{dec or '-'}")
+      f"{(max(rss) if rss else 0) / 1024:.0f}|{(c1 - c0) / (w1 - w0) / cores:.2f}|"
+      f"{client / (w1 - w0) / cores:.2f}|{dec or '-'}")
 PY
 )
   PASS=${line%%|*}
@@ -132,8 +141,8 @@ $(bench_machine). Command: \`$(bench_command FRACTIONS P99_MS SPEAKING ITERATION
 Bare ceiling: $BARE frames/s at batch 512 (the libtorch loop, $CORES threads) / 31.25 =
 **$CEILING streams**. harkd idle RSS $((idle_rss / 1024)) MiB.
 
-| N (of ceiling) | load | streams | chunk p50 ms | p99 ms | max ms | errors | timeouts | peak RSS MiB | harkd CPU share | decoders (peak) | within bars |
-| --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | --- | ---: |
+| N (of ceiling) | load | streams | chunk p50 ms | p99 ms | max ms | errors | timeouts | peak RSS MiB | harkd CPU share | client CPU share | decoders (peak) | within bars |
+| --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | --- | ---: |
 $(printf '%s\n' "${rows[@]}")
 
 Largest all-silent N within the bars: **$best = $(awk -v b="$best" -v c="$CEILING" 'BEGIN { printf "%.2f", b / c }') of the ceiling** (goal >= 0.75).
