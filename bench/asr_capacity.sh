@@ -73,8 +73,18 @@ CORES=$(nproc)
 # The reference decodes with the profile the model serves: MODEL_PARAMS
 # "profile=fast" compares hark's fast profile with the library under the
 # same arguments (ps_bare --profile fast), not with its slower defaults.
+# The model's own config may name the profile too (MODEL_PARAMS wins).
+# Its "fast:<argument>" overrides are not mirrored in the reference: a
+# model that sets any gets a warning.
 BARE_PROFILE=accurate
+grep -Eq 'key: *"profile" *value: *\{ *string_value: *"fast"' "$BENCH_ROOT/models/$MODEL/config.pbtxt" 2>/dev/null &&
+  BARE_PROFILE=fast
 [[ " $MODEL_PARAMS " == *" profile=fast "* ]] && BARE_PROFILE=fast
+[[ " $MODEL_PARAMS " == *" profile=accurate "* ]] && BARE_PROFILE=accurate
+if [[ $BARE_PROFILE == fast ]] && { [[ $MODEL_PARAMS == *fast:* ]] ||
+  grep -q 'key: *"fast:' "$BENCH_ROOT/models/$MODEL/config.pbtxt" 2>/dev/null; }; then
+  bench_log "warning: the model overrides fast-profile arguments (fast:...); ps_bare --profile fast uses the defaults"
+fi
 bench_log "bare reference: ps_bare --profile $BARE_PROFILE over ${#FILES[@]} files"
 timeout 600 "$PS_BARE" --profile "$BARE_PROFILE" --json "${FILES[@]}" >"$BENCH_TMP/bare.json" || bench_die "ps_bare failed"
 BARE_PER=$(bench_json "$BENCH_TMP/bare.json" '"%.4f" % d["cpu_per_audio_second"]')

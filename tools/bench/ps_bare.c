@@ -266,9 +266,13 @@ static int parse_opts(int argc, char **argv, bare_opts *o, int *first_file) {
       i++;
     else if (v && !strcmp(a, "--partial-ms") && (o->partial_ms = atoi(v)) >= 0)
       i++;
-    else if (v && !strcmp(a, "--profile") && (!strcmp(v, "accurate") || !strcmp(v, "fast")))
+    else if (v && !strcmp(a, "--profile")) {
+      if (strcmp(v, "accurate") && strcmp(v, "fast")) {
+        fprintf(stderr, "ps_bare: --profile must be 'accurate' or 'fast', not '%s'\n", v);
+        return -1;
+      }
       o->fast = !strcmp(v, "fast"), i++;
-    else {
+    } else {
       fprintf(stderr, "ps_bare: bad option '%s'\n", a);
       usage(stderr);
       return -1;
