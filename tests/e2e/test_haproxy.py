@@ -243,7 +243,10 @@ class Failover(unittest.TestCase):
               f"({sum(i[1] != 200 for i in window)} failed), {len(after)} after; "
               f"streams cut on a: {[r[2] for r in on_a]}", file=sys.stderr)
         self.assertEqual({i[1] for i in before}, {200}, before)
-        self.assertEqual({i[2] for i in before}, {"a", "b"})
+        # Which replica leastconn picks for the infers depends on how the
+        # streams split (3 on a and 5 on b sends every infer to a), so only
+        # the streams above show that both replicas served.
+        self.assertLessEqual({i[2] for i in before}, {"a", "b"}, before)
         self.assertGreater(len(after), 10)
         self.assertEqual([i for i in after if i[1:] != (200, "b")], [])
 
