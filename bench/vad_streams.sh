@@ -19,11 +19,14 @@
 # Streams are `hark transcribe --simulate-realtime --chunk-ms 100` (one
 # client process, one thread), ITERATIONS passes over the files' lengths.
 # Env: BUILD_DIR, FRACTIONS ("0.25 0.5 0.75 1.0"), P99_MS (100), SPEAKING
-# (4; 0: only the silent rows), ITERATIONS (2), AUDIO_DIR.
+# (4; 0: only the silent rows), ITERATIONS (2), AUDIO_DIR, NS (stream counts
+# to try instead of FRACTIONS, e.g. "450": the same N for two builds, since
+# the bare ceiling swings by 1.5x between runs minutes apart).
 # shellcheck source=bench/lib.sh
 source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 
 FRACTIONS=${FRACTIONS:-0.25 0.5 0.75 1.0}
+NS=${NS:-}
 P99_MS=${P99_MS:-100}
 SPEAKING=${SPEAKING:-4}
 ITERATIONS=${ITERATIONS:-2}
@@ -120,8 +123,19 @@ PY
 
 rows=()
 best=0
-for f in $FRACTIONS; do
-  n=$(awk -v c="$CEILING" -v f="$f" 'BEGIN { n = int(c * f + 0.5); print (n < 1 ? 1 : n) }')
+# The stream counts to try: NS as given, or FRACTIONS of this run's ceiling.
+targets=()
+if [[ -n $NS ]]; then
+  for n in $NS; do
+    targets+=("$n $(awk -v c="$CEILING" -v n="$n" 'BEGIN { printf "%.2f\n", n / c }')")
+  done
+else
+  for f in $FRACTIONS; do
+    targets+=("$(awk -v c="$CEILING" -v f="$f" 'BEGIN { n = int(c * f + 0.5); print (n < 1 ? 1 : n) }') $f")
+  done
+fi
+for t in "${targets[@]}"; do
+  read -r n f <<<"$t"
   trial "silent-$n" "$n" 1
   bench_log "silent N=$n ($f of the ceiling): $LINE (pass=$PASS)"
   rows+=("| $n ($f) | all silent | ${LINE//|/ | } | $PASS |")
@@ -137,7 +151,7 @@ cat <<EOF
 
 ### asr_silero: real-time WebSocket streams within p99 ${P99_MS} ms
 
-$(bench_machine). Command: \`$(bench_command FRACTIONS P99_MS SPEAKING ITERATIONS)\`.
+$(bench_machine). Command: \`$(bench_command FRACTIONS NS P99_MS SPEAKING ITERATIONS)\`.
 Bare ceiling: $BARE frames/s at batch 512 (the libtorch loop, $CORES threads) / 31.25 =
 **$CEILING streams**. harkd idle RSS $((idle_rss / 1024)) MiB.
 
