@@ -244,5 +244,101 @@ def simple_request(a, b, binary=False, **extra):
     return doc
 
 
+class RawWebSocket:
+    """A WebSocket client that sends whatever frames a test asks for (masked
+    or not, any bits, any length field) and reads the server's frames: for
+    the framing rules no well-behaved client library will break."""
+
+    def __init__(self, port, path="/", sock=None, timeout=10, headers=None):
+        self.sock = sock or socket.create_connection(("127.0.0.1", port), timeout=timeout)
+        self.sock.settimeout(timeout)
+        extra = "".join(f"{k}: {v}\r\n" for k, v in (headers or {}).items())
+        self.sock.sendall(f"GET {path} HTTP/1.1\r\nHost: x\r\nUpgrade: websocket\r\n"
+                          "Connection: Upgrade\r\nSec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\n"
+                          f"Sec-WebSocket-Version: 13\r\n{extra}\r\n".encode())
+        self.buf = b""
+        while b"\r\n\r\n" not in self.buf:
+            chunk = self.sock.recv(4096)
+            if not chunk:
+                raise ConnectionError(f"no upgrade: {self.buf!r}")
+            self.buf += chunk
+        head, _, self.buf = self.buf.partition(b"\r\n\r\n")
+        if b" 101 " not in head.split(b"\r\n")[0]:
+            raise ConnectionError(f"no upgrade: {head!r}")
+
+    @staticmethod
+    def frame(opcode, payload=b"", fin=True, mask=b"\x11\x22\x33\x44", rsv=0, length=None):
+        """One frame; mask=None sends it unmasked; length forces the 64-bit
+        length field to that value."""
+        b0 = (0x80 if fin else 0) | rsv << 4 | opcode
+        mbit = 0x80 if mask is not None else 0
+        n = len(payload)
+        if length is not None:
+            head = bytes([b0, mbit | 127]) + length.to_bytes(8, "big")
+        elif n < 126:
+            head = bytes([b0, mbit | n])
+        elif n < 65536:
+            head = bytes([b0, mbit | 126]) + n.to_bytes(2, "big")
+        else:
+            head = bytes([b0, mbit | 127]) + n.to_bytes(8, "big")
+        if mask is None:
+            return head + payload
+        return head + mask + bytes(c ^ mask[i % 4] for i, c in enumerate(payload))
+
+    def send(self, opcode, payload=b"", **kw):
+        self.sock.sendall(self.frame(opcode, payload, **kw))
+
+    def _need(self, n):
+        while len(self.buf) < n:
+            chunk = self.sock.recv(65536)
+            if not chunk:
+                raise ConnectionError("closed")
+            self.buf += chunk
+
+    def recv_frame(self):
+        """(opcode, payload) of the server's next frame."""
+        self._need(2)
+        b0, b1 = self.buf[0], self.buf[1]
+        if b1 & 0x80:
+            raise AssertionError("the server masked a frame")
+        n, at = b1 & 0x7F, 2
+        if n == 126:
+            self._need(4)
+            n, at = int.from_bytes(self.buf[2:4], "big"), 4
+        elif n == 127:
+            self._need(10)
+            n, at = int.from_bytes(self.buf[2:10], "big"), 10
+        self._need(at + n)
+        payload, self.buf = self.buf[at:at + n], self.buf[at + n:]
+        return b0 & 0x0F, payload
+
+    def recv_close(self):
+        """Reads up to the server's close frame: (code, reason), code None
+        when the frame has no payload."""
+        while True:
+            op, payload = self.recv_frame()
+            if op == 8:
+                if not payload:
+                    return None, ""
+                return int.from_bytes(payload[:2], "big"), payload[2:].decode()
+
+    def at_eof(self):
+        """Whether the server hangs up (within the socket's timeout); what
+        it sent meanwhile is kept in self.buf."""
+        try:
+            while True:
+                chunk = self.sock.recv(4096)
+                if not chunk:
+                    return True
+                self.buf += chunk
+        except socket.timeout:
+            return False
+        except OSError:
+            return True
+
+    def close(self):
+        self.sock.close()
+
+
 def main():
     unittest.main(verbosity=2)

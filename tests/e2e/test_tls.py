@@ -230,6 +230,32 @@ class TlsAndRestrictedApis(unittest.TestCase):
         msgs = self.wss({KEY: SECRET})
         self.assertIn("text", msgs[-1])
 
+    def test_websocket_framing_over_tls(self):
+        # hark reads wss:// frames through lws's TLS session itself: a
+        # stream of messages, a ping, then an unmasked frame (1002).
+        raw = socket.create_connection(("127.0.0.1", self.server.http_port), timeout=10)
+        sock = client_context().wrap_socket(raw, server_hostname="localhost")
+        ws = harness.RawWebSocket(self.server.http_port, sock=sock, headers={KEY: SECRET})
+        ws.send(1, json.dumps({"config": {"sample_rate": 16000}}).encode())
+        for _ in range(5):
+            ws.send(2, b"\0\0" * 1600)
+        ws.send(9, b"tls")
+        texts, pongs = 0, []
+        while texts < 5 or not pongs:
+            op, payload = ws.recv_frame()
+            if op == 10:
+                pongs.append(payload)
+            else:
+                self.assertEqual(op, 1)
+                self.assertIn("partial", json.loads(payload))
+                texts += 1
+        self.assertEqual(pongs, [b"tls"])
+        ws.sock.sendall(harness.RawWebSocket.frame(2, b"\0\0", mask=None))
+        code, why = ws.recv_close()
+        self.assertEqual(code, 1002)
+        self.assertIn("unmasked", why)
+        ws.close()
+
     def test_websocket_upgrade_is_inference(self):
         with self.assertRaises(websockets.exceptions.InvalidStatusCode) as cm:
             self.wss()

@@ -18,7 +18,7 @@ import unittest
 
 import websockets
 
-from harness import MODELS, Harkd, ServerTest, main, make_repo, simple_request
+from harness import MODELS, Harkd, RawWebSocket, ServerTest, main, make_repo, simple_request
 
 MODEL = os.environ.get("HARK_WS_MODEL", "echo_asr")
 ECHO_CONFIG = open(os.path.join(MODELS, "echo_asr", "config.pbtxt")).read()
@@ -263,6 +263,101 @@ class Protocol(WsTest):
         if not self.server.sanitized():
             self.assertLess(after - before, 32 * 1024, (before, after))
         run(go(1, 1))  # still serving
+
+
+frame = RawWebSocket.frame
+
+
+class Framing(WsTest):
+    """RFC 6455's framing, with frames no client library sends: what a
+    server must refuse (1002, then it hangs up), pings, both sides of the
+    close handshake, and frames cut anywhere."""
+
+    def raw(self):
+        return RawWebSocket(self.server.http_port)
+
+    def partial(self, ws):
+        op, payload = ws.recv_frame()
+        self.assertEqual(op, 1)
+        return json.loads(payload)["partial"]
+
+    def test_protocol_errors_close_1002(self):
+        cases = [
+            ("unmasked", frame(2, pcm(4), mask=None), "unmasked"),
+            ("unmasked after a good one", frame(2, pcm(4)) + frame(2, pcm(4), mask=None),
+             "unmasked"),
+            ("64-bit length, top bit", frame(2, b"", length=1 << 63), "top bit"),
+            ("reserved bits", frame(2, pcm(4), rsv=4), "reserved bits"),
+            ("opcode 3", frame(3, b"x"), "unknown opcode"),
+            ("opcode 11", frame(11, b"x"), "unknown opcode"),
+            ("fragmented ping", frame(9, b"x", fin=False), "fragmented"),
+            ("ping of 126 bytes", frame(9, b"x" * 126), "125"),
+            ("continuation first", frame(0, pcm(2)), "continuation"),
+            ("a message inside a message", frame(2, pcm(2), fin=False) + frame(2, pcm(2)),
+             "new message"),
+            ("close of 1 byte", frame(8, b"\x03"), "1-byte"),
+            ("close code 1005", frame(8, (1005).to_bytes(2, "big")), "close code"),
+            ("close code 999", frame(8, (999).to_bytes(2, "big")), "close code"),
+        ]
+        for name, data, reason in cases:
+            with self.subTest(name):
+                ws = self.raw()
+                ws.sock.sendall(data)
+                code, why = ws.recv_close()
+                self.assertEqual(code, 1002, why)
+                self.assertIn(reason, why)
+                self.assertTrue(ws.at_eof())  # nothing more is read from it
+                self.assertEqual(ws.buf, b"")
+                ws.close()
+        ws = self.raw()  # still serving
+        ws.send(2, pcm(6))
+        self.assertEqual(self.partial(ws), "6 samples")
+        ws.close()
+
+    def test_frames_cut_anywhere_and_pings_answered(self):
+        # A message in two fragments with a ping between them, a 16-bit and
+        # a (legal, non-minimal) 64-bit length, sent a byte at a time.
+        data = (frame(2, pcm(3), fin=False) + frame(9, b"hi") + frame(0, pcm(4)) +
+                frame(2, pcm(100)) + frame(2, pcm(2), length=4))
+        ws = self.raw()
+        for i in range(len(data)):
+            ws.sock.sendall(data[i:i + 1])
+        self.assertEqual(ws.recv_frame(), (10, b"hi"))
+        self.assertEqual(self.partial(ws), "7 samples")
+        self.assertEqual(self.partial(ws), "107 samples")
+        self.assertEqual(self.partial(ws), "109 samples")
+        ws.send(9, b"")  # an empty ping; an empty message
+        self.assertEqual(ws.recv_frame(), (10, b""))
+        ws.send(2)
+        self.assertEqual(self.partial(ws), "109 samples")
+        ws.close()
+
+    def test_client_close_answered_with_its_code(self):
+        for payload, want in [((4001).to_bytes(2, "big") + b"bye", 4001),
+                              ((1000).to_bytes(2, "big"), 1000), (b"", None)]:
+            with self.subTest(want=want):
+                ws = self.raw()
+                ws.send(2, pcm(5))
+                self.assertEqual(self.partial(ws), "5 samples")
+                ws.send(8, payload)
+                self.assertEqual(ws.recv_close()[0], want)
+                self.assertTrue(ws.at_eof())
+                ws.close()
+
+    def test_server_close_waits_for_the_clients(self):
+        ws = self.raw()
+        ws.send(1, b"hello")
+        code, why = ws.recv_close()
+        self.assertEqual(code, 1003)
+        self.assertIn("JSON", why)
+        ws.sock.settimeout(0.5)
+        self.assertFalse(ws.at_eof())  # it waits for our close (up to 5 s)
+        ws.send(2, pcm(5))  # data after the server's close is not answered
+        ws.send(8, (1000).to_bytes(2, "big"))
+        ws.sock.settimeout(10)
+        self.assertTrue(ws.at_eof())
+        self.assertEqual(ws.buf, b"")
+        ws.close()
 
 
 class IdleAndAdmission(WsTest):

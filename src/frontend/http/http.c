@@ -72,7 +72,6 @@ static int lws_event(struct lws *wsi, enum lws_callback_reasons reason, void *us
   case LWS_CALLBACK_HTTP_CONFIRM_UPGRADE:
     return hark_ws_on_confirm(wsi, in ? (const char *)in : "");
   case LWS_CALLBACK_ESTABLISHED: return hark_ws_on_established(c, wsi);
-  case LWS_CALLBACK_RECEIVE: return hark_ws_on_receive(c, in, len);
   case LWS_CALLBACK_SERVER_WRITEABLE: return hark_ws_on_writable(c);
   case LWS_CALLBACK_CLOSED:
     if (c) hark_ws_on_closed(c);
@@ -173,8 +172,18 @@ static int on_raw_event(struct lws *wsi, enum lws_callback_reasons reason, void 
   return rc;
 }
 
+/* A WebSocket's reader (ws.c), then the calls that finished meanwhile. */
+static int on_ws_rx_event(struct lws *wsi, enum lws_callback_reasons reason, void *user, void *in,
+                          size_t len) {
+  (void)user, (void)in, (void)len;
+  int rc = hark_ws_on_rx_event(wsi, reason);
+  hark_http_drain_soon();
+  return rc;
+}
+
 static const struct lws_protocols protocols[] = {
     {"hark-http", on_lws_event, sizeof(hark_http_conn), 0, 0, NULL, 0},
+    {"hark-ws-rx", on_ws_rx_event, 0, 0, 0, NULL, 0},
     {"hark-listen", on_listen_event, 0, 0, 0, NULL, 0},
     {"hark-raw", on_raw_event, sizeof(hark_raw), 0, 0, NULL, 0},
     {NULL, NULL, 0, 0, 0, NULL, 0},

@@ -191,7 +191,8 @@ void hark_raw_sweep(hark_http_loop *loop);
 int hark_ws_on_confirm(struct lws *wsi, const char *upgrade);
 /* The WebSocket callbacks; -1 closes the connection. */
 int hark_ws_on_established(hark_http_conn *c, struct lws *wsi);
-int hark_ws_on_receive(hark_http_conn *c, const void *in, size_t len);
+/* The events of a WebSocket's reader (a raw-file wsi on its socket). */
+int hark_ws_on_rx_event(struct lws *wsi, enum lws_callback_reasons reason);
 int hark_ws_on_writable(hark_http_conn *c);
 void hark_ws_on_closed(hark_http_conn *c);
 /* The loop's idle sweep: start, stop. */

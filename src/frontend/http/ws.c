@@ -1,19 +1,38 @@
 /*
  * ws.c — WebSocket connections on the HTTP port: the upgrade (the
- * service's ws handler accepts or refuses it), messages joined from their
- * fragments up to ws_max_message, text messages queued out and written
- * when the socket is writable, flow control, closing with a code and a
- * reason once the queued messages are out, the idle timeout, and closing
+ * service's ws handler accepts or refuses it), reading the client's
+ * frames, messages joined from their fragments up to ws_max_message, text
+ * messages queued out and written when the socket is writable, pings
+ * answered, flow control, the close handshake with a code and a reason
+ * once the queued messages are out, the idle timeout, and closing
  * everything at shutdown. What a stream means is the service's (e.g.
  * speech/vosk.c); this file only moves its messages. Loop thread only;
  * the count of open WebSockets (for the drain) is shared, an atomic.
+ *
+ * lws does the upgrade and writes our frames, but hark reads the frames
+ * itself (ws_frame.c): lws 4.1 accepts unmasked client frames and gives
+ * no hook to refuse them, which RFC 6455 requires (1002). Once the
+ * WebSocket is open, lws stops reading its socket (rx flow control, for
+ * good) and a raw-file wsi on a duplicate of the descriptor, the
+ * WebSocket's child, tells us when there is something to read; we read
+ * it with recv(), or SSL_read() on lws's TLS session. Frames a client
+ * sent before it had the 101 (RFC 6455 4.1 forbids it) stay unread in
+ * lws's buffer.
  */
+#include <errno.h>
+#include <fcntl.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <openssl/err.h>
+#include <openssl/ssl.h>
 
 #include "frontend/http/http_impl.h"
+#include "frontend/http/ws_frame.h"
 #include "util/alloc.h"
 #include "util/log.h"
 
@@ -22,6 +41,9 @@
 #define OUT_HIGH_WATER (256u * 1024u) /* unsent messages: pause receiving */
 #define SWEEP_US (1000 * LWS_US_PER_MS)
 #define KEEP_BUFFER (64u * 1024u)
+#define RX_CHUNK (16u * 1024u) /* one read */
+#define RX_READS 4             /* reads per wakeup, so one client cannot hold the loop */
+#define CLOSE_ACK_SECS 5       /* our close frame is out: the client's, or we hang up */
 
 /* A message waiting for the socket; the text starts LWS_PRE bytes in. */
 typedef struct ws_out {
@@ -36,8 +58,8 @@ struct hark_ws {
   hark_ws *prev, *next; /* loop->sockets */
   void *stream;         /* the service's */
   bool closing, paused_by_service, rx_paused;
-  bool killed; /* dropped by the send timeout: closes soon */
-  int close_code;
+  bool killed;    /* dropped by the send timeout: closes soon */
+  int close_code; /* 0: a close frame with no code (the client's had none) */
   char close_reason[HARK_WS_REASON_MAX + 1];
   uint64_t last_rx_ns;
   uint64_t last_tx_ns; /* output last made progress (or began to wait) */
@@ -48,6 +70,20 @@ struct hark_ws {
   /* messages waiting for the socket */
   ws_out *out_head, *out_tail;
   size_t out_bytes;
+  /* reading the client's frames (see the top of the file) */
+  struct lws *rx_wsi; /* the raw-file child on rx_fd, or NULL */
+  int rx_fd;
+  SSL *ssl; /* lws's TLS session (--http-use-ssl), or NULL */
+  hark_ws_parser parser;
+  uint8_t *rx_left; /* read, not parsed yet (reading paused mid-read) */
+  size_t rx_left_len;
+  lws_sorted_usec_list_t rx_kick; /* reads without waiting for the socket */
+  bool rx_done;                   /* nothing more is read: a protocol error, or hung up */
+  bool peer_closed;               /* the client's close frame came */
+  bool close_sent;
+  bool pong_due;
+  uint8_t pong_len;
+  uint8_t pong[HARK_WS_CONTROL_MAX];
 };
 
 void hark_ws_reason_fit(char *s, size_t max) {
@@ -159,6 +195,8 @@ static void outs_free(hark_ws *ws) {
   ws->out_bytes = 0;
 }
 
+static bool rx_take(hark_ws *ws);
+
 int hark_ws_on_established(hark_http_conn *c, struct lws *wsi) {
   hark_http_loop *loop = hark_http_loop_of(wsi);
   const hark_ws_handler *h = handler_of(loop);
@@ -173,6 +211,12 @@ int hark_ws_on_established(hark_http_conn *c, struct lws *wsi) {
   loop->sockets = ws;
   atomic_fetch_add(&loop->http->n_sockets, 1);
   c->ws = ws;
+  hark_ws_parser_init(&ws->parser);
+  ws->rx_fd = -1;
+  if (!rx_take(ws)) {
+    hark_ws_close(ws, HARK_WS_CLOSE_TRY_LATER, "the server cannot read the stream now");
+    return 0;
+  }
   /* Accepted a moment ago; again now, for real (the streams open on every
    * loop meanwhile count). */
   char path[2048];
@@ -202,16 +246,24 @@ void hark_ws_on_closed(hark_http_conn *c) {
   if (ws->next) ws->next->prev = ws->prev;
   atomic_fetch_sub(&loop->http->n_sockets, 1);
   if (ws->stream) handler_of(loop)->closed(ws->stream);
+  lws_sul_cancel(&ws->rx_kick);
+  if (ws->rx_wsi) lws_set_opaque_user_data(ws->rx_wsi, NULL); /* lws closes it with us */
   outs_free(ws);
+  free(ws->rx_left);
   free(ws->msg);
   free(ws);
 }
 
 /* ---- output and flow -------------------------------------------------------------- */
 
-/* lws's, for a WebSocket with a socket under it (a detached one has none). */
+static void rx_kick_soon(hark_ws *ws);
+
+/* Reading on or off, for a WebSocket with a socket under it (a detached
+ * one has none). Back on, what was read and not parsed goes first. */
 static void rx_flow(hark_ws *ws, int on) {
-  if (ws->wsi) lws_rx_flow_control(ws->wsi, on);
+  if (!ws->rx_wsi || ws->rx_done) return;
+  lws_rx_flow_control(ws->rx_wsi, on);
+  if (on) rx_kick_soon(ws);
 }
 
 static void want_write(hark_ws *ws) {
@@ -274,6 +326,35 @@ void hark_ws_close(hark_ws *ws, int code, const char *reason) {
   want_write(ws);
 }
 
+/* Our close frame: the code (none when the client's close had none) and
+ * the reason. Framed here and written raw: lws 4.1 has no public write
+ * type for a close frame but lws_close_reason(), whose close handshake
+ * reads the client's reply itself, which we do. */
+static int write_close(hark_ws *ws) {
+  unsigned char b[LWS_PRE + 2 + HARK_WS_CONTROL_MAX];
+  unsigned char *f = b + LWS_PRE;
+  size_t n = 0;
+  if (ws->close_code) {
+    f[2] = (unsigned char)(ws->close_code >> 8);
+    f[3] = (unsigned char)ws->close_code;
+    size_t r = strlen(ws->close_reason); /* HARK_WS_REASON_MAX fits with the code */
+    memcpy(f + 4, ws->close_reason, r);
+    n = 2 + r;
+  }
+  f[0] = 0x80 | HARK_WS_OP_CLOSE; /* FIN; a server's frames are not masked */
+  f[1] = (unsigned char)n;
+  return lws_write(ws->wsi, f, 2 + n, LWS_WRITE_RAW) < (int)(2 + n) ? -1 : 0;
+}
+
+/* Whether the client's frames are still read (its close can still come). */
+static bool reading(const hark_ws *ws) { return ws->rx_wsi && !ws->rx_done && !ws->peer_closed; }
+
+/*
+ * Output in order: a pong owed, the queued messages (not once the client
+ * has closed), then, closing, our close frame. Closed by the client, or
+ * with nothing more read, we hang up once it is out; otherwise we wait
+ * CLOSE_ACK_SECS for the client's close frame.
+ */
 int hark_ws_on_writable(hark_http_conn *c) {
   hark_ws *ws = c ? c->ws : NULL;
   if (!ws) return 0;
@@ -283,7 +364,16 @@ int hark_ws_on_writable(hark_http_conn *c) {
     lws_callback_on_writable(wsi);
     return 0;
   }
-  ws_out *o = ws->out_head;
+  if (ws->close_sent) return reading(ws) ? 0 : -1;
+  if (ws->pong_due) {
+    ws->pong_due = false;
+    unsigned char b[LWS_PRE + HARK_WS_CONTROL_MAX];
+    memcpy(b + LWS_PRE, ws->pong, ws->pong_len);
+    if (lws_write(wsi, b + LWS_PRE, ws->pong_len, LWS_WRITE_PONG) < (int)ws->pong_len) return -1;
+    lws_callback_on_writable(wsi);
+    return 0;
+  }
+  ws_out *o = ws->peer_closed ? NULL : ws->out_head;
   if (o) {
     if (lws_write(wsi, o->buf + LWS_PRE, o->len, LWS_WRITE_TEXT) < (int)o->len) return -1;
     if (!(ws->out_head = o->next)) ws->out_tail = NULL;
@@ -294,24 +384,31 @@ int hark_ws_on_writable(hark_http_conn *c) {
     return 0;
   }
   if (!ws->closing) return 0;
-  lws_close_reason(wsi, (enum lws_close_status)ws->close_code, (unsigned char *)ws->close_reason,
-                   strlen(ws->close_reason));
-  return -1;
+  if (write_close(ws) < 0) return -1;
+  ws->close_sent = true;
+  if (reading(ws))
+    lws_set_timeout(wsi, PENDING_TIMEOUT_CLOSE_ACK, CLOSE_ACK_SECS);
+  else
+    lws_callback_on_writable(wsi); /* hang up once it is out */
+  return 0;
 }
 
 /* ---- input ---------------------------------------------------------------------- */
+
+/* The message limit refuses a message; false. */
+static bool too_big(hark_ws *ws, size_t limit) {
+  char reason[HARK_WS_REASON_MAX + 1];
+  snprintf(reason, sizeof reason,
+           "message too big: the limit is %zu bytes (--ws-max-message-bytes)", limit);
+  hark_ws_close(ws, HARK_WS_CLOSE_TOO_BIG, reason);
+  return false;
+}
 
 /* Appends a piece of the current message, within the size limit. */
 static bool msg_append(hark_ws *ws, const void *in, size_t len) {
   const hark_http *http = ws->loop->http;
   size_t limit = max_message(http);
-  if (len > limit - ws->msg_len) {
-    char reason[HARK_WS_REASON_MAX + 1];
-    snprintf(reason, sizeof reason,
-             "message too big: the limit is %zu bytes (--ws-max-message-bytes)", limit);
-    hark_ws_close(ws, HARK_WS_CLOSE_TOO_BIG, reason);
-    return false;
-  }
+  if (len > limit - ws->msg_len) return too_big(ws, limit);
   size_t need = ws->msg_len + len;
   if (need > ws->msg_cap) {
     size_t cap = ws->msg_cap ? ws->msg_cap : 8192;
@@ -330,29 +427,188 @@ static bool msg_append(hark_ws *ws, const void *in, size_t len) {
   return true;
 }
 
-int hark_ws_on_receive(hark_http_conn *c, const void *in, size_t len) {
-  hark_ws *ws = c ? c->ws : NULL;
-  if (!ws) return -1;
-  struct lws *wsi = ws->wsi;
-  ws->last_rx_ns = hark_now_ns();
-  if (ws->closing) return 0;
-  if (!ws->in_msg) {
+/* The parser's: a piece of a data message. Once closing, data is skipped
+ * (the parse goes on, for the client's close frame). Stops the parse when
+ * a whole message paused reading. */
+static bool on_data(void *userp, const uint8_t *p, size_t n, bool first, bool binary, bool last,
+                    uint64_t more) {
+  hark_ws *ws = userp;
+  if (ws->closing) return true;
+  if (first) {
     ws->in_msg = true;
-    ws->msg_binary = lws_frame_is_binary(wsi) != 0;
+    ws->msg_binary = binary;
     ws->msg_len = 0;
   }
-  if (!msg_append(ws, in, len)) return 0;
-  if (!lws_is_final_fragment(wsi) || lws_remaining_packet_payload(wsi) != 0) return 0;
+  size_t limit = max_message(ws->loop->http);
+  if (more > limit || n + more > limit - ws->msg_len) return too_big(ws, limit), true;
+  if (!msg_append(ws, p, n) || !last) return true;
   ws->in_msg = false;
-  size_t n = ws->msg_len;
+  size_t len = ws->msg_len;
   ws->msg_len = 0;
-  handler_of(ws->loop)->message(ws->stream, ws->msg ? ws->msg : "", n, ws->msg_binary);
+  handler_of(ws->loop)->message(ws->stream, ws->msg ? ws->msg : "", len, ws->msg_binary);
   if (ws->msg_cap > KEEP_BUFFER) { /* keep a small buffer for the next one only */
     free(ws->msg);
     ws->msg = NULL;
     ws->msg_cap = 0;
   }
-  return 0;
+  return !ws->rx_paused;
+}
+
+/* The parser's: a ping (the latest is answered, RFC 6455 5.5.3), a pong
+ * (nothing to do), or the client's close: answered with its code, after
+ * nothing more of ours. Stops the parse at a close. */
+static bool on_control(void *userp, int opcode, const uint8_t *p, size_t n) {
+  hark_ws *ws = userp;
+  if (opcode == HARK_WS_OP_PING) {
+    if (ws->closing) return true;
+    memcpy(ws->pong, p, n);
+    ws->pong_len = (uint8_t)n;
+    ws->pong_due = true;
+    want_write(ws);
+    return true;
+  }
+  if (opcode != HARK_WS_OP_CLOSE) return true;
+  ws->peer_closed = true;
+  if (!ws->closing) {
+    outs_free(ws);
+    hark_ws_close(ws, n >= 2 ? (int)((unsigned)p[0] << 8 | p[1]) : 0, "");
+  }
+  want_write(ws);
+  return false;
+}
+
+static const hark_ws_sink sink = {on_data, on_control};
+
+/* Parses what was read; keeps what a pause left unparsed. */
+static void rx_feed(hark_ws *ws, uint8_t *buf, size_t n) {
+  int code;
+  const char *why;
+  size_t took = hark_ws_parse(&ws->parser, buf, n, &sink, ws, &code, &why);
+  if (code) {
+    HARK_VERBOSE("ws: closing a stream %d: %s", code, why);
+    ws->rx_done = true;
+    if (ws->rx_wsi) lws_rx_flow_control(ws->rx_wsi, 0);
+    if (ws->closing)
+      want_write(ws); /* ours is out or on its way: hang up after it */
+    else
+      hark_ws_close(ws, code, why);
+    return;
+  }
+  if (took == n || ws->peer_closed) return;
+  if (!ws->rx_left) ws->rx_left = hark_xmalloc(RX_CHUNK);
+  memmove(ws->rx_left + ws->rx_left_len, buf + took, n - took); /* a pause: at most one read */
+  ws->rx_left_len += n - took;
+}
+
+/* The client hung up (or its socket or TLS session broke). */
+static void rx_hangup(hark_ws *ws) {
+  ws->rx_done = true;
+  ws->peer_closed = true;
+  lws_rx_flow_control(ws->rx_wsi, 0);
+  lws_set_timeout(ws->wsi, PENDING_TIMEOUT_CLOSE_ACK, LWS_TO_KILL_ASYNC);
+}
+
+/* One read: bytes, 0 when there is nothing now, -1 when the client is gone. */
+static ssize_t rx_recv(hark_ws *ws, uint8_t *buf, size_t cap) {
+  if (ws->ssl) {
+    ERR_clear_error();
+    int n = SSL_read(ws->ssl, buf, (int)cap);
+    if (n > 0) return n;
+    int e = SSL_get_error(ws->ssl, n);
+    return e == SSL_ERROR_WANT_READ || e == SSL_ERROR_WANT_WRITE ? 0 : -1;
+  }
+  for (;;) {
+    ssize_t n = recv(ws->rx_fd, buf, cap, 0);
+    if (n > 0) return n;
+    if (n < 0 && errno == EINTR) continue;
+    return n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK) ? 0 : -1;
+  }
+}
+
+/* What a pause left unparsed, then up to RX_READS reads, until one comes
+ * back short. TLS may hold records the socket no longer shows: those are
+ * read at the next turn. */
+static void rx_read(hark_ws *ws) {
+  if (ws->rx_paused) return; /* lws may report the socket once more */
+  if (ws->rx_left_len) {
+    size_t n = ws->rx_left_len;
+    ws->rx_left_len = 0;
+    uint8_t *left = ws->rx_left;
+    ws->rx_left = NULL;
+    rx_feed(ws, left, n);
+    free(left);
+  }
+  uint8_t buf[RX_CHUNK];
+  for (int r = 0; r < RX_READS; r++) {
+    if (ws->rx_left_len || ws->rx_paused || !reading(ws)) return;
+    ssize_t n = rx_recv(ws, buf, sizeof buf);
+    if (n == 0) return;
+    if (n < 0) {
+      rx_hangup(ws);
+      return;
+    }
+    ws->last_rx_ns = hark_now_ns();
+    rx_feed(ws, buf, (size_t)n);
+    if ((size_t)n < sizeof buf) break; /* drained, most likely: the poll will say */
+  }
+  if (ws->ssl && !ws->rx_paused && reading(ws) && SSL_has_pending(ws->ssl)) rx_kick_soon(ws);
+}
+
+static void on_rx_kick(lws_sorted_usec_list_t *sul) {
+  hark_ws *ws = lws_container_of(sul, hark_ws, rx_kick);
+  if (ws->rx_wsi) rx_read(ws);
+  hark_http_drain_soon();
+}
+
+static void rx_kick_soon(hark_ws *ws) {
+  lws_sul_schedule(ws->loop->ctx, 0, &ws->rx_kick, on_rx_kick, 1);
+}
+
+/* The WebSocket is open: lws reads its socket no more; a duplicate of the
+ * descriptor, adopted as lws's child, says when there is something to
+ * read. False when that cannot be had (out of descriptors). */
+static bool rx_take(hark_ws *ws) {
+  int fd = lws_get_socket_fd(ws->wsi);
+  int dup = fd < 0 ? -1 : fcntl(fd, F_DUPFD_CLOEXEC, 0);
+  if (dup < 0) {
+    HARK_WARN("ws: cannot read a new stream: %s", strerror(errno));
+    lws_rx_flow_control(ws->wsi, 0);
+    return false;
+  }
+  lws_adopt_desc_t info;
+  memset(&info, 0, sizeof info);
+  info.vh = lws_get_vhost(ws->wsi);
+  info.type = LWS_ADOPT_RAW_FILE_DESC;
+  info.fd.filefd = dup;
+  info.vh_prot_name = "hark-ws-rx";
+  info.parent = ws->wsi;
+  info.opaque = ws;
+  lws_rx_flow_control(ws->wsi, 0);                                  /* for good */
+  if (!(ws->rx_wsi = lws_adopt_descriptor_vhost_via_info(&info))) { /* lws closed dup */
+    HARK_WARN("ws: cannot read a new stream (out of memory?)");
+    return false;
+  }
+  ws->rx_fd = dup;
+  ws->ssl = lws_get_ssl(ws->wsi);
+  rx_kick_soon(ws); /* TLS may have read the first records already */
+  return true;
+}
+
+int hark_ws_on_rx_event(struct lws *wsi, enum lws_callback_reasons reason) {
+  hark_ws *ws = lws_get_opaque_user_data(wsi);
+  if (!ws) return 0;
+  switch (reason) {
+  case LWS_CALLBACK_RAW_RX_FILE:
+    if (ws->rx_wsi == wsi) rx_read(ws);
+    return 0;
+  case LWS_CALLBACK_RAW_CLOSE_FILE:
+    if (ws->rx_wsi == wsi) {
+      ws->rx_wsi = NULL;
+      ws->rx_fd = -1;
+    }
+    return 0;
+  default: return 0;
+  }
 }
 
 /* ---- idle sweep and shutdown ---------------------------------------------------------- */
