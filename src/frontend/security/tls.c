@@ -58,7 +58,7 @@ static hark_error *open_file(const char *flag, const char *path, FILE **out) {
  * that belongs to it. */
 static hark_error *check_pair(const hark_tls_options *o) {
   char why[200];
-  FILE *f;
+  FILE *f = NULL; /* set when open_file succeeds; gcc -O3 cannot see that */
   hark_error *err = open_file(o->cert_flag, o->cert, &f);
   if (err) return err;
   X509 *x = PEM_read_X509(f, NULL, NULL, NULL);
@@ -113,7 +113,7 @@ static hark_error *ctx_setup(hark_tls *t, const hark_tls_options *o) {
     return hark_error_new(HARK_ERR_INVALID_ARG, "%s: cannot use %s: %s", o->key_flag, o->key,
                           ssl_reason(why, sizeof why));
   if (o->root) {
-    FILE *f;
+    FILE *f = NULL;
     hark_error *err = open_file(o->root_flag, o->root, &f);
     if (err) return err;
     fclose(f);
