@@ -17,6 +17,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
+#include <sys/resource.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -249,6 +250,24 @@ static bool tls_flags(hark_frontend_options *fo, bool http_ssl, const char *http
         "--grpc-server-cert/--grpc-server-key/--grpc-root-cert have no effect without "
         "--grpc-use-ssl true");
   return true;
+}
+
+/* Every connection holds a descriptor and every WebSocket two (hark reads
+ * its frames through a duplicate: frontend/http/ws.c), so a soft limit
+ * left at a distribution's 1,024 would cap WebSocket streams near 500.
+ * Raise it towards the hard limit, as Go's runtime does for its servers,
+ * up to FD_SOFT_CAP: lws sizes its tables by the soft limit, per loop. */
+#define FD_SOFT_CAP 65536
+static void raise_fd_limit(void) {
+  struct rlimit rl;
+  if (getrlimit(RLIMIT_NOFILE, &rl) != 0) return;
+  rlim_t want = rl.rlim_max < FD_SOFT_CAP ? rl.rlim_max : FD_SOFT_CAP;
+  if (rl.rlim_cur >= want) return;
+  rlim_t was = rl.rlim_cur;
+  rl.rlim_cur = want;
+  if (setrlimit(RLIMIT_NOFILE, &rl) == 0)
+    HARK_VERBOSE("descriptor limit raised from %llu to %llu", (unsigned long long)was,
+                 (unsigned long long)want);
 }
 
 int main(int argc, char **argv) {
@@ -614,6 +633,7 @@ int main(int argc, char **argv) {
   if (so.repository_poll_secs > 0 && so.model_control != HARK_MODEL_CONTROL_POLL)
     HARK_WARN("--repository-poll-secs has no effect without --model-control-mode poll");
   signal(SIGPIPE, SIG_IGN);
+  raise_fd_limit();
 
   hark_inflight_set_max(inflight_max);
   hark_server *server;

@@ -256,6 +256,22 @@ class FdExhaustion(unittest.TestCase):
     accepting for a moment, warn at most once a second, and take the
     waiting connections once descriptors are free again."""
 
+    def test_soft_limit_raised_towards_the_hard_one(self):
+        # A WebSocket holds two descriptors: harkd does not stay at a low
+        # soft limit its parent left it (it inherits ours, lowered here).
+        soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+        resource.setrlimit(resource.RLIMIT_NOFILE, (256, hard))
+        try:
+            server = Harkd(MODELS)
+        finally:
+            resource.setrlimit(resource.RLIMIT_NOFILE, (soft, hard))
+        try:
+            want = hard if hard != resource.RLIM_INFINITY and hard < 65536 else 65536
+            got = resource.prlimit(server.proc.pid, resource.RLIMIT_NOFILE)
+            self.assertEqual(got, (want, hard))
+        finally:
+            server.stop()
+
     def test_accept_pauses_at_the_fd_limit(self):
         for loops in (1, 2):
             with self.subTest(loops=loops):
