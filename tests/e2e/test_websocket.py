@@ -309,6 +309,26 @@ class Framing(WsTest):
                 self.assertTrue(ws.at_eof())  # nothing more is read from it
                 self.assertEqual(ws.buf, b"")
                 ws.close()
+        invalid = [  # RFC 6455 8.1: text must be UTF-8; 7.1.6: so must a close reason
+            ("text not UTF-8", frame(1, b'{"eof": "\xff"}'), "text message"),
+            ("text cut mid-character", frame(1, b"\xe2\x82"), "text message"),
+            ("close reason not UTF-8", frame(8, (1000).to_bytes(2, "big") + b"\xc0\xaf"),
+             "close reason"),
+        ]
+        for name, data, reason in invalid:
+            with self.subTest(name):
+                ws = self.raw()
+                ws.sock.sendall(data)
+                code, why = ws.recv_close()
+                self.assertEqual(code, 1007, why)
+                self.assertIn(reason, why)
+                ws.close()
+        ws = self.raw()  # a character cut across fragments is whole in its message
+        ws.send(1, b'{"eof": 1, "x": "\xc3', fin=False)
+        ws.send(0, b'\xa9"}')
+        code, why = ws.recv_close()
+        self.assertNotIn("UTF-8", why)
+        ws.close()
         ws = self.raw()  # still serving
         ws.send(2, pcm(6))
         self.assertEqual(self.partial(ws), "6 samples")

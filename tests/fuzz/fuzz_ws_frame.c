@@ -49,7 +49,8 @@ static bool on_control(void *userp, int opcode, const uint8_t *p, size_t n) {
   if (n > HARK_WS_CONTROL_MAX) abort();
   if (opcode != HARK_WS_OP_CLOSE && opcode != HARK_WS_OP_PING && opcode != HARK_WS_OP_PONG) abort();
   if (opcode == HARK_WS_OP_CLOSE &&
-      (n == 1 || (n >= 2 && !hark_ws_close_code_valid((unsigned)p[0] << 8 | p[1]))))
+      (n == 1 || (n >= 2 && (!hark_ws_close_code_valid((unsigned)p[0] << 8 | p[1]) ||
+                             !hark_utf8_valid(p + 2, n - 2)))))
     abort();
   uint8_t head[2] = {(uint8_t)opcode, (uint8_t)n};
   tell(s, head, 2);
@@ -79,7 +80,7 @@ static size_t parse(const uint8_t *data, size_t len, unsigned seed, story *s, in
     const char *why;
     size_t took = hark_ws_parse(&p, copy + at, n, &sink, s, code, &why);
     if (*code) {
-      if (*code != 1002 || !why || !*why) abort();
+      if ((*code != 1002 && *code != 1007) || !why || !*why) abort();
       at += took;
       break;
     }

@@ -445,6 +445,10 @@ static bool on_data(void *userp, const uint8_t *p, size_t n, bool first, bool bi
   ws->in_msg = false;
   size_t len = ws->msg_len;
   ws->msg_len = 0;
+  if (!ws->msg_binary && !hark_utf8_valid((const uint8_t *)ws->msg, len)) {
+    hark_ws_close(ws, HARK_WS_CLOSE_INVALID, "a text message that is not UTF-8");
+    return true;
+  }
   handler_of(ws->loop)->message(ws->stream, ws->msg ? ws->msg : "", len, ws->msg_binary);
   if (ws->msg_cap > KEEP_BUFFER) { /* keep a small buffer for the next one only */
     free(ws->msg);

@@ -33,6 +33,36 @@ static void unmask(uint8_t *b, size_t n, const uint8_t mask[4], unsigned at) {
   for (; k < n; k++) b[k] ^= m[k & 7];
 }
 
+bool hark_utf8_valid(const uint8_t *s, size_t n) {
+  size_t i = 0;
+  while (i < n) {
+    uint8_t c = s[i];
+    if (c < 0x80) {
+      i++;
+      continue;
+    }
+    size_t len;
+    uint32_t cp, min;
+    if ((c & 0xE0) == 0xC0) {
+      len = 2, cp = c & 0x1Fu, min = 0x80;
+    } else if ((c & 0xF0) == 0xE0) {
+      len = 3, cp = c & 0x0Fu, min = 0x800;
+    } else if ((c & 0xF8) == 0xF0) {
+      len = 4, cp = c & 0x07u, min = 0x10000;
+    } else {
+      return false;
+    }
+    if (n - i < len) return false;
+    for (size_t k = 1; k < len; k++) {
+      if ((s[i + k] & 0xC0) != 0x80) return false;
+      cp = cp << 6 | (s[i + k] & 0x3Fu);
+    }
+    if (cp < min || cp > 0x10FFFF || (cp >= 0xD800 && cp <= 0xDFFF)) return false;
+    i += len;
+  }
+  return true;
+}
+
 static size_t fail(int *code, const char **why, const char *reason, size_t taken) {
   *code = 1002;
   *why = reason;
@@ -86,20 +116,24 @@ static const char *first_bytes(hark_ws_parser *p) {
   return NULL;
 }
 
-/* A control frame is whole: checks a close's payload, hands it on. */
-static bool control_done(const hark_ws_parser *p, const char **why) {
-  if (p->opcode == HARK_WS_OP_CLOSE && p->ctl_len) {
-    if (p->ctl_len == 1) {
-      *why = "a close frame with a 1-byte payload";
-      return false;
-    }
-    unsigned code = (unsigned)p->ctl[0] << 8 | p->ctl[1];
-    if (!hark_ws_close_code_valid(code)) {
-      *why = "a close code a peer may not send";
-      return false;
-    }
+/* A control frame is whole: 0 when a close's payload is acceptable (or
+ * it is no close), else the close code for the error and why. */
+static int control_done(const hark_ws_parser *p, const char **why) {
+  if (p->opcode != HARK_WS_OP_CLOSE || !p->ctl_len) return 0;
+  if (p->ctl_len == 1) {
+    *why = "a close frame with a 1-byte payload";
+    return 1002;
   }
-  return true;
+  unsigned code = (unsigned)p->ctl[0] << 8 | p->ctl[1];
+  if (!hark_ws_close_code_valid(code)) {
+    *why = "a close code a peer may not send";
+    return 1002;
+  }
+  if (!hark_utf8_valid(p->ctl + 2, p->ctl_len - 2u)) {
+    *why = "a close reason that is not UTF-8";
+    return 1007;
+  }
+  return 0;
 }
 
 size_t hark_ws_parse(hark_ws_parser *p, uint8_t *buf, size_t len, const hark_ws_sink *sink,
@@ -137,7 +171,12 @@ size_t hark_ws_parse(hark_ws_parser *p, uint8_t *buf, size_t len, const hark_ws_
       if (p->left) continue;
       p->in_payload = false;
       const char *bad = NULL;
-      if (!control_done(p, &bad)) return fail(code, why, bad, i);
+      int bad_code = control_done(p, &bad);
+      if (bad_code) {
+        fail(code, why, bad, i);
+        *code = bad_code;
+        return i;
+      }
       go = sink->control(userp, p->opcode, p->ctl, p->ctl_len);
     } else {
       if (!p->left) p->in_payload = false;

@@ -4,8 +4,10 @@
  * anything). It checks what a server must refuse with 1002 (an unmasked
  * frame, a length with its top bit set, reserved bits, unknown opcodes,
  * fragmented or oversized control frames, continuations out of place, a
- * malformed close), unmasks payloads in place and hands them on as they
- * arrive; it keeps nothing but a control frame's 125 bytes.
+ * malformed close; 1007 for a close reason that is not UTF-8), unmasks
+ * payloads in place and hands them on as they arrive; it keeps nothing
+ * but a control frame's 125 bytes. Whether a text message is UTF-8 is
+ * for whoever joins its pieces (hark_utf8_valid).
  */
 #ifndef HARK_FRONTEND_HTTP_WS_FRAME_H
 #define HARK_FRONTEND_HTTP_WS_FRAME_H
@@ -60,13 +62,18 @@ void hark_ws_parser_init(hark_ws_parser *p);
 /*
  * Parses `len` bytes (unmasking payloads in place) and returns how many it
  * took: all of them, unless a sink callback stopped it or the peer broke
- * the protocol, when *code is set (1002) with a reason for the close
- * frame in *why. Otherwise *code is 0.
+ * the protocol, when *code is set (1002, or 1007) with a reason for the
+ * close frame in *why. Otherwise *code is 0.
  */
 size_t hark_ws_parse(hark_ws_parser *p, uint8_t *buf, size_t len, const hark_ws_sink *sink,
                      void *userp, int *code, const char **why);
 
 /* Whether a close code may be sent by a peer (RFC 6455 7.4). */
 bool hark_ws_close_code_valid(unsigned code);
+
+/* Whether n bytes are well-formed UTF-8 (no overlong forms, surrogates or
+ * code points past U+10FFFF), as a text message and a close reason must
+ * be (RFC 6455 8.1). */
+bool hark_utf8_valid(const uint8_t *s, size_t n);
 
 #endif
