@@ -281,47 +281,42 @@ class Framing(WsTest):
         self.assertEqual(op, 1)
         return json.loads(payload)["partial"]
 
-    def test_protocol_errors_close_1002(self):
+    def test_protocol_errors_close_1002_or_1007(self):
+        # (name, bytes, close code, reason, whether hark hangs up at once:
+        # a frame it cannot parse ends the reading; a whole text message
+        # that is not UTF-8 does not, and hark waits for the client's close)
+        P, I = 1002, 1007
         cases = [
-            ("unmasked", frame(2, pcm(4), mask=None), "unmasked"),
+            ("unmasked", frame(2, pcm(4), mask=None), "unmasked", P, True),
             ("unmasked after a good one", frame(2, pcm(4)) + frame(2, pcm(4), mask=None),
-             "unmasked"),
-            ("64-bit length, top bit", frame(2, b"", length=1 << 63), "top bit"),
-            ("reserved bits", frame(2, pcm(4), rsv=4), "reserved bits"),
-            ("opcode 3", frame(3, b"x"), "unknown opcode"),
-            ("opcode 11", frame(11, b"x"), "unknown opcode"),
-            ("fragmented ping", frame(9, b"x", fin=False), "fragmented"),
-            ("ping of 126 bytes", frame(9, b"x" * 126), "125"),
-            ("continuation first", frame(0, pcm(2)), "continuation"),
+             "unmasked", P, True),
+            ("64-bit length, top bit", frame(2, b"", length=1 << 63), "top bit", P, True),
+            ("reserved bits", frame(2, pcm(4), rsv=4), "reserved bits", P, True),
+            ("opcode 3", frame(3, b"x"), "unknown opcode", P, True),
+            ("opcode 11", frame(11, b"x"), "unknown opcode", P, True),
+            ("fragmented ping", frame(9, b"x", fin=False), "fragmented", P, True),
+            ("ping of 126 bytes", frame(9, b"x" * 126), "125", P, True),
+            ("continuation first", frame(0, pcm(2)), "continuation", P, True),
             ("a message inside a message", frame(2, pcm(2), fin=False) + frame(2, pcm(2)),
-             "new message"),
-            ("close of 1 byte", frame(8, b"\x03"), "1-byte"),
-            ("close code 1005", frame(8, (1005).to_bytes(2, "big")), "close code"),
-            ("close code 999", frame(8, (999).to_bytes(2, "big")), "close code"),
-        ]
-        for name, data, reason in cases:
-            with self.subTest(name):
-                ws = self.raw()
-                ws.sock.sendall(data)
-                code, why = ws.recv_close()
-                self.assertEqual(code, 1002, why)
-                self.assertIn(reason, why)
-                self.assertTrue(ws.at_eof())  # nothing more is read from it
-                self.assertEqual(ws.buf, b"")
-                ws.close()
-        invalid = [  # RFC 6455 8.1: text must be UTF-8; 7.1.6: so must a close reason
-            ("text not UTF-8", frame(1, b'{"eof": "\xff"}'), "text message"),
-            ("text cut mid-character", frame(1, b"\xe2\x82"), "text message"),
+             "new message", P, True),
+            ("close of 1 byte", frame(8, b"\x03"), "1-byte", P, True),
+            ("close code 1005", frame(8, (1005).to_bytes(2, "big")), "close code", P, True),
+            ("close code 999", frame(8, (999).to_bytes(2, "big")), "close code", P, True),
+            ("text not UTF-8", frame(1, b'{"eof": "\xff"}'), "text message", I, False),
+            ("text cut mid-character", frame(1, b"\xe2\x82"), "text message", I, False),
             ("close reason not UTF-8", frame(8, (1000).to_bytes(2, "big") + b"\xc0\xaf"),
-             "close reason"),
+             "close reason", I, True),  # RFC 6455 8.1 and 7.1.6
         ]
-        for name, data, reason in invalid:
+        for name, data, reason, want, hangs_up in cases:
             with self.subTest(name):
                 ws = self.raw()
                 ws.sock.sendall(data)
                 code, why = ws.recv_close()
-                self.assertEqual(code, 1007, why)
+                self.assertEqual(code, want, why)
                 self.assertIn(reason, why)
+                if hangs_up:  # nothing more is read from it
+                    self.assertTrue(ws.at_eof())
+                    self.assertEqual(ws.buf, b"")
                 ws.close()
         ws = self.raw()  # a character cut across fragments is whole in its message
         ws.send(1, b'{"eof": 1, "x": "\xc3', fin=False)

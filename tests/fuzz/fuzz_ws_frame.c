@@ -11,6 +11,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "frontend/http/http.h"
 #include "frontend/http/ws_frame.h"
 
 typedef struct story {
@@ -80,7 +81,8 @@ static size_t parse(const uint8_t *data, size_t len, unsigned seed, story *s, in
     const char *why;
     size_t took = hark_ws_parse(&p, copy + at, n, &sink, s, code, &why);
     if (*code) {
-      if ((*code != 1002 && *code != 1007) || !why || !*why) abort();
+      if ((*code != HARK_WS_CLOSE_PROTOCOL && *code != HARK_WS_CLOSE_INVALID) || !why || !*why)
+        abort();
       at += took;
       break;
     }

@@ -66,14 +66,12 @@ struct hark_ws {
   /* the message being received */
   char *msg;
   size_t msg_len, msg_cap;
-  bool in_msg, msg_binary;
   /* messages waiting for the socket */
   ws_out *out_head, *out_tail;
   size_t out_bytes;
   /* reading the client's frames (see the top of the file) */
-  struct lws *rx_wsi; /* the raw-file child on rx_fd, or NULL */
-  int rx_fd;
-  SSL *ssl; /* lws's TLS session (--http-use-ssl), or NULL */
+  struct lws *rx_wsi; /* the raw-file child on a dup of the socket, or NULL */
+  SSL *ssl;           /* lws's TLS session (--http-use-ssl), or NULL */
   hark_ws_parser parser;
   uint8_t *rx_left; /* read, not parsed yet (reading paused mid-read) */
   size_t rx_left_len;
@@ -212,7 +210,6 @@ int hark_ws_on_established(hark_http_conn *c, struct lws *wsi) {
   atomic_fetch_add(&loop->http->n_sockets, 1);
   c->ws = ws;
   hark_ws_parser_init(&ws->parser);
-  ws->rx_fd = -1;
   if (!rx_take(ws)) {
     hark_ws_close(ws, HARK_WS_CLOSE_TRY_LATER, "the server cannot read the stream now");
     return 0;
@@ -434,22 +431,17 @@ static bool on_data(void *userp, const uint8_t *p, size_t n, bool first, bool bi
                     uint64_t more) {
   hark_ws *ws = userp;
   if (ws->closing) return true;
-  if (first) {
-    ws->in_msg = true;
-    ws->msg_binary = binary;
-    ws->msg_len = 0;
-  }
+  if (first) ws->msg_len = 0;
   size_t limit = max_message(ws->loop->http);
   if (more > limit || n + more > limit - ws->msg_len) return too_big(ws, limit), true;
   if (!msg_append(ws, p, n) || !last) return true;
-  ws->in_msg = false;
   size_t len = ws->msg_len;
   ws->msg_len = 0;
-  if (!ws->msg_binary && !hark_utf8_valid((const uint8_t *)ws->msg, len)) {
+  if (!binary && !hark_utf8_valid((const uint8_t *)ws->msg, len)) {
     hark_ws_close(ws, HARK_WS_CLOSE_INVALID, "a text message that is not UTF-8");
     return true;
   }
-  handler_of(ws->loop)->message(ws->stream, ws->msg ? ws->msg : "", len, ws->msg_binary);
+  handler_of(ws->loop)->message(ws->stream, ws->msg ? ws->msg : "", len, binary);
   if (ws->msg_cap > KEEP_BUFFER) { /* keep a small buffer for the next one only */
     free(ws->msg);
     ws->msg = NULL;
@@ -522,7 +514,7 @@ static ssize_t rx_recv(hark_ws *ws, uint8_t *buf, size_t cap) {
     return e == SSL_ERROR_WANT_READ || e == SSL_ERROR_WANT_WRITE ? 0 : -1;
   }
   for (;;) {
-    ssize_t n = recv(ws->rx_fd, buf, cap, 0);
+    ssize_t n = recv(lws_get_socket_fd(ws->rx_wsi), buf, cap, 0);
     if (n > 0) return n;
     if (n < 0 && errno == EINTR) continue;
     return n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK) ? 0 : -1;
@@ -592,7 +584,6 @@ static bool rx_take(hark_ws *ws) {
     HARK_WARN("ws: cannot read a new stream (out of memory?)");
     return false;
   }
-  ws->rx_fd = dup;
   ws->ssl = lws_get_ssl(ws->wsi);
   rx_kick_soon(ws); /* TLS may have read the first records already */
   return true;
@@ -608,7 +599,6 @@ int hark_ws_on_rx_event(struct lws *wsi, enum lws_callback_reasons reason) {
   case LWS_CALLBACK_RAW_CLOSE_FILE:
     if (ws->rx_wsi == wsi) {
       ws->rx_wsi = NULL;
-      ws->rx_fd = -1;
     }
     return 0;
   default: return 0;

@@ -6,6 +6,8 @@
 
 #include <string.h>
 
+#include "frontend/http/http.h"
+
 void hark_ws_parser_init(hark_ws_parser *p) {
   memset(p, 0, sizeof *p);
   p->hdr_need = 2;
@@ -64,7 +66,7 @@ bool hark_utf8_valid(const uint8_t *s, size_t n) {
 }
 
 static size_t fail(int *code, const char **why, const char *reason, size_t taken) {
-  *code = 1002;
+  *code = HARK_WS_CLOSE_PROTOCOL;
   *why = reason;
   return taken;
 }
@@ -122,16 +124,16 @@ static int control_done(const hark_ws_parser *p, const char **why) {
   if (p->opcode != HARK_WS_OP_CLOSE || !p->ctl_len) return 0;
   if (p->ctl_len == 1) {
     *why = "a close frame with a 1-byte payload";
-    return 1002;
+    return HARK_WS_CLOSE_PROTOCOL;
   }
   unsigned code = (unsigned)p->ctl[0] << 8 | p->ctl[1];
   if (!hark_ws_close_code_valid(code)) {
     *why = "a close code a peer may not send";
-    return 1002;
+    return HARK_WS_CLOSE_PROTOCOL;
   }
   if (!hark_utf8_valid(p->ctl + 2, p->ctl_len - 2u)) {
     *why = "a close reason that is not UTF-8";
-    return 1007;
+    return HARK_WS_CLOSE_INVALID;
   }
   return 0;
 }
