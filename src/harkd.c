@@ -154,6 +154,9 @@ static void usage(FILE *f) {
           "                              without a hand-off to a worker and back, when\n"
           "                              the model's executions average <= N us (default\n"
           "                              50; 0: every batch on the worker pool)\n"
+          "  --short-batch-us N          on the worker pool, batches of models whose\n"
+          "                              executions average <= N us run before longer\n"
+          "                              ones (default 1000; 0: arrival order)\n"
           "  --max-queue-size N          per-model queue cap when config sets none (4096)\n"
           "  --speech-model NAME         the model a WebSocket on / and a Riva stream naming\n"
           "                              no model stream to (default asr)\n"
@@ -306,6 +309,7 @@ int main(int argc, char **argv) {
     O_UNLOAD_TIMEOUT,
     O_HTTP_THREADS,
     O_INLINE,
+    O_SHORT,
     O_HDRTO,
     O_BODYDL,
     O_SENDTO,
@@ -353,6 +357,7 @@ int main(int argc, char **argv) {
       {"http-thread-count", required_argument, 0, O_HTTP_THREADS},
       {"worker-threads", required_argument, 0, O_WORKERS},
       {"inline-max-us", required_argument, 0, O_INLINE},
+      {"short-batch-us", required_argument, 0, O_SHORT},
       {"max-queue-size", required_argument, 0, O_QUEUE},
       {"log-verbose", required_argument, 0, O_VERBOSE},
       {"log-info", required_argument, 0, O_LOG_INFO},
@@ -396,7 +401,7 @@ int main(int argc, char **argv) {
       {"metrics-address", required_argument, 0, O_METRICS_ADDR},
       {"help", no_argument, 0, O_HELP},
       {0, 0, 0, 0}};
-  hark_server_options so = {.strict_readiness = true, .inline_max_us = 50};
+  hark_server_options so = {.strict_readiness = true, .inline_max_us = 50, .short_batch_us = 1000};
   hark_frontend_options fo = {
       .http = {.http_port = 8000,
                .metrics_port = 8002,
@@ -553,6 +558,9 @@ int main(int argc, char **argv) {
       break;
     case O_INLINE:
       so.inline_max_us = (uint32_t)parse_num("--inline-max-us", optarg, 0, 1000000);
+      break;
+    case O_SHORT:
+      so.short_batch_us = (uint32_t)parse_num("--short-batch-us", optarg, 0, 10000000);
       break;
     case O_WORKERS:
       so.worker_threads = (uint32_t)parse_num("--worker-threads", optarg, 1, 1024);

@@ -62,6 +62,10 @@ typedef struct hark_server_options {
    * handing it to a worker and back, when that model's executions average
    * at most this many microseconds. 0: never (every batch on a worker). */
   uint32_t inline_max_us;
+  /* On the worker pool, batches of a model whose executions average at most
+   * this many microseconds run before longer ones (a longer one waits for
+   * them at most as long as it runs itself). 0: arrival order. */
+  uint32_t short_batch_us;
 } hark_server_options;
 
 /* Starts the worker pool and loads the repository per the control mode.

@@ -83,6 +83,7 @@ hark_error *hark_server_new(const hark_server_options *opts, hark_server **out) 
                           threads, strerror(prc));
   }
   hark_pool_set_inline_max_ns(s->pool, (uint64_t)opts->inline_max_us * 1000u);
+  hark_pool_set_short_max_ns(s->pool, (uint64_t)opts->short_batch_us * 1000u);
   atomic_store(&s->live, true);
   err = hark_repository_start(s->repo, opts->load_models, opts->n_load_models);
   if (err) {

@@ -17,6 +17,21 @@
  * non-empty, tasks queue (and wake a worker) as usual, so nothing waits
  * behind a worker's chain of continuations.
  *
+ * Short tasks first: an embedded task may say what it is expected to cost
+ * (cost_ns, its model's average execution). Tasks expected to take at most
+ * the short bound (hark_pool_set_short_max_ns) queue in a lane of their own
+ * that workers serve before the other, so that a model whose batches take
+ * microseconds (a gated recogniser on silent streams) does not wait behind
+ * one whose batches take milliseconds (the VAD feeding it) whenever every
+ * worker is busy with the latter: run in arrival order, each of the cheap
+ * model's instances got one turn per expensive batch, and the pipeline's
+ * throughput collapsed to that. A long task is passed over only while it
+ * has waited less than it will itself run (its cost, or the short bound
+ * when that is larger or the cost unknown), so shorter work can at most
+ * double a long task's time in the queue and never starve it. Tasks of
+ * unknown cost (hark_pool_submit's, a model's first executions) queue as
+ * long ones. A bound of 0 keeps one FIFO.
+ *
  * Inline runs: a thread outside the pool that serves requests (an HTTP
  * event loop) may declare itself able to run work in place
  * (hark_pool_thread_may_inline). A scheduler that launches a batch on such
@@ -48,13 +63,15 @@
 
 struct hark_pool {
   pthread_mutex_t lock;
-  pthread_cond_t work; /* a task was queued, or stopping */
-  hark_pool_task *head, *tail;
-  hark_pool_task *free_nodes; /* for hark_pool_submit; max_queue of them */
+  pthread_cond_t work;           /* a task was queued, or stopping */
+  hark_pool_task *head, *tail;   /* the long lane (and every task when short_max_ns is 0) */
+  hark_pool_task *shead, *stail; /* the short lane */
+  hark_pool_task *free_nodes;    /* for hark_pool_submit; max_queue of them */
   hark_pool_task *nodes;
   bool stopping;
   uint32_t n_threads, alive;
   atomic_uint_fast64_t inline_max_ns; /* 0: nothing runs inline */
+  uint64_t short_max_ns;              /* under lock; 0: one lane */
   pthread_t *threads;
 
   pthread_mutex_t tlock;
@@ -74,13 +91,53 @@ static _Thread_local hark_pool_task *tl_next;
 /* This thread may run cheap batches in place (see the top of the file). */
 static _Thread_local bool tl_may_inline;
 
+/* hark_now_ns's clock, read here so that this layer needs nothing above it. */
+static uint64_t now_ns(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
+}
+
+static bool is_short(const hark_pool *pool, const hark_pool_task *task) {
+  return pool->short_max_ns && task->cost_ns && task->cost_ns <= pool->short_max_ns;
+}
+
 static void fifo_push(hark_pool *pool, hark_pool_task *task) {
   task->next = NULL;
-  if (pool->tail)
-    pool->tail->next = task;
+  hark_pool_task **head = &pool->head, **tail = &pool->tail;
+  if (is_short(pool, task)) {
+    head = &pool->shead;
+    tail = &pool->stail;
+  } else {
+    task->queued_ns = now_ns();
+  }
+  if (*tail)
+    (*tail)->next = task;
   else
-    pool->head = task;
-  pool->tail = task;
+    *head = task;
+  *tail = task;
+}
+
+static bool fifo_empty(const hark_pool *pool) { return !pool->head && !pool->shead; }
+
+/* The next task to run, under the lock: the short lane's head, unless the
+ * long lane's head has waited as long as it will run (see the top). */
+static hark_pool_task *fifo_pop(hark_pool *pool) {
+  hark_pool_task **head = &pool->head, **tail = &pool->tail;
+  if (pool->shead) {
+    hark_pool_task *l = pool->head;
+    uint64_t patience = l && l->cost_ns > pool->short_max_ns ? l->cost_ns : pool->short_max_ns;
+    if (!l || now_ns() - l->queued_ns < patience) {
+      head = &pool->shead;
+      tail = &pool->stail;
+    }
+  }
+  hark_pool_task *task = *head;
+  if (task) {
+    *head = task->next;
+    if (!*head) *tail = NULL;
+  }
+  return task;
 }
 
 static void *worker_main(void *arg) {
@@ -88,11 +145,9 @@ static void *worker_main(void *arg) {
   tl_pool = pool;
   pthread_mutex_lock(&pool->lock);
   for (;;) {
-    while (!pool->head && !pool->stopping) pthread_cond_wait(&pool->work, &pool->lock);
-    hark_pool_task *task = pool->head;
+    while (fifo_empty(pool) && !pool->stopping) pthread_cond_wait(&pool->work, &pool->lock);
+    hark_pool_task *task = fifo_pop(pool);
     if (!task) break; /* stopping and drained */
-    pool->head = task->next;
-    if (!pool->head) pool->tail = NULL;
     /* Copy out before unlocking: an embedded task may be resubmitted (and
      * a pooled node reused) as soon as it leaves the FIFO. */
     void (*fn)(void *) = task->fn;
@@ -126,6 +181,7 @@ int hark_pool_submit(hark_pool *pool, void (*fn)(void *), void *arg) {
   pool->free_nodes = node->next;
   node->fn = fn;
   node->arg = arg;
+  node->cost_ns = 0;
   fifo_push(pool, node);
   pthread_cond_signal(&pool->work);
   pthread_mutex_unlock(&pool->lock);
@@ -142,7 +198,7 @@ void hark_pool_submit_task(hark_pool *pool, hark_pool_task *task) {
     return;
   }
   task->pooled = false;
-  if (tl_pool == pool && !tl_next && !pool->head && !pool->stopping) {
+  if (tl_pool == pool && !tl_next && fifo_empty(pool) && !pool->stopping) {
     tl_next = task; /* this worker runs it next; see the top of the file */
     pthread_mutex_unlock(&pool->lock);
     return;
@@ -158,6 +214,12 @@ void hark_pool_set_inline_max_ns(hark_pool *pool, uint64_t ns) {
   atomic_store(&pool->inline_max_ns, ns);
 }
 
+void hark_pool_set_short_max_ns(hark_pool *pool, uint64_t ns) {
+  pthread_mutex_lock(&pool->lock);
+  pool->short_max_ns = ns;
+  pthread_mutex_unlock(&pool->lock);
+}
+
 void hark_pool_thread_may_inline(bool on) { tl_may_inline = on; }
 
 bool hark_pool_inline_begin(hark_pool *pool, uint64_t avg_exec_ns) {
@@ -170,13 +232,6 @@ bool hark_pool_inline_begin(hark_pool *pool, uint64_t avg_exec_ns) {
 void hark_pool_inline_end(void) { tl_may_inline = true; }
 
 /* ---- timer ----------------------------------------------------------------- */
-
-/* hark_now_ns's clock, read here so that this layer needs nothing above it. */
-static uint64_t now_ns(void) {
-  struct timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
-}
 
 void hark_timer_init(hark_timer *timer, void (*fn)(void *), void *arg) {
   timer->fn = fn;

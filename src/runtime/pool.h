@@ -39,18 +39,28 @@ uint32_t hark_pool_threads(const hark_pool *pool);
 typedef struct hark_pool_task {
   void (*fn)(void *arg);
   void *arg;
+  /* What fn is expected to take (ns), set by the owner before each submit;
+   * 0: not known. Decides the task's lane (hark_pool_set_short_max_ns). */
+  uint64_t cost_ns;
   struct hark_pool_task *next; /* pool-private */
+  uint64_t queued_ns;          /* pool-private: when it entered the long lane */
   bool pooled;                 /* pool-private: from the bounded free list */
 } hark_pool_task;
 
 /*
- * Queues an embedded task, FIFO with hark_pool_submit's tasks. Never fails:
+ * Queues an embedded task, FIFO with hark_pool_submit's tasks within its
+ * lane (the short one when 0 < cost_ns <= the short bound). Never fails:
  * the caller bounds how many of its tasks can be queued at once. The task
  * struct must stay valid until task->fn starts; it may be resubmitted from
  * then on. If the pool's workers are gone (the pool is being freed and
  * already drained), fn runs on the calling thread.
  */
 void hark_pool_submit_task(hark_pool *pool, hark_pool_task *task);
+
+/* Tasks expected to take at most `ns` (cost_ns) run before longer ones,
+ * and a longer one is passed over only while it has waited less than
+ * max(its cost, ns) (pool.c says why); 0 (the default): one FIFO. */
+void hark_pool_set_short_max_ns(hark_pool *pool, uint64_t ns);
 
 /* ---- inline runs ----------------------------------------------------------------- */
 

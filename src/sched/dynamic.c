@@ -33,10 +33,6 @@
 #include "sched/skeleton.h"
 #include "util/alloc.h"
 
-/* Executions timed before a model may run inline (runtime/pool.c): the first
- * requests, with their cold caches and lazy set-ups, do not decide. */
-#define INLINE_WARMUP 16u
-
 typedef struct dyn_sched dyn_sched;
 
 typedef struct dyn_instance {
@@ -75,11 +71,6 @@ struct dyn_sched {
   uint32_t items_cap;
   dyn_instance *insts;
   uint32_t n_insts, next_inst;
-  /* Wall time of an execution, a moving average over about the last 8
-   * (written by whichever worker finished last: an estimate), and how many
-   * have been timed: what decides whether a batch may run inline. */
-  atomic_uint_fast64_t exec_avg_ns;
-  atomic_uint exec_timed;
 
   bool ordered;          /* preserve_ordering */
   pthread_mutex_t olock; /* after sk.lock when both are held */
@@ -240,22 +231,12 @@ static void dyn_finish(hark_skel *sk, hark_skel_pass *p) {
     hark_request_complete(p->out[i], hark_error_new(HARK_ERR_DEADLINE, "Request timeout expired"));
 }
 
-/* On a worker (or inline): runs one formed batch, timing it. */
+/* On a worker (or inline): runs one formed batch (the skeleton times it). */
 static void dyn_execute(hark_skel *sk, hark_skel_inst *inst) {
-  dyn_sched *s = (dyn_sched *)sk;
   dyn_instance *di = (dyn_instance *)inst;
   hark_log_context saved;
   hark_sched_log_batch(&sk->d, inst->index, di->batch, di->n, &saved);
-  uint64_t start = hark_now_ns();
   sk->d.run(sk->d.ctx, inst->index, di->batch, di->n);
-  uint64_t took = hark_now_ns() - start;
-  uint64_t avg = atomic_load_explicit(&s->exec_avg_ns, memory_order_relaxed);
-  /* The warm-up's executions (cold caches, lazy set-ups) are not averaged:
-   * the average starts from the last of them. */
-  bool warm = atomic_load_explicit(&s->exec_timed, memory_order_relaxed) >= INLINE_WARMUP;
-  atomic_store_explicit(&s->exec_avg_ns, warm ? avg - avg / 8 + took / 8 : took,
-                        memory_order_relaxed);
-  atomic_fetch_add_explicit(&s->exec_timed, 1, memory_order_relaxed);
   hark_sched_log_restore(&saved);
 }
 
@@ -268,14 +249,6 @@ static void dyn_executed(hark_skel *sk, hark_skel_inst *inst) {
 
 static bool dyn_drained(const hark_skel *sk) {
   return hark_queue_size(((const dyn_sched *)sk)->queue) == 0;
-}
-
-/* A cheap model's batch may run on a front end's thread that allowed it
- * (runtime/pool.c), once the warm-up has been timed. */
-static uint64_t dyn_inline_cost(hark_skel *sk) {
-  dyn_sched *s = (dyn_sched *)sk;
-  if (atomic_load_explicit(&s->exec_timed, memory_order_relaxed) < INLINE_WARMUP) return UINT64_MAX;
-  return atomic_load_explicit(&s->exec_avg_ns, memory_order_relaxed);
 }
 
 /* ---- the hark_sched interface ------------------------------------------------------ */
@@ -352,7 +325,7 @@ static const hark_skel_ops dyn_skel_ops = {
     .executed = dyn_executed,
     .admit = dyn_admit,
     .drained = dyn_drained,
-    .inline_cost = dyn_inline_cost,
+    .may_inline = true,
 };
 
 hark_error *hark_sched_dynamic_new(const hark_sched_desc *desc, hark_sched **out) {
@@ -366,8 +339,6 @@ hark_error *hark_sched_dynamic_new(const hark_sched_desc *desc, hark_sched **out
   hark_skel_init(&s->sk, &dyn_skel_ops, desc);
   s->sk.base.ops = &dyn_ops;
   pthread_mutex_init(&s->olock, NULL);
-  atomic_init(&s->exec_avg_ns, 0);
-  atomic_init(&s->exec_timed, 0);
 
   /* The default scheduler has no priorities or queue policies (Triton's
    * config has nowhere to put them without dynamic_batching). */

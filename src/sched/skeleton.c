@@ -15,10 +15,13 @@
  * until its execution returns, so it never runs two batches at once; the
  * number of queued pool tasks is bounded by the instance count.
  *
- * Inline runs: on a front-end thread that allows it (runtime/pool.h), a
- * scheduler whose executions average a few microseconds has the first
- * batch a pump formed run by the pump's own thread, after the rest went to
- * the workers and the pass was finished.
+ * Costs: every execution is timed, and its model's moving average goes
+ * with each batch handed to the pool (the task's cost_ns), so the pool
+ * runs short batches before long ones (runtime/pool.c). Inline runs: on a
+ * front-end thread that allows it (runtime/pool.h), a scheduler whose
+ * executions average a few microseconds has the first batch a pump formed
+ * run by the pump's own thread, after the rest went to the workers and the
+ * pass was finished.
  *
  * Timers: rather than a thread per model sleeping on its own condition
  * variable, every scheduler embeds one hark_timer on the pool's single
@@ -34,6 +37,11 @@
 
 #include "core/engine.h"
 
+/* Executions timed before a model's average counts (inline runs, the
+ * pool's lanes): the first, with their cold caches and lazy set-ups, do
+ * not decide. */
+#define COST_WARMUP 16u
+
 static void skel_fire(void *arg) {
   hark_skel *sk = arg;
   pthread_mutex_lock(&sk->lock);
@@ -46,7 +54,16 @@ static void skel_fire(void *arg) {
 static void skel_run(void *arg) {
   hark_skel_inst *inst = arg;
   hark_skel *sk = inst->sk;
+  uint64_t start = hark_now_ns();
   sk->ops->execute(sk, inst);
+  uint64_t took = hark_now_ns() - start;
+  /* The warm-up's executions are not averaged: the average starts from
+   * the last of them. */
+  uint64_t avg = atomic_load_explicit(&sk->exec_avg_ns, memory_order_relaxed);
+  bool warm = atomic_load_explicit(&sk->exec_timed, memory_order_relaxed) >= COST_WARMUP;
+  atomic_store_explicit(&sk->exec_avg_ns, warm ? avg - avg / 8 + took / 8 : took,
+                        memory_order_relaxed);
+  atomic_fetch_add_explicit(&sk->exec_timed, 1, memory_order_relaxed);
   pthread_mutex_lock(&sk->lock);
   if (sk->ops->executed) sk->ops->executed(sk, inst);
   inst->busy = false;
@@ -63,6 +80,8 @@ void hark_skel_init(hark_skel *sk, const hark_skel_ops *ops, const hark_sched_de
   pthread_cond_init(&sk->idle, NULL);
   hark_timer_init(&sk->timer, skel_fire, sk);
   atomic_init(&sk->queued, 0);
+  atomic_init(&sk->exec_avg_ns, 0);
+  atomic_init(&sk->exec_timed, 0);
 }
 
 void hark_skel_inst_init(hark_skel *sk, hark_skel_inst *inst, uint32_t index) {
@@ -100,13 +119,14 @@ void hark_skel_pump(hark_skel *sk) {
     pthread_mutex_unlock(&sk->lock);
 
     hark_skel_inst *here = NULL;
-    uint64_t cost = p.launch && sk->ops->inline_cost ? sk->ops->inline_cost(sk) : UINT64_MAX;
-    if (cost != UINT64_MAX && hark_pool_inline_begin(pool, cost)) {
+    uint64_t cost = p.launch ? hark_skel_cost(sk) : 0;
+    if (cost && sk->ops->may_inline && hark_pool_inline_begin(pool, cost)) {
       here = p.launch;
       p.launch = here->launch_next;
     }
     for (hark_skel_inst *inst = p.launch, *next; inst; inst = next) {
       next = inst->launch_next; /* the task may run and finish at once */
+      inst->task.cost_ns = cost;
       hark_pool_submit_task(pool, &inst->task);
     }
     if (sk->ops->finish) sk->ops->finish(sk, &p);
@@ -162,4 +182,10 @@ uint32_t hark_skel_busy(const hark_sched *base) {
   uint32_t n = sk->n_busy;
   pthread_mutex_unlock(&sk->lock);
   return n;
+}
+
+uint64_t hark_skel_cost(const hark_skel *sk) {
+  if (atomic_load_explicit(&sk->exec_timed, memory_order_relaxed) < COST_WARMUP) return 0;
+  uint64_t avg = atomic_load_explicit(&sk->exec_avg_ns, memory_order_relaxed);
+  return avg ? avg : 1;
 }

@@ -61,9 +61,9 @@ typedef struct hark_skel_ops {
   /* Under the lock: nothing is left that stop must wait for, beside users
    * and busy instances. */
   bool (*drained)(const hark_skel *sk);
-  /* Outside the lock: what an execution costs on average (ns), for inline
-   * runs (runtime/pool.h); UINT64_MAX: not known. NULL: never inline. */
-  uint64_t (*inline_cost)(hark_skel *sk);
+  /* Batches may run inline on a front end's thread that allows it, when
+   * the model's executions are cheap (runtime/pool.h). */
+  bool may_inline;
 } hark_skel_ops;
 
 struct hark_skel {
@@ -77,6 +77,12 @@ struct hark_skel {
   bool stopping;       /* set by stop: refuse new requests, flush */
   hark_timer timer;
   atomic_uint queued; /* the last pass's count, for the lock-free getter */
+  /* Wall time of an execution, a moving average over about the last 8
+   * (written by whichever thread finished last: an estimate), and how many
+   * have been timed: the expected cost of the next batch, which decides
+   * whether it may run inline and which lane of the pool it queues in. */
+  atomic_uint_fast64_t exec_avg_ns;
+  atomic_uint exec_timed;
 };
 
 /* `base.ops` is the caller's to set. */
@@ -102,5 +108,8 @@ void hark_skel_stop(hark_skel *sk);
 /* hark_sched_queued for any skeleton scheduler. */
 uint32_t hark_skel_queued(const hark_sched *base);
 uint32_t hark_skel_busy(const hark_sched *base);
+/* What the model's next execution is expected to take (ns); 0 while its
+ * first executions (cold caches, lazy set-ups) are still being timed. */
+uint64_t hark_skel_cost(const hark_skel *sk);
 
 #endif

@@ -281,5 +281,63 @@ sequence_batching { direct { adaptive_queue_delay { max_microseconds: 1000 } } }
         for name in list(self.BAD) + ["bad_direct"]:
             self.assertEqual(self.server.request("GET", f"/v2/models/{name}/ready")[0], 400)
 
+class ShortBatchesFirst(unittest.TestCase):
+    """The worker pool runs a fast model's batch before a slow model's batch
+    queued earlier (--short-batch-us), but not past a slow batch that has
+    waited as long as it runs; with --short-batch-us 0 it keeps arrival
+    order. One worker, no inline runs, so every batch queues in the pool."""
+
+    SLOW_US = 200000
+
+    @classmethod
+    def setUpClass(cls):
+        slow = slow_model("slow", cls.SLOW_US, "").replace(
+            "max_batch_size: 8", "max_batch_size: 8\ninstance_group [ { count: 2 kind: KIND_CPU } ]")
+        cls.repo = make_repo({"slow": slow, "fast": slow_model("fast", 0, "")})
+        cls.servers = {}
+        for bound in ("1000", "0"):
+            server = Harkd(cls.repo, args=["--worker-threads", "1", "--inline-max-us", "0",
+                                           "--short-batch-us", bound])
+            # Both models' averages count after 16 executions.
+            results = [None] * 16
+            for model in ("fast", "slow"):
+                for t in fire(server, model, [fp_request()] * 16, results):
+                    t.join()
+                assert all(r[0] == 200 for r in results), results
+            cls.servers[bound] = server
+
+    @classmethod
+    def tearDownClass(cls):
+        for server in cls.servers.values():
+            server.stop()
+
+    def race(self, bound):
+        """A slow batch takes the worker; 100 ms later a second slow one
+        queues, then a fast one: the times each of the last two finished."""
+        server = self.servers[bound]
+        first, second, fast = [None], [None], [None]
+        threads = fire(server, "slow", [fp_request()], first)
+        time.sleep(0.1)
+        threads += fire(server, "slow", [fp_request()], second)
+        time.sleep(0.02)
+        threads += fire(server, "fast", [fp_request()], fast)
+        for t in threads:
+            t.join()
+        self.assertEqual([r[0][0] for r in (first, second, fast)], [200] * 3, (first, second, fast))
+        return second[0][2], fast[0][2]
+
+    def test_fast_batch_overtakes_a_queued_slow_one(self):
+        slow_done, fast_done = self.race("1000")
+        # The fast one ran as soon as the first slow batch let go of the
+        # worker, a whole slow execution before the second.
+        self.assertLess(fast_done, slow_done - self.SLOW_US / 2e6)
+
+    def test_arrival_order_without_the_bound(self):
+        slow_done, fast_done = self.race("0")
+        # The fast one ran right after the second slow one (the two replies
+        # may reach the client in either order).
+        self.assertGreater(fast_done, slow_done - self.SLOW_US / 4e6)
+
+
 if __name__ == "__main__":
     main()

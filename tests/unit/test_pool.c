@@ -379,6 +379,79 @@ static void test_continuation_queues_when_work_waits(void **state) {
   hark_pool_free(h.pool);
 }
 
+/* Records the order tasks ran in. */
+typedef struct order_log {
+  atomic_int n;
+  int ran[8];
+} order_log;
+
+typedef struct ordered_task {
+  hark_pool_task task;
+  order_log *log;
+  int id;
+} ordered_task;
+
+static void ordered_run(void *arg) {
+  ordered_task *t = arg;
+  t->log->ran[atomic_fetch_add(&t->log->n, 1)] = t->id;
+}
+
+static void ordered_init(ordered_task *t, order_log *log, int id, uint64_t cost_ns) {
+  *t = (ordered_task){.task = {.fn = ordered_run, .cost_ns = cost_ns}, .log = log, .id = id};
+  t->task.arg = t;
+}
+
+/* One worker held at a gate; `ids` (with their costs) queue behind it in
+ * that order, with `gap_ms` between the first and the rest; then the gate
+ * opens and the order they ran in lands in `log`. */
+static void run_behind_gate(uint64_t short_max_ns, const int *ids, const uint64_t *costs, int n,
+                            unsigned gap_ms, order_log *log) {
+  hark_pool *pool;
+  assert_int_equal(0, hark_pool_new(1, 8, &pool));
+  hark_pool_set_short_max_ns(pool, short_max_ns);
+  gate g = {PTHREAD_MUTEX_INITIALIZER, PTHREAD_COND_INITIALIZER, false, 0, 0};
+  assert_int_equal(0, hark_pool_submit(pool, gate_task, &g));
+  assert_true(wait_for(&g.entered, 1));
+  ordered_task tasks[8];
+  for (int i = 0; i < n; i++) {
+    ordered_init(&tasks[i], log, ids[i], costs[i]);
+    hark_pool_submit_task(pool, &tasks[i].task);
+    if (i == 0 && gap_ms) sleep_ms(gap_ms);
+  }
+  gate_open(&g);
+  assert_true(wait_for(&log->n, n));
+  hark_pool_free(pool);
+}
+
+/* Batches expected to be short pass longer ones queued before them; tasks
+ * of unknown cost (0) queue as long ones; each lane keeps its order. */
+static void test_short_tasks_run_first(void **state) {
+  (void)state;
+  const int ids[] = {1, 2, 3, 4, 5};
+  const uint64_t costs[] = {10000 * MS, 20000, 0, 30000, 2 * MS}; /* 1: 10 s, never aged here */
+  order_log log = {0};
+  run_behind_gate(1 * MS, ids, costs, 5, 0, &log);
+  const int want[] = {2, 4, 1, 3, 5};
+  for (int i = 0; i < 5; i++) assert_int_equal(log.ran[i], want[i]);
+
+  /* A bound of 0: arrival order. */
+  order_log fifo = {0};
+  run_behind_gate(0, ids, costs, 5, 0, &fifo);
+  for (int i = 0; i < 5; i++) assert_int_equal(fifo.ran[i], ids[i]);
+}
+
+/* A long task that has waited as long as it will run goes before the short
+ * ones, so shorter work cannot starve it. */
+static void test_long_task_waits_at_most_its_cost(void **state) {
+  (void)state;
+  const int ids[] = {1, 2, 3};
+  const uint64_t costs[] = {2 * MS, 20000, 20000};
+  order_log log = {0};
+  run_behind_gate(1 * MS, ids, costs, 3, 20, &log); /* 1 waited 20 ms > its 2 ms */
+  const int want[] = {1, 2, 3};
+  for (int i = 0; i < 3; i++) assert_int_equal(log.ran[i], want[i]);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_bad_args),
@@ -393,6 +466,8 @@ int main(void) {
       cmocka_unit_test(test_timer_rearm_from_callback),
       cmocka_unit_test(test_continuation_runs_on_the_same_worker),
       cmocka_unit_test(test_continuation_queues_when_work_waits),
+      cmocka_unit_test(test_short_tasks_run_first),
+      cmocka_unit_test(test_long_task_waits_at_most_its_cost),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }
