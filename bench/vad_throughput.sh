@@ -8,8 +8,9 @@
 #
 # The load is tools/bench/vad_load (bin/vad_load): N keep-alive HTTP
 # connections, one sequence each, closed loop, binary tensors. The bare
-# loop uses as many libtorch threads as harkd gives the model (read from
-# its log: INTRA_OP_THREAD_COUNT, 1 in the shipped config). Prints a markdown snippet with the
+# loop uses as many libtorch threads as harkd gives the model in all: the
+# intra-op threads per instance (from harkd's log; INTRA_OP_THREAD_COUNT, 1
+# in the shipped config) times its instances (2 shipped). Prints a markdown snippet with the
 # ratios hark/bare (goal >= 0.8 at N >= 64) and batched/unbatched
 # (goal >= 5x).
 #
@@ -38,7 +39,7 @@ repo=$BENCH_TMP/models
 mkdir -p "$repo/silero_vad_b1/1"
 ln -s "$BENCH_ROOT/models/silero_vad" "$repo/silero_vad"
 ln -s "$MODEL_FILE" "$repo/silero_vad_b1/1/model.pt"
-sed -e 's/^name: "silero_vad"/name: "silero_vad_b1"/' -e 's/^max_batch_size: 512/max_batch_size: 1/' \
+sed -e 's/^name: "silero_vad"/name: "silero_vad_b1"/' -e 's/^max_batch_size: 512/max_batch_size: 1/' -e '/preferred_batch_size/d' \
   "$BENCH_ROOT/models/silero_vad/config.pbtxt" >"$repo/silero_vad_b1/config.pbtxt"
 grep -q '^max_batch_size: 1$' "$repo/silero_vad_b1/config.pbtxt" ||
   bench_die "models/silero_vad/config.pbtxt changed shape: cannot derive silero_vad_b1"
@@ -54,7 +55,11 @@ bench_wait_http "http://$HARKD_URL/v2/health/ready" 60 ||
 THREADS=$(grep -o "model 'silero_vad' .*intra-op threads [0-9]*" "$BENCH_TMP/harkd.log" | head -1 |
   grep -o '[0-9]*$')
 [[ -n $THREADS ]] || bench_die "no intra-op thread count for silero_vad in harkd's log"
-bench_log "harkd ready at $HARKD_URL; silero_vad: intra-op threads $THREADS per instance"
+INSTANCES=$(grep -o '^instance_group \[ { count: [0-9]*' "$BENCH_ROOT/models/silero_vad/config.pbtxt" |
+  grep -o '[0-9]*$')
+[[ -n $INSTANCES ]] || bench_die "no instance count in models/silero_vad/config.pbtxt"
+bench_log "harkd ready at $HARKD_URL; silero_vad: $INSTANCES instance(s) of $THREADS intra-op thread(s)"
+THREADS=$((THREADS * INSTANCES))
 
 # hark MODEL N: frames/s through harkd; sets FPS P50 P99.
 hark() {
@@ -96,7 +101,7 @@ cat <<EOF
 $(bench_machine). Command: \`$(bench_command SEQUENCES DURATION WARMUP FRAMES)\`.
 One harkd; N concurrent sequences, $FRAMES 512-sample frame(s) per request (vad_load, closed
 loop, HTTP binary tensors); bare: the same model.pt at batch N, $FRAMES frame(s) per row, in a
-libtorch loop, $THREADS threads.
+libtorch loop, $THREADS threads (harkd: $INSTANCES instance(s) of $((THREADS / INSTANCES))).
 ${DURATION} s per measurement after ${WARMUP} s of warmup.
 
 | N | hark frames/s | p50 µs | p99 µs | max_batch_size 1 frames/s | bare frames/s | hark/bare | batched/unbatched |

@@ -561,8 +561,13 @@ static uint32_t form_oldest(hark_seqtab *t, bool flush, uint64_t now, hark_seq_e
     if (s->head->enqueued_ns < first) first = s->head->enqueued_ns;
   }
   if (n && t->adapt.enabled) t->bp.max_queue_delay_ns = hark_adaptive_delay_for(&t->adapt, first);
+  /* Waiting for company is pointless once every live sequence is ready or
+   * running: no other request can come before one of those returns (a
+   * closed loop of N clients then runs at full batches instead of a batch
+   * per max_queue_delay). */
+  bool nobody_else = t->ready.n + t->in_flight >= t->n_live;
   hark_batch_decision d;
-  hark_batch_decide(&t->bp, t->items, n, flush, now, &d);
+  hark_batch_decide(&t->bp, t->items, n, flush || nobody_else, now, &d);
   if (d.n_requests == 0) {
     if (d.wait_until_ns < *wake) *wake = d.wait_until_ns;
     return 0;

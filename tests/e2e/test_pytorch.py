@@ -21,6 +21,7 @@ import shutil
 import struct
 import tempfile
 import threading
+import time
 import unittest
 
 import torch
@@ -155,6 +156,22 @@ sequence_batching {
             initial_state { data_type: TYPE_FP32 dims: [ 2 ] zero_data: true name: "z" } } ]
 }
 """,
+    # The accumulator on two instances, with a queue delay of 5 s.
+    "accumulator2": """
+backend: "pytorch"
+max_batch_size: 64
+input [ { name: "INPUT__0" data_type: TYPE_FP32 dims: [ 2 ] } ]
+output [ { name: "OUTPUT__0" data_type: TYPE_FP32 dims: [ 2 ] },
+         { name: "BATCH__1" data_type: TYPE_INT64 dims: [ 1 ] } ]
+instance_group [ { count: 2 kind: KIND_CPU } ]
+sequence_batching {
+  max_sequence_idle_microseconds: 60000000
+  oldest { max_candidate_sequences: 64 max_queue_delay_microseconds: 5000000 }
+  state [ { input_name: "STATE__1" output_name: "STATE_OUT__2" data_type: TYPE_FP32
+            dims: [ 2 ]
+            initial_state { data_type: TYPE_FP32 dims: [ 2 ] zero_data: true name: "z" } } ]
+}
+""",
     "rowsum": """
 backend: "pytorch"
 max_batch_size: 16
@@ -230,7 +247,7 @@ output [ {{ name: "OUTPUT__0" {FP32_VEC} }}, {{ name: "OUTPUT__1" {FP32_VEC} }} 
 }
 
 MODULES = {"adder": Adder, "named": Named, "types": Types, "raiser": Raiser, "affine": Affine,
-           "accumulator": Accumulator, "wrong_type": FloatOut, "unmatched": Adder,
+           "accumulator": Accumulator, "accumulator2": Accumulator, "wrong_type": FloatOut, "unmatched": Adder,
            "rowsum": RowSum, "counter": Counter, "int_argument": TakesInt, "extra_output": Raiser,
            "bad_threads": Raiser, "no_uint32": Raiser}
 
@@ -472,6 +489,39 @@ class PyTorchBackend(unittest.TestCase):
         self.assertEqual(status, 200, res)
         self.assertEqual(res["outputs"][0]["data"], [3, 4])
 
+    def test_round_of_every_live_sequence_goes_at_once_split_over_instances(self):
+        """oldest waits for company only while a live sequence could still
+        send it, and shares a batch among free instances: 32 live sequences,
+        all idle, each sending their next request go as soon as the last
+        arrives (not after the 5 s queue delay), as two forward calls of 16.
+        (Their first round may wait out the delay: a sequence answered
+        early is idle, and could send again, while the others arrive.)"""
+        n = 32
+
+        def round_of(step, params):
+            results = [None] * n
+
+            def one(k):
+                p = dict(params, sequence_id=5000 + k)
+                results[k] = self.infer("accumulator2", infer_body(
+                    [("INPUT__0", [1, 2], "FP32", [[float(k), float(step)]])], parameters=p))
+            threads = [threading.Thread(target=one, args=(k,)) for k in range(n)]
+            for t in threads:
+                t.start()
+            for t in threads:
+                t.join(20)
+            self.assertTrue(all(r and r[0] == 200 for r in results), results)
+            return [{o["name"]: o["data"] for o in r[1]["outputs"]} for r in results]
+
+        round_of(1, {"sequence_start": True})
+        started = time.monotonic()
+        second = round_of(2, {})
+        self.assertLess(time.monotonic() - started, 4, "the round waited out the queue delay")
+        for k, out in enumerate(second):
+            self.assertEqual(out["OUTPUT__0"], [2.0 * k, 3.0])
+            self.assertEqual(out["BATCH__1"], [16], second)
+        round_of(3, {"sequence_end": True})
+
     def test_controls_and_state_without_batching(self):
         for seq in (7, 8):
             total = 0.0
@@ -547,7 +597,8 @@ class PyTorchBackend(unittest.TestCase):
                      "bad_threads", "no_uint32"):
             self.assertIn(f"model '{name}'", idx[name]["reason"])
             self.assertEqual(idx[name]["state"], "UNAVAILABLE", idx[name])
-        for name in ("adder", "named", "types", "raiser", "affine", "accumulator", "wrong_type",
+        for name in ("adder", "named", "types", "raiser", "affine", "accumulator", "accumulator2",
+                     "wrong_type",
                      "rowsum", "custom_file", "counter"):
             self.assertEqual(idx[name]["state"], "READY", idx[name])
         status, res = self.infer("not_archive", infer_body([("INPUT__0", [1], "FP32", [1])]))

@@ -365,6 +365,10 @@ static void test_oldest_waits_for_preferred(void **state) {
   p.max_queue_delay_ns = 100 * MS;
   hark_seqtab *t = hark_seqtab_new(&p);
   hark_seq_entry e[4];
+  /* A live sequence with nothing queued, whose next request could join. */
+  push_ok(t, num(9), START, 9, 0);
+  assert_int_equal(form(t, 0, 0, e), 1);
+  hark_seqtab_done(t, e[0].seq, 0);
   push_ok(t, num(1), START, 1, 0);
   uint64_t wake = UINT64_MAX;
   assert_int_equal(hark_seqtab_form(t, 0, false, 1 * MS, e, &wake), 0);
@@ -373,6 +377,34 @@ static void test_oldest_waits_for_preferred(void **state) {
   assert_int_equal(hark_seqtab_form(t, 0, false, 2 * MS, e, &wake), 2);
   push_ok(t, num(3), START, 3, 3 * MS);
   assert_int_equal(hark_seqtab_form(t, 0, false, 103 * MS, e, &wake), 1); /* delay ran out */
+  hark_seqtab_free(t);
+}
+
+/* oldest waits for company only while some live sequence could still send
+ * it: once every live sequence is ready or running, the batch goes (a
+ * closed loop of clients runs at full batches, not one per delay). */
+static void test_oldest_no_wait_when_nobody_else_can_come(void **state) {
+  (void)state;
+  hark_seq_policy p = oldest_policy(8, 8);
+  p.max_queue_delay_ns = 100 * MS;
+  hark_seqtab *t = hark_seqtab_new(&p);
+  hark_seq_entry e[8];
+  hark_seq *seqs[3];
+  for (int i = 0; i < 3; i++) push_ok(t, num(1 + i), START, 1 + i, 0);
+  assert_int_equal(form(t, 0, 1 * MS, e), 3); /* all three live ones are here */
+  for (int i = 0; i < 3; i++) seqs[i] = e[i].seq;
+  for (int i = 0; i < 3; i++) hark_seqtab_done(t, seqs[i], 2 * MS);
+
+  push_ok(t, num(1), 0, 11, 2 * MS);
+  push_ok(t, num(2), 0, 12, 2 * MS);
+  assert_int_equal(form(t, 0, 3 * MS, e), 0); /* 3 may still send */
+  push_ok(t, num(3), 0, 13, 4 * MS);
+  assert_int_equal(form(t, 0, 4 * MS, e), 3);
+
+  /* Two still running, the first one's next request goes at once. */
+  hark_seqtab_done(t, e[0].seq, 5 * MS);
+  push_ok(t, num(1), 0, 21, 5 * MS);
+  assert_int_equal(form(t, 1, 5 * MS, e), 1);
   hark_seqtab_free(t);
 }
 
@@ -904,6 +936,7 @@ int main(void) {
       cmocka_unit_test(test_direct_batches_an_instance),
       cmocka_unit_test(test_oldest_batches),
       cmocka_unit_test(test_oldest_waits_for_preferred),
+      cmocka_unit_test(test_oldest_no_wait_when_nobody_else_can_come),
       cmocka_unit_test(test_oldest_adaptive_delay),
       cmocka_unit_test(test_one_shot),
       cmocka_unit_test(test_queue_bound),

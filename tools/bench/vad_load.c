@@ -11,7 +11,10 @@
  * 4x512 a 128 ms chunk) as a binary tensor (Triton's binary tensor
  * extension: a JSON header, Inference-Header-Content-Length, then the raw
  * bytes) with its connection's sequence_id; the first also carries
- * sequence_start. One thread, epoll, so the client costs little beside
+ * sequence_start, and once the window closes each sequence sends one
+ * last request with sequence_end (so the server frees it at once rather
+ * than when it idles out, and the next run finds no sequence of this one
+ * live). One thread, epoll, so the client costs little beside
  * the server on a small machine. Counts the replies (and their latency)
  * that complete inside the measurement window after the warmup; prints
  * one JSON object. A reply other than 200 counts as an error; the first
@@ -36,8 +39,8 @@
 typedef struct conn {
   int fd;
   uint64_t seq;
-  bool started;
-  char *out; /* the request being written */
+  bool started, ending; /* ending: its END request is out */
+  char *out;            /* the request being written */
   size_t out_len, out_off;
   char in[4096]; /* the reply being read (silero's are ~300 bytes) */
   size_t in_len;
@@ -56,14 +59,14 @@ static size_t g_elements, g_frames, g_frame_size;
 
 static void build_request(conn *c) {
   char json[512];
-  int jn =
-      snprintf(json, sizeof json,
-               "{\"inputs\":[{\"name\":\"%s\",\"shape\":[1,%zu,%zu],\"datatype\":\"FP32\","
-               "\"parameters\":{\"binary_data_size\":%zu}}],"
-               "\"outputs\":[{\"name\":\"speech_prob\",\"parameters\":{\"binary_data\":true}}],"
-               "\"parameters\":{\"sequence_id\":%llu%s}}",
-               g_input, g_frames, g_frame_size, g_elements * 4, (unsigned long long)c->seq,
-               c->started ? "" : ",\"sequence_start\":true");
+  int jn = snprintf(
+      json, sizeof json,
+      "{\"inputs\":[{\"name\":\"%s\",\"shape\":[1,%zu,%zu],\"datatype\":\"FP32\","
+      "\"parameters\":{\"binary_data_size\":%zu}}],"
+      "\"outputs\":[{\"name\":\"speech_prob\",\"parameters\":{\"binary_data\":true}}],"
+      "\"parameters\":{\"sequence_id\":%llu%s%s}}",
+      g_input, g_frames, g_frame_size, g_elements * 4, (unsigned long long)c->seq,
+      c->started ? "" : ",\"sequence_start\":true", c->ending ? ",\"sequence_end\":true" : "");
   size_t body = (size_t)jn + g_elements * 4;
   char head[512];
   int hn = snprintf(head, sizeof head,
@@ -160,7 +163,10 @@ int main(int argc, char **argv) {
   uint64_t *lat = malloc(cap * sizeof *lat);
   bool printed = false;
   struct epoll_event evs[256];
-  for (uint64_t now = now_ns(); now < stop_at; now = now_ns()) {
+  /* After stop_at, until every sequence's END is answered (at most 30 s). */
+  uint64_t drain_until = stop_at + 30000000000ull;
+  int open = n;
+  for (uint64_t now = now_ns(); now < stop_at || (open > 0 && now < drain_until); now = now_ns()) {
     int k = epoll_wait(ep, evs, 256, 100);
     for (int e = 0; e < k; e++) {
       conn *c = evs[e].data.ptr;
@@ -206,6 +212,13 @@ int main(int argc, char **argv) {
       }
       memmove(c->in, c->in + used, c->in_len - used);
       c->in_len -= used;
+      if (c->ending) { /* its END was answered */
+        open--;
+        struct epoll_event ev = {.events = 0, .data.ptr = c};
+        epoll_ctl(ep, EPOLL_CTL_MOD, c->fd, &ev);
+        continue;
+      }
+      if (t >= stop_at) c->ending = true;
       build_request(c);
       struct epoll_event ev = {.events = EPOLLOUT, .data.ptr = c};
       epoll_ctl(ep, EPOLL_CTL_MOD, c->fd, &ev);
