@@ -21,7 +21,11 @@
 # Env: BUILD_DIR, FRACTIONS ("0.25 0.5 0.75 1.0"), P99_MS (100), SPEAKING
 # (4; 0: only the silent rows), ITERATIONS (2), AUDIO_DIR, NS (stream counts
 # to try instead of FRACTIONS, e.g. "450": the same N for two builds, since
-# the bare ceiling swings by 1.5x between runs minutes apart).
+# the bare ceiling swings by 1.5x between runs minutes apart), VAD_INSTANCES
+# and VAD_DELAY_US (silero_vad's instance count and its oldest strategy's
+# max_queue_delay_microseconds, in a copy of the repository; default: as
+# models/ ships them), HARKD_ARGS (more harkd flags, e.g. "--short-batch-us
+# 0").
 # shellcheck source=bench/lib.sh
 source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 
@@ -33,6 +37,9 @@ ITERATIONS=${ITERATIONS:-2}
 AUDIO_DIR=${AUDIO_DIR:-/usr/share/pocketsphinx/test/data/librivox}
 MODEL_FILE=$BENCH_ROOT/models/silero_vad/1/model.pt
 CORES=$(nproc)
+VAD_INSTANCES=${VAD_INSTANCES:-}
+VAD_DELAY_US=${VAD_DELAY_US:-}
+HARKD_ARGS=${HARKD_ARGS:-}
 
 bench_need "$HARKD" "$HARK" curl "$PY"
 [[ -f $MODEL_FILE ]] || bench_die "$MODEL_FILE is missing (scripts/setup.sh makes it)"
@@ -51,8 +58,18 @@ bench_log "bare: $BARE frames/s at batch 512 -> ceiling $CEILING streams"
 # here each VAD round releases one cheap request per silent stream at once,
 # so the count spikes with the number of streams and refuses new streams
 # while replies are still fast. Off, so that the rows measure serving.
+if [[ -n $VAD_INSTANCES$VAD_DELAY_US ]]; then
+  BENCH_REPO=$BENCH_TMP/repo
+  mkdir -p "$BENCH_REPO/silero_vad"
+  ln -s "$BENCH_ROOT/models/asr_silero" "$BENCH_REPO/asr_silero"
+  ln -s "$BENCH_ROOT/models/silero_vad/1" "$BENCH_REPO/silero_vad/1"
+  sed -e "${VAD_INSTANCES:+s/count: [0-9]* kind/count: $VAD_INSTANCES kind/}" \
+    -e "${VAD_DELAY_US:+s/max_queue_delay_microseconds: [0-9]*/max_queue_delay_microseconds: $VAD_DELAY_US/}" \
+    "$BENCH_ROOT/models/silero_vad/config.pbtxt" >"$BENCH_REPO/silero_vad/config.pbtxt"
+fi
+# shellcheck disable=SC2086 # HARKD_ARGS: flags, split on purpose
 bench_start_harkd --model-control-mode explicit --load-model silero_vad --load-model asr_silero \
-  --stream-backlog-limit 1000000
+  --stream-backlog-limit 1000000 $HARKD_ARGS
 HARKD_PID=$BENCH_LAST_PID
 curl -sf -o /dev/null "http://$HARKD_URL/v2/models/asr_silero/ready" || bench_die "asr_silero is not ready"
 idle_rss=$(awk '/^VmRSS:/ { print $2 }' "/proc/$HARKD_PID/status")
@@ -151,7 +168,7 @@ cat <<EOF
 
 ### asr_silero: real-time WebSocket streams within p99 ${P99_MS} ms
 
-$(bench_machine). Command: \`$(bench_command FRACTIONS NS P99_MS SPEAKING ITERATIONS)\`.
+$(bench_machine). Command: \`$(bench_command FRACTIONS NS P99_MS SPEAKING ITERATIONS VAD_INSTANCES VAD_DELAY_US HARKD_ARGS)\`.
 Bare ceiling: $BARE frames/s at batch 512 (the libtorch loop, $CORES threads) / 31.25 =
 **$CEILING streams**. harkd idle RSS $((idle_rss / 1024)) MiB.
 
