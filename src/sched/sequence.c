@@ -275,8 +275,16 @@ static void prepare(seq_sched *s, seq_call *call) {
 /* oldest: the smallest share of a batch worth an instance of its own. A
  * forward call has a fixed cost besides its rows (silero_vad: ~0.6 ms, and
  * ~0.1 ms per row), so halves of a small batch would cost more than they
- * save. */
+ * save. A model that lists preferred batch sizes gets no part smaller than
+ * the smallest of them (split_min). */
 #define SPLIT_MIN 16u
+
+static uint32_t split_min(const hark_sequence_batching *sb) {
+  uint32_t m = 0;
+  for (uint32_t i = 0; i < sb->n_preferred_batch_size; i++)
+    if (!m || sb->preferred_batch_size[i] < m) m = sb->preferred_batch_size[i];
+  return m > SPLIT_MIN ? m : SPLIT_MIN;
+}
 
 /* Hands `n` formed entries (from s->entries + first) to free instance `si`. */
 static void give(seq_sched *s, seq_instance *si, uint32_t first, uint32_t n, hark_skel_pass *p) {
@@ -294,7 +302,7 @@ static void give(seq_sched *s, seq_instance *si, uint32_t first, uint32_t n, har
 
 /* Forms batches for free instances, claiming each. Called with the lock
  * held. `oldest` forms one batch from the ready sequences and shares it
- * among the free instances, in parts of at least SPLIT_MIN, so that a
+ * among the free instances, in parts of at least split_min(), so that a
  * round of many streams runs on as many cores as are free instead of one
  * instance after another. */
 static void form_batches(seq_sched *s, uint64_t now, hark_skel_pass *p) {
@@ -305,7 +313,8 @@ static void form_batches(seq_sched *s, uint64_t now, hark_skel_pass *p) {
       if (k == 0) return;
       uint32_t n = hark_seqtab_form(s->tab, 0, s->sk.stopping, now, s->entries, &p->wake_ns);
       if (n == 0) return;
-      uint32_t parts = n / SPLIT_MIN < k ? n / SPLIT_MIN : k;
+      uint32_t least = split_min(s->sb);
+      uint32_t parts = n / least < k ? n / least : k;
       if (parts < 1) parts = 1;
       for (uint32_t i = 0, first = 0; i < parts; i++) {
         seq_instance *si = &s->insts[s->next_inst];

@@ -156,22 +156,6 @@ sequence_batching {
             initial_state { data_type: TYPE_FP32 dims: [ 2 ] zero_data: true name: "z" } } ]
 }
 """,
-    # The accumulator on two instances, with a queue delay of 5 s.
-    "accumulator2": """
-backend: "pytorch"
-max_batch_size: 64
-input [ { name: "INPUT__0" data_type: TYPE_FP32 dims: [ 2 ] } ]
-output [ { name: "OUTPUT__0" data_type: TYPE_FP32 dims: [ 2 ] },
-         { name: "BATCH__1" data_type: TYPE_INT64 dims: [ 1 ] } ]
-instance_group [ { count: 2 kind: KIND_CPU } ]
-sequence_batching {
-  max_sequence_idle_microseconds: 60000000
-  oldest { max_candidate_sequences: 64 max_queue_delay_microseconds: 5000000 }
-  state [ { input_name: "STATE__1" output_name: "STATE_OUT__2" data_type: TYPE_FP32
-            dims: [ 2 ]
-            initial_state { data_type: TYPE_FP32 dims: [ 2 ] zero_data: true name: "z" } } ]
-}
-""",
     "rowsum": """
 backend: "pytorch"
 max_batch_size: 16
@@ -246,8 +230,18 @@ output [ {{ name: "OUTPUT__0" {FP32_VEC} }}, {{ name: "OUTPUT__1" {FP32_VEC} }} 
 """,
 }
 
+# The accumulator on two instances with a queue delay of 5 s; the second
+# also lists a preferred batch size.
+CONFIGS["accumulator2"] = CONFIGS["accumulator"].replace(
+    "sequence_batching {", 'instance_group [ { count: 2 kind: KIND_CPU } ]\nsequence_batching {').replace(
+    "preferred_batch_size: [ 16 ]\n           max_queue_delay_microseconds: 20000",
+    "max_queue_delay_microseconds: 5000000")
+CONFIGS["accumulator2_pref"] = CONFIGS["accumulator2"].replace(
+    "max_queue_delay_microseconds: 5000000", "preferred_batch_size: [ 32 ] max_queue_delay_microseconds: 5000000")
+
 MODULES = {"adder": Adder, "named": Named, "types": Types, "raiser": Raiser, "affine": Affine,
-           "accumulator": Accumulator, "accumulator2": Accumulator, "wrong_type": FloatOut, "unmatched": Adder,
+           "accumulator": Accumulator, "accumulator2": Accumulator,
+           "accumulator2_pref": Accumulator, "wrong_type": FloatOut, "unmatched": Adder,
            "rowsum": RowSum, "counter": Counter, "int_argument": TakesInt, "extra_output": Raiser,
            "bad_threads": Raiser, "no_uint32": Raiser}
 
@@ -489,12 +483,10 @@ class PyTorchBackend(unittest.TestCase):
         self.assertEqual(status, 200, res)
         self.assertEqual(res["outputs"][0]["data"], [3, 4])
 
-    def test_round_of_every_live_sequence_goes_at_once_split_over_instances(self):
-        """oldest waits for company only while a live sequence could still
-        send it, and shares a batch among free instances: 32 live sequences,
-        all idle, each sending their next request go as soon as the last
-        arrives (not after the 5 s queue delay), as two forward calls of 16.
-        (Their first round may wait out the delay: a sequence answered
+    def idle_round(self, model, base):
+        """32 live sequences, all idle, each send their next request: the
+        forward-call sizes that answer them, and how long the round took.
+        (Their first round may wait out the 5 s delay: a sequence answered
         early is idle, and could send again, while the others arrive.)"""
         n = 32
 
@@ -502,8 +494,8 @@ class PyTorchBackend(unittest.TestCase):
             results = [None] * n
 
             def one(k):
-                p = dict(params, sequence_id=5000 + k)
-                results[k] = self.infer("accumulator2", infer_body(
+                p = dict(params, sequence_id=base + k)
+                results[k] = self.infer(model, infer_body(
                     [("INPUT__0", [1, 2], "FP32", [[float(k), float(step)]])], parameters=p))
             threads = [threading.Thread(target=one, args=(k,)) for k in range(n)]
             for t in threads:
@@ -516,11 +508,25 @@ class PyTorchBackend(unittest.TestCase):
         round_of(1, {"sequence_start": True})
         started = time.monotonic()
         second = round_of(2, {})
-        self.assertLess(time.monotonic() - started, 4, "the round waited out the queue delay")
+        took = time.monotonic() - started
+        round_of(3, {"sequence_end": True})
         for k, out in enumerate(second):
             self.assertEqual(out["OUTPUT__0"], [2.0 * k, 3.0])
-            self.assertEqual(out["BATCH__1"], [16], second)
-        round_of(3, {"sequence_end": True})
+        return sorted(out["BATCH__1"][0] for out in second), took
+
+    def test_round_of_every_live_sequence_goes_at_once_split_over_instances(self):
+        """oldest waits for company only while a live sequence could still
+        send it, and shares a batch among free instances: the round goes as
+        soon as its last request arrives (not after the 5 s queue delay), as
+        two forward calls of 16."""
+        sizes, took = self.idle_round("accumulator2", 5000)
+        self.assertLess(took, 4, "the round waited out the queue delay")
+        self.assertEqual(sizes, [16] * 32)
+
+    def test_round_is_not_split_below_the_preferred_size(self):
+        sizes, took = self.idle_round("accumulator2_pref", 6000)
+        self.assertLess(took, 4, "the round waited out the queue delay")
+        self.assertEqual(sizes, [32] * 32)
 
     def test_controls_and_state_without_batching(self):
         for seq in (7, 8):
@@ -598,7 +604,7 @@ class PyTorchBackend(unittest.TestCase):
             self.assertIn(f"model '{name}'", idx[name]["reason"])
             self.assertEqual(idx[name]["state"], "UNAVAILABLE", idx[name])
         for name in ("adder", "named", "types", "raiser", "affine", "accumulator", "accumulator2",
-                     "wrong_type",
+                     "accumulator2_pref", "wrong_type",
                      "rowsum", "custom_file", "counter"):
             self.assertEqual(idx[name]["state"], "READY", idx[name])
         status, res = self.infer("not_archive", infer_body([("INPUT__0", [1], "FP32", [1])]))
