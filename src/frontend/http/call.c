@@ -2,7 +2,7 @@
  * call.c — calls and the completion list: a call (http.h) is started on a
  * loop, handed to another thread, and posted back; the poster appends it to
  * its loop's mutex-guarded list and wakes only that loop
- * (lws_cancel_service), and the loop runs each call's done handler. A loop
+ * (hark_http_loop_wake), and the loop runs each call's done handler. A loop
  * that posts one of its own calls (work that ran on the loop thread itself,
  * e.g. a cheap batch run inline) is not woken: it drains its list as soon
  * as the lws callback it was in returns (hark_http_drain_soon).
@@ -10,6 +10,10 @@
  * A loop's holds count what is live on it (calls, gRPC calls, WebSocket
  * items); shutdown waits for them to reach zero.
  */
+#include <errno.h>
+#include <stdint.h>
+#include <unistd.h>
+
 #include "frontend/http/http_impl.h"
 
 /* The loop this thread runs, if it is a loop thread. */
@@ -70,9 +74,20 @@ void hark_http_call_post(hark_http_call *call) {
   loop->done_tail = call;
   /* Under the lock, so hark_http_free cannot destroy the context between
    * the check and the call. */
-  if (wake && loop->ctx_alive) lws_cancel_service(loop->ctx);
+  if (wake && loop->ctx_alive) hark_http_loop_wake(loop);
   if (!loop->ctx_alive) pthread_cond_broadcast(&loop->idle); /* loop_free waits */
   pthread_mutex_unlock(&loop->lock);
+}
+
+void hark_http_loop_wake(hark_http_loop *loop) {
+  if (loop->wake_fd < 0) {
+    lws_cancel_service(loop->ctx);
+    return;
+  }
+  uint64_t one = 1;
+  ssize_t n;
+  do n = write(loop->wake_fd, &one, sizeof one); /* EAGAIN: already awake */
+  while (n < 0 && errno == EINTR);
 }
 
 static hark_http_call *take_completions(hark_http_loop *loop) {

@@ -13,6 +13,19 @@
  * descriptor limit our listeners stop accepting for a moment rather than
  * spin. No loop ever blocks.
  *
+ * Each context runs on a libev loop of its own (a "foreign" loop to lws;
+ * epoll on Linux): lws's own loop poll()s every socket at each wake-up,
+ * which with hundreds of streams cost the loops more CPU than their work
+ * (bench/RESULTS.md, 2026-11-27). Two gaps of lws 4.1 on libev are
+ * bridged here: lws_cancel_service's pipe is not watched, so a loop is
+ * woken through an eventfd of ours that lws polls like a connection
+ * (hark_http_loop_wake); and lws re-arms its timer only when it is not
+ * running, so a timer set sooner than the one armed would wait for it (up
+ * to the 1 s sweep): the loop nudges lws every KICK_SECS, which bounds a
+ * timer's lateness by that. Without lws's libev plugin
+ * (libwebsockets-evlib-ev) a loop falls back to lws's poll(), with a
+ * warning.
+ *
  * Shutdown drains: while what is live on every loop finishes (loop 0
  * watches the others' counts), up to the exit timeout; then every loop
  * closes its own WebSockets and lets its last replies out.
@@ -25,8 +38,11 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/eventfd.h>
 #include <sys/socket.h>
 #include <unistd.h>
+
+#include <ev.h>
 
 #include "frontend/http/http_impl.h"
 #include "util/alloc.h"
@@ -164,6 +180,22 @@ static int on_listen_event(struct lws *wsi, enum lws_callback_reasons reason, vo
   return 0;
 }
 
+/* The loop's wake-up descriptor (hark_http_loop_wake) became readable:
+ * an lws event like any other, after which lws also re-arms its timers
+ * (on libev it does that only after an event of its own). */
+static int on_wake_event(struct lws *wsi, enum lws_callback_reasons reason, void *user, void *in,
+                         size_t len) {
+  (void)user, (void)in, (void)len;
+  if (reason != LWS_CALLBACK_RAW_RX_FILE) return 0;
+  hark_http_loop *loop = hark_http_loop_of(wsi);
+  uint64_t n;
+  ssize_t got;
+  do got = read(loop->wake_fd, &n, sizeof n); /* resets the count */
+  while (got < 0 && errno == EINTR);
+  hark_http_drain_calls(loop);
+  return 0;
+}
+
 /* Raw connections' events, then the calls that finished meanwhile. */
 static int on_raw_event(struct lws *wsi, enum lws_callback_reasons reason, void *user, void *in,
                         size_t len) {
@@ -186,6 +218,7 @@ static const struct lws_protocols protocols[] = {
     {"hark-ws-rx", on_ws_rx_event, 0, 0, 0, NULL, 0},
     {"hark-listen", on_listen_event, 0, 0, 0, NULL, 0},
     {"hark-raw", on_raw_event, sizeof(hark_raw), 0, 0, NULL, 0},
+    {"hark-wake", on_wake_event, 0, 0, 0, NULL, 0},
     {NULL, NULL, 0, 0, 0, NULL, 0},
 };
 
@@ -352,6 +385,39 @@ static hark_error *raw_listen(hark_http_loop *loop) {
   return NULL;
 }
 
+/* How often a libev loop has lws look at its timers (see the top). */
+#define KICK_SECS 0.01
+
+static void on_kick(struct ev_loop *ev, ev_timer *w, int revents) {
+  (void)ev, (void)revents;
+  hark_http_loop_wake(w->data);
+}
+
+/* The loop's wake-up: an eventfd that lws polls like a connection
+ * (lws_cancel_service's pipe is not watched on a libev loop in lws 4.1). */
+static hark_error *wake_listen(hark_http_loop *loop) {
+  struct lws_vhost *vh = loop->vh_http  ? loop->vh_http
+                         : loop->vh_raw ? loop->vh_raw
+                                        : loop->vh_metrics;
+  if (!vh) return NULL; /* nothing to serve: lws_cancel_service wakes it */
+  int fd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
+  if (fd < 0)
+    return hark_error_new(HARK_ERR_INTERNAL, "cannot make the event loop's wake-up: %s",
+                          strerror(errno));
+  lws_sock_file_fd_type desc = {.filefd = fd};
+  if (!lws_adopt_descriptor_vhost(vh, LWS_ADOPT_RAW_FILE_DESC, desc, "hark-wake",
+                                  NULL)) /* closes fd */
+    return hark_error_new(HARK_ERR_INTERNAL, "cannot poll the event loop's wake-up");
+  loop->wake_fd = fd; /* lws closes it with the context */
+  if (loop->ev) {
+    loop->kick = hark_xcalloc(1, sizeof *loop->kick);
+    ev_timer_init(loop->kick, on_kick, KICK_SECS, KICK_SECS);
+    loop->kick->data = loop;
+    ev_timer_start(loop->ev, loop->kick);
+  }
+  return NULL;
+}
+
 /* Makes loop `i`'s context and binds its vhosts. */
 static hark_error *loop_new(hark_http *http, unsigned i) {
   hark_http_loop *loop = hark_xcalloc(1, sizeof *loop);
@@ -360,6 +426,7 @@ static hark_error *loop_new(hark_http *http, unsigned i) {
   loop->index = i;
   loop->listen_fd = -1;
   loop->raw_listen_fd = -1;
+  loop->wake_fd = -1;
   atomic_init(&loop->replying, 0);
   pthread_mutex_init(&loop->lock, NULL);
   pthread_cond_init(&loop->idle, NULL);
@@ -375,7 +442,26 @@ static hark_error *loop_new(hark_http *http, unsigned i) {
   /* lws re-arms its request body timeout from this (the context's, not the
    * vhost's) after each piece of body: make it the operator's. */
   info.timeout_secs = (unsigned)http->opts.body_timeout_secs;
-  loop->ctx = lws_create_context(&info);
+  /* EVFLAG_NOSIGMASK: signals are harkd's (lws installs no watcher of its
+   * own on a foreign loop). */
+  loop->ev = ev_loop_new(EVFLAG_AUTO | EVFLAG_NOSIGMASK);
+  void *foreign[] = {loop->ev};
+  if (loop->ev) {
+    info.options |= LWS_SERVER_OPTION_LIBEV;
+    info.foreign_loops = foreign;
+    loop->ctx = lws_create_context(&info);
+  }
+  if (!loop->ctx) {
+    HARK_WARN(
+        "http: libwebsockets cannot run on a libev loop (%s); loop %u polls with poll(), "
+        "which costs more with many connections",
+        loop->ev ? "is libwebsockets-evlib-ev installed?" : strerror(errno), i);
+    if (loop->ev) ev_loop_destroy(loop->ev);
+    loop->ev = NULL;
+    info.options &= ~(uint64_t)LWS_SERVER_OPTION_LIBEV;
+    info.foreign_loops = NULL;
+    loop->ctx = lws_create_context(&info);
+  }
   if (!loop->ctx) return hark_error_new(HARK_ERR_INTERNAL, "cannot create the HTTP event loop");
   loop->ctx_alive = true;
   hark_ws_sweep_start(loop);
@@ -403,8 +489,11 @@ static hark_error *loop_new(hark_http *http, unsigned i) {
     return hark_error_new(HARK_ERR_UNAVAILABLE, "cannot listen for metrics on %s:%d (in use?)",
                           opts->metrics_address ? opts->metrics_address : where,
                           opts->metrics_port);
-  if (http->raw_port >= 0) return raw_listen(loop);
-  return NULL;
+  if (http->raw_port >= 0) {
+    hark_error *err = raw_listen(loop);
+    if (err) return err;
+  }
+  return wake_listen(loop);
 }
 
 hark_error *hark_http_new(const hark_http_options *opts, const hark_http_handler *handler,
@@ -500,6 +589,7 @@ static bool drained(hark_http_loop *loop, uint64_t *deadline) {
                                                   : HARK_DEFAULT_EXIT_TIMEOUT_SECS;
     *deadline = now + (uint64_t)secs * 1000000000ull;
     lws_sul_schedule(loop->ctx, 0, &loop->tick, on_tick, 100 * LWS_US_PER_MS);
+    hark_http_loop_wake(loop);
     HARK_INFO(
         "draining: not ready, refusing new requests and streams; waiting up to %d s for "
         "%u stream(s) and the requests in flight",
@@ -516,13 +606,22 @@ static bool drained(hark_http_loop *loop, uint64_t *deadline) {
   return true;
 }
 
-/* Async-signal-safe: lws_cancel_service only writes to a loop's wake-up
- * pipe. */
+/* Async-signal-safe: a loop's wake-up only writes to its eventfd (or
+ * lws's pipe). */
 static void wake_all(hark_http *http) {
   for (unsigned i = 0; i < http->n_loops; i++) {
     hark_http_loop *loop = http->loops[i];
-    if (loop && loop->ctx) lws_cancel_service(loop->ctx);
+    if (loop && loop->ctx) hark_http_loop_wake(loop);
   }
+}
+
+/* One pass of the loop: wait for events (or a wake-up, or a timer) and
+ * handle them. On libev this runs the loop itself: lws 4.1's
+ * lws_service() would run it until it has no watchers left. */
+static int service(hark_http_loop *loop) {
+  if (!loop->ev) return lws_service(loop->ctx, 0);
+  ev_run(loop->ev, EVRUN_ONCE);
+  return 0;
 }
 
 /* One loop's life: serve until told to stop (loop 0 also ends the drain
@@ -534,16 +633,18 @@ static void loop_run(hark_http_loop *loop) {
   uint64_t drain_deadline = 0;
   hark_http_set_current_loop(loop);
   if (http->handler->thread_hook) http->handler->thread_hook(true);
+  hark_http_loop_wake(loop); /* a first event: lws arms the timers set so far */
   while (!atomic_load(&http->stop)) {
-    if (lws_service(loop->ctx, 0) < 0) break;
+    if (service(loop) < 0) break;
     if (loop->index == 0 && atomic_load(&http->draining) && drained(loop, &drain_deadline)) break;
   }
   uint64_t deadline =
       hark_now_ns() + (atomic_load(&http->stop_now) ? STOP_GRACE_NS : SHUTDOWN_GRACE_NS);
   if (!atomic_exchange(&http->stop, true)) wake_all(http); /* the first to stop tells the rest */
   lws_sul_schedule(loop->ctx, 0, &loop->tick, on_tick, 100 * LWS_US_PER_MS);
+  hark_http_loop_wake(loop); /* set outside lws's events: see it armed */
   while (busy(loop) && hark_now_ns() < deadline)
-    if (lws_service(loop->ctx, 0) < 0) break;
+    if (service(loop) < 0) break;
   lws_sul_cancel(&loop->tick);
   if (http->handler->thread_hook) http->handler->thread_hook(false);
   hark_http_set_current_loop(NULL);
@@ -564,6 +665,11 @@ static void loop_close(hark_http_loop *loop) {
   struct lws_context *ctx = loop->ctx;
   loop->ctx = NULL;
   lws_context_destroy(ctx);
+  if (loop->kick) ev_timer_stop(loop->ev, loop->kick);
+  free(loop->kick);
+  loop->kick = NULL;
+  if (loop->ev) ev_loop_destroy(loop->ev); /* after lws stopped its watchers */
+  loop->ev = NULL;
 }
 
 void hark_http_run(hark_http *http) {

@@ -77,6 +77,9 @@ struct hark_http_loop {
   hark_http *http;
   unsigned index;
   struct lws_context *ctx;
+  struct ev_loop *ev;    /* the libev loop ctx runs on (http.c), or NULL: lws's poll() */
+  struct ev_timer *kick; /* on ev: lws's timers are looked at this often (http.c) */
+  int wake_fd;           /* eventfd lws polls: hark_http_loop_wake (-1: lws_cancel_service) */
   struct lws_vhost *vh_http, *vh_metrics, *vh_raw;
   int listen_fd;     /* ours unless lws listens (lws closes it) */
   int raw_listen_fd; /* the raw port's listen socket (lws closes it) */
@@ -105,6 +108,11 @@ struct hark_http_loop {
   hark_raw *raws;
   bool raw_closing_all;
 };
+
+/* Any thread, or a signal handler (call.c): the loop wakes and drains its
+ * completion list (lws_cancel_service does not reach a libev loop in lws
+ * 4.1). The caller makes sure the loop's context is alive. */
+void hark_http_loop_wake(hark_http_loop *loop);
 
 struct hark_http {
   hark_http_options opts;
