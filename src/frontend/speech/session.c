@@ -526,6 +526,11 @@ static hark_error *strip_wav(hark_speech_session *s, const uint8_t **pcm, size_t
  * with `end`, the tail zero-padded to a whole frame (a zero frame when the
  * stream's audio ended on a frame boundary: it ends the VAD's sequence, and
  * its probability is not used). */
+/* y's n samples as floats in [-1, 1) (a loop the compiler vectorises). */
+static void to_float(float *dst, const int16_t *y, size_t n) {
+  for (size_t i = 0; i < n; i++) dst[i] = (float)y[i] * (1.0f / 32768.0f);
+}
+
 static void cut_frames(hark_speech_session *s, item *it, const int16_t *y, size_t ny, bool end) {
   size_t total = s->n_tail + ny;
   size_t nf = total / VAD_FRAME + (end && total % VAD_FRAME ? 1 : 0);
@@ -533,16 +538,40 @@ static void cut_frames(hark_speech_session *s, item *it, const int16_t *y, size_
   if (end && nf == 0) nf = 1;
   it->n_frames = (uint32_t)nf;
   if (!nf) {
-    for (size_t i = 0; i < ny; i++) s->tail[s->n_tail++] = (float)y[i] / 32768.0f;
+    to_float(s->tail + s->n_tail, y, ny);
+    s->n_tail += ny;
     return;
   }
-  it->frames = hark_xcalloc(nf * VAD_FRAME, sizeof *it->frames);
-  size_t k = 0;
-  for (; k < s->n_tail; k++) it->frames[k] = s->tail[k];
-  size_t i = 0;
-  for (; i < ny && k < nf * VAD_FRAME; i++, k++) it->frames[k] = (float)y[i] / 32768.0f;
-  s->n_tail = 0;
-  for (; i < ny; i++) s->tail[s->n_tail++] = (float)y[i] / 32768.0f;
+  size_t cap = nf * VAD_FRAME;
+  it->frames = hark_xmalloc(cap * sizeof *it->frames);
+  memcpy(it->frames, s->tail, s->n_tail * sizeof *s->tail);
+  size_t now = ny < cap - s->n_tail ? ny : cap - s->n_tail;
+  to_float(it->frames + s->n_tail, y, now);
+  size_t filled = s->n_tail + now; /* short of cap only at the end: zero padding */
+  memset(it->frames + filled, 0, (cap - filled) * sizeof *it->frames);
+  s->n_tail = ny - now;
+  to_float(s->tail, y + now, s->n_tail);
+}
+
+/* 16-bit little-endian PCM to and from samples, on any host (a copy on a
+ * little-endian one). */
+static void le16_decode(int16_t *x, const uint8_t *pcm, size_t m) {
+#if defined(__BYTE_ORDER__) && __BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__
+  memcpy(x, pcm, m * sizeof *x);
+#else
+  for (size_t i = 0; i < m; i++) x[i] = (int16_t)(uint16_t)(pcm[2 * i] | pcm[2 * i + 1] << 8);
+#endif
+}
+
+static void le16_encode(uint8_t *out, const int16_t *y, size_t n) {
+#if defined(__BYTE_ORDER__) && __BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__
+  memcpy(out, y, n * sizeof *y);
+#else
+  for (size_t i = 0; i < n; i++) {
+    out[2 * i] = (uint8_t)((uint16_t)y[i] & 0xff);
+    out[2 * i + 1] = (uint8_t)((uint16_t)y[i] >> 8);
+  }
+#endif
 }
 
 /*
@@ -565,10 +594,11 @@ static hark_error *normalise(hark_speech_session *s, item *it, bool end) {
                           "AUDIO: %zu bytes is not a whole number of 16-bit samples", n);
   size_t m = s->wav_g711 ? n : n / 2;
   int16_t *x = hark_xmalloc((m ? m : 1) * sizeof *x);
-  for (size_t i = 0; i < m; i++)
-    x[i] = s->wav_g711
-               ? (s->wav_alaw ? hark_audio_alaw_sample(pcm[i]) : hark_audio_mulaw_sample(pcm[i]))
-               : (int16_t)(uint16_t)(pcm[2 * i] | pcm[2 * i + 1] << 8);
+  if (s->wav_g711)
+    for (size_t i = 0; i < m; i++)
+      x[i] = s->wav_alaw ? hark_audio_alaw_sample(pcm[i]) : hark_audio_mulaw_sample(pcm[i]);
+  else
+    le16_decode(x, pcm, m);
   char why[160];
   if (!s->rs && (m || end) && !(s->rs = hark_resampler_new(rate, VAD_RATE, why, sizeof why))) {
     free(x);
@@ -584,11 +614,7 @@ static hark_error *normalise(hark_speech_session *s, item *it, bool end) {
   it->len = ny * 2;
   it->mem = hark_xmalloc(HARK_BYTES_PREFIX + it->len);
   hark_bytes_put_len(it->mem, (uint32_t)it->len);
-  uint8_t *out = (uint8_t *)it->mem + HARK_BYTES_PREFIX;
-  for (size_t i = 0; i < ny; i++) { /* little-endian on any host */
-    out[2 * i] = (uint8_t)((uint16_t)y[i] & 0xff);
-    out[2 * i + 1] = (uint8_t)((uint16_t)y[i] >> 8);
-  }
+  le16_encode((uint8_t *)it->mem + HARK_BYTES_PREFIX, y, ny);
   cut_frames(s, it, y, ny, end);
   free(x);
   return NULL;
