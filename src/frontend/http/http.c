@@ -21,8 +21,8 @@
  * woken through an eventfd of ours that lws polls like a connection
  * (hark_http_loop_wake); and lws re-arms its timer only when it is not
  * running, so a timer set sooner than the one armed would wait for it (up
- * to the 1 s sweep): the loop nudges lws every KICK_SECS, which bounds a
- * timer's lateness by that. Without lws's libev plugin
+ * to the 1 s sweep): while a loop is busy it nudges lws every KICK_SECS
+ * (10 ms), which bounds a timer's lateness by that. Without lws's libev plugin
  * (libwebsockets-evlib-ev) a loop falls back to lws's poll(), with a
  * warning.
  *
@@ -62,6 +62,33 @@ int hark_http_raw_port(const hark_http *http) { return http->raw_port; }
 
 /* ---- the lws callback ---------------------------------------------------------------- */
 
+/* How often a busy libev loop has lws look at its timers (see the top),
+ * and after how many kicks without an lws event of its own it stops
+ * (then lws's own timer, re-armed at least at every 1 s sweep, is late by
+ * at most that). */
+#define KICK_SECS 0.01
+#define KICKS_BEFORE_IDLE 100
+
+static void on_kick(struct ev_loop *ev, ev_timer *w, int revents) {
+  (void)revents;
+  hark_http_loop *loop = w->data;
+  if (++loop->kicks >= KICKS_BEFORE_IDLE) {
+    loop->kicks = 0;
+    if (!loop->events_seen) {
+      ev_timer_stop(ev, w);
+      return;
+    }
+    loop->events_seen = false;
+  }
+  hark_http_loop_wake(loop);
+}
+
+/* Loop thread: an lws event of a connection or listener (not a kick's). */
+static void note_event(hark_http_loop *loop) {
+  loop->events_seen = true;
+  if (loop->kick && !ev_is_active(loop->kick)) ev_timer_again(loop->ev, loop->kick);
+}
+
 static int lws_event(struct lws *wsi, enum lws_callback_reasons reason, void *user, void *in,
                      size_t len) {
   if (hark_http_tls_event(reason)) return 0; /* `user` is OpenSSL's there, not a connection */
@@ -100,6 +127,7 @@ static int lws_event(struct lws *wsi, enum lws_callback_reasons reason, void *us
  * thread while it was handled (hark_http_call_post). */
 static int on_lws_event(struct lws *wsi, enum lws_callback_reasons reason, void *user, void *in,
                         size_t len) {
+  if (wsi) note_event(hark_http_loop_of(wsi));
   int rc = lws_event(wsi, reason, user, in, len);
   hark_http_drain_soon();
   return rc;
@@ -152,6 +180,7 @@ static int on_listen_event(struct lws *wsi, enum lws_callback_reasons reason, vo
   (void)user, (void)in, (void)len;
   if (reason != LWS_CALLBACK_RAW_RX_FILE) return 0;
   hark_http_loop *loop = hark_http_loop_of(wsi);
+  note_event(loop);
   bool raw = lws_get_vhost(wsi) == loop->vh_raw;
   int lfd = raw ? loop->raw_listen_fd : loop->listen_fd;
   for (int i = 0; i < ACCEPT_BATCH; i++) {
@@ -199,6 +228,7 @@ static int on_wake_event(struct lws *wsi, enum lws_callback_reasons reason, void
 /* Raw connections' events, then the calls that finished meanwhile. */
 static int on_raw_event(struct lws *wsi, enum lws_callback_reasons reason, void *user, void *in,
                         size_t len) {
+  if (wsi) note_event(hark_http_loop_of(wsi));
   int rc = hark_raw_on_event(wsi, reason, user, in, len);
   hark_http_drain_soon();
   return rc;
@@ -208,6 +238,7 @@ static int on_raw_event(struct lws *wsi, enum lws_callback_reasons reason, void 
 static int on_ws_rx_event(struct lws *wsi, enum lws_callback_reasons reason, void *user, void *in,
                           size_t len) {
   (void)user, (void)in, (void)len;
+  if (wsi) note_event(hark_http_loop_of(wsi));
   int rc = hark_ws_on_rx_event(wsi, reason);
   hark_http_drain_soon();
   return rc;
@@ -383,14 +414,6 @@ static hark_error *raw_listen(hark_http_loop *loop) {
             loop->vh_raw, LWS_ADOPT_RAW_FILE_DESC, desc, "hark-listen", NULL))) /* closes fd */
     return hark_error_new(HARK_ERR_INTERNAL, "cannot poll the gRPC listen socket");
   return NULL;
-}
-
-/* How often a libev loop has lws look at its timers (see the top). */
-#define KICK_SECS 0.01
-
-static void on_kick(struct ev_loop *ev, ev_timer *w, int revents) {
-  (void)ev, (void)revents;
-  hark_http_loop_wake(w->data);
 }
 
 /* The loop's wake-up: an eventfd that lws polls like a connection

@@ -78,7 +78,9 @@ struct hark_http_loop {
   unsigned index;
   struct lws_context *ctx;
   struct ev_loop *ev;    /* the libev loop ctx runs on (http.c), or NULL: lws's poll() */
-  struct ev_timer *kick; /* on ev: lws's timers are looked at this often (http.c) */
+  struct ev_timer *kick; /* on ev: has lws look at its timers while busy (http.c) */
+  unsigned kicks;        /* loop thread: kicks since events_seen was last looked at */
+  bool events_seen;      /* loop thread: an lws event since then */
   int wake_fd;           /* eventfd lws polls: hark_http_loop_wake (-1: lws_cancel_service) */
   struct lws_vhost *vh_http, *vh_metrics, *vh_raw;
   int listen_fd;     /* ours unless lws listens (lws closes it) */
