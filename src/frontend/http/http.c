@@ -16,15 +16,16 @@
  * Each context runs on a libev loop of its own (a "foreign" loop to lws;
  * epoll on Linux): lws's own loop poll()s every socket at each wake-up,
  * which with hundreds of streams cost the loops more CPU than their work
- * (bench/RESULTS.md, 2026-11-27). Two gaps of lws 4.1 on libev are
- * bridged here: lws_cancel_service's pipe is not watched, so a loop is
- * woken through an eventfd of ours that lws polls like a connection
- * (hark_http_loop_wake); and lws re-arms its timer only when it is not
- * running, so a timer set sooner than the one armed would wait for it (up
- * to the 1 s sweep): while a loop is busy it nudges lws every KICK_SECS
- * (10 ms), which bounds a timer's lateness by that. Without lws's libev plugin
- * (libwebsockets-evlib-ev) a loop falls back to lws's poll(), with a
- * warning.
+ * (bench/RESULTS.md, 2026-11-27). Three gaps of lws 4.1 on libev are
+ * bridged here: lws_service() runs the libev loop until it is empty, so a
+ * pass of ours runs it once (service()); lws_cancel_service's pipe is not
+ * watched, so a loop is woken through an eventfd of ours that lws polls
+ * like a connection (hark_http_loop_wake); and lws re-arms its timer only
+ * when it is not running, so a timer set sooner than the one armed would
+ * wait for it (up to the 1 s sweep): while a loop is busy it nudges lws
+ * every KICK_SECS (10 ms), which bounds a timer's lateness by that.
+ * Without lws's libev plugin (libwebsockets-evlib-ev) a loop falls back to
+ * lws's poll(), with a warning.
  *
  * Shutdown drains: while what is live on every loop finishes (loop 0
  * watches the others' counts), up to the exit timeout; then every loop

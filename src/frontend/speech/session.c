@@ -550,14 +550,14 @@ static void cut_frames(hark_speech_session *s, item *it, const int16_t *y, size_
   size_t filled = s->n_tail + now; /* short of cap only at the end: zero padding */
   memset(it->frames + filled, 0, (cap - filled) * sizeof *it->frames);
   s->n_tail = ny - now;
-  to_float(s->tail, y + now, s->n_tail);
+  if (s->n_tail) to_float(s->tail, y + now, s->n_tail); /* y may be NULL (no audio) */
 }
 
 /* 16-bit little-endian PCM to and from samples, on any host (a copy on a
  * little-endian one). */
 static void le16_decode(int16_t *x, const uint8_t *pcm, size_t m) {
 #if defined(__BYTE_ORDER__) && __BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__
-  memcpy(x, pcm, m * sizeof *x);
+  if (m) memcpy(x, pcm, m * sizeof *x); /* pcm is NULL at an end without audio */
 #else
   for (size_t i = 0; i < m; i++) x[i] = (int16_t)(uint16_t)(pcm[2 * i] | pcm[2 * i + 1] << 8);
 #endif
@@ -565,7 +565,7 @@ static void le16_decode(int16_t *x, const uint8_t *pcm, size_t m) {
 
 static void le16_encode(uint8_t *out, const int16_t *y, size_t n) {
 #if defined(__BYTE_ORDER__) && __BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__
-  memcpy(out, y, n * sizeof *y);
+  if (n) memcpy(out, y, n * sizeof *y);
 #else
   for (size_t i = 0; i < n; i++) {
     out[2 * i] = (uint8_t)((uint16_t)y[i] & 0xff);
