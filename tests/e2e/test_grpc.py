@@ -719,11 +719,22 @@ class TestTransport(GrpcTest):
         return req
 
     def test_deadline_exceeded(self):
+        self.check_deadline(71)
+
+    def test_deadline_exceeded_on_a_loop_that_was_quiet(self):
+        # A loop with nothing to do for one to two seconds stops nudging
+        # libwebsockets' timer (src/frontend/http/http.c): the request that
+        # wakes it must bring the nudges back, or its 50 ms deadline would
+        # wait for the loop's next 1 s sweep.
+        time.sleep(2.5)
+        self.check_deadline(73)
+
+    def check_deadline(self, rid):
         # echo_asr takes 300 ms on audio that starts with SLOW: a 50 ms
         # deadline passes first. grpcio would give up by itself, so the
         # server's own answer is read with nghttp (nghttp2-client), which
         # only sends grpc-timeout and waits.
-        req = self.echo_request(b"SLOW" + b"\0" * 316, 71).SerializeToString()
+        req = self.echo_request(b"SLOW" + b"\0" * 316, rid).SerializeToString()
         with tempfile.NamedTemporaryFile(suffix=".grpc") as body:
             body.write(b"\0" + struct.pack(">I", len(req)) + req)
             body.flush()
@@ -737,7 +748,7 @@ class TestTransport(GrpcTest):
         self.assertIn("grpc-message: Deadline Exceeded", out)
         self.assertLess(time.time() - t0, 0.29)
         # the model goes on serving
-        r = self.stub.ModelInfer(self.echo_request(b"\0" * 320, 72), timeout=30)
+        r = self.stub.ModelInfer(self.echo_request(b"\0" * 320, rid + 1), timeout=30)
         self.assertEqual(r.model_name, "echo_asr")
 
     def test_compressed_messages_refused(self):
