@@ -22,9 +22,9 @@
 # (4; 0: only the silent rows), ITERATIONS (2), AUDIO_DIR, NS (stream counts
 # to try instead of FRACTIONS, e.g. "450": the same N for two builds, since
 # the bare ceiling swings by 1.5x between runs minutes apart), VAD_INSTANCES
-# and VAD_DELAY_US (silero_vad's instance count and its oldest strategy's
-# max_queue_delay_microseconds, in a copy of the repository; default: as
-# models/ ships them), HARKD_ARGS (more harkd flags, e.g. "--short-batch-us
+# VAD_DELAY_US and VAD_PAD (silero_vad's instance count, its oldest
+# strategy's max_queue_delay_microseconds and its BATCH_PAD_MULTIPLE, 1 for
+# none, in a copy of the repository; default: as models/ ships them), HARKD_ARGS (more harkd flags, e.g. "--short-batch-us
 # 0").
 # shellcheck source=bench/lib.sh
 source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
@@ -39,6 +39,7 @@ MODEL_FILE=$BENCH_ROOT/models/silero_vad/1/model.pt
 CORES=$(nproc)
 VAD_INSTANCES=${VAD_INSTANCES:-}
 VAD_DELAY_US=${VAD_DELAY_US:-}
+VAD_PAD=${VAD_PAD:-}
 HARKD_ARGS=${HARKD_ARGS:-}
 
 bench_need "$HARKD" "$HARK" curl "$PY"
@@ -58,13 +59,14 @@ bench_log "bare: $BARE frames/s at batch 512 -> ceiling $CEILING streams"
 # here each VAD round releases one cheap request per silent stream at once,
 # so the count spikes with the number of streams and refuses new streams
 # while replies are still fast. Off, so that the rows measure serving.
-if [[ -n $VAD_INSTANCES$VAD_DELAY_US ]]; then
+if [[ -n $VAD_INSTANCES$VAD_DELAY_US$VAD_PAD ]]; then
   BENCH_REPO=$BENCH_TMP/repo
   mkdir -p "$BENCH_REPO/silero_vad"
   ln -s "$BENCH_ROOT/models/asr_silero" "$BENCH_REPO/asr_silero"
   ln -s "$BENCH_ROOT/models/silero_vad/1" "$BENCH_REPO/silero_vad/1"
   sed -e "${VAD_INSTANCES:+s/count: [0-9]* kind/count: $VAD_INSTANCES kind/}" \
     -e "${VAD_DELAY_US:+s/max_queue_delay_microseconds: [0-9]*/max_queue_delay_microseconds: $VAD_DELAY_US/}" \
+    -e "${VAD_PAD:+/BATCH_PAD_MULTIPLE/s/string_value: \"[0-9]*\"/string_value: \"$VAD_PAD\"/}" \
     "$BENCH_ROOT/models/silero_vad/config.pbtxt" >"$BENCH_REPO/silero_vad/config.pbtxt"
 fi
 # shellcheck disable=SC2086 # HARKD_ARGS: flags, split on purpose
@@ -168,7 +170,7 @@ cat <<EOF
 
 ### asr_silero: real-time WebSocket streams within p99 ${P99_MS} ms
 
-$(bench_machine). Command: \`$(bench_command FRACTIONS NS P99_MS SPEAKING ITERATIONS VAD_INSTANCES VAD_DELAY_US HARKD_ARGS)\`.
+$(bench_machine). Command: \`$(bench_command FRACTIONS NS P99_MS SPEAKING ITERATIONS VAD_INSTANCES VAD_DELAY_US VAD_PAD HARKD_ARGS)\`.
 Bare ceiling: $BARE frames/s at batch 512 (the libtorch loop, $CORES threads) / 31.25 =
 **$CEILING streams**. harkd idle RSS $((idle_rss / 1024)) MiB.
 

@@ -39,7 +39,7 @@ repo=$BENCH_TMP/models
 mkdir -p "$repo/silero_vad_b1/1"
 ln -s "$BENCH_ROOT/models/silero_vad" "$repo/silero_vad"
 ln -s "$MODEL_FILE" "$repo/silero_vad_b1/1/model.pt"
-sed -e 's/^name: "silero_vad"/name: "silero_vad_b1"/' -e 's/^max_batch_size: 512/max_batch_size: 1/' -e '/preferred_batch_size/d' \
+sed -e 's/^name: "silero_vad"/name: "silero_vad_b1"/' -e 's/^max_batch_size: 512/max_batch_size: 1/' -e '/preferred_batch_size/d' -e '/BATCH_PAD_MULTIPLE/d' \
   "$BENCH_ROOT/models/silero_vad/config.pbtxt" >"$repo/silero_vad_b1/config.pbtxt"
 grep -q '^max_batch_size: 1$' "$repo/silero_vad_b1/config.pbtxt" ||
   bench_die "models/silero_vad/config.pbtxt changed shape: cannot derive silero_vad_b1"

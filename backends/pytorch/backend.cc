@@ -17,6 +17,9 @@
  * which is process-wide and fixed once set: the first model loaded sets
  * it (1 unless it asks otherwise); a later model asking another size gets
  * a warning in the log.
+ *
+ * BATCH_PAD_MULTIPLE (hark's own, see settle_padding) rounds the rows of
+ * each forward call up, so that a model compiled per shape sees few shapes.
  */
 #include <sched.h>
 
@@ -57,18 +60,45 @@ int cores() {
   return n > 0 ? (int)n : 1;
 }
 
-/* A thread count parameter: -1 when absent, 0 for "the default". */
-int thread_parameter(const model &m, hark_model *hm, const char *key) {
+/* A whole-number parameter in lo..hi: -1 when absent. `note` follows the
+ * range in the error ("0 = default", ...). */
+long whole_parameter(const model &m, hark_model *hm, const char *key, long lo, long hi,
+                     const char *note) {
   const char *v = hark_model_parameter(hm, key);
   if (!v) return -1;
   char *end;
   errno = 0;
   long n = strtol(v, &end, 10);
-  if (!*v || *end || errno || n < 0 || n > 4096)
+  if (!*v || *end || errno || n < lo || n > hi)
     throw failure(HARK_ERR_INVALID_ARG, "pytorch: model '" + m.name + "': parameter " + key +
-                                            " must be a whole number 0..4096 (0 = default), got '" +
-                                            v + "'");
-  return (int)n;
+                                            " must be a whole number " + std::to_string(lo) + ".." +
+                                            std::to_string(hi) + " (" + note + "), got '" + v +
+                                            "'");
+  return n;
+}
+
+/* A thread count parameter: -1 when absent, 0 for "the default". */
+int thread_parameter(const model &m, hark_model *hm, const char *key) {
+  return (int)whole_parameter(m, hm, key, 0, 4096, "0 = default");
+}
+
+/* BATCH_PAD_MULTIPLE: a batched model's forward calls take their rows
+ * padded with zero rows up to a multiple of it, or of a smaller step for a
+ * call of fewer than 8 times it rows (execute.cc, padded_rows); 1, the
+ * default: none.
+ * libtorch's oneDNN compiles its convolution kernels for each input shape
+ * and keeps the last 1024 it compiled; a server's batches change size at
+ * nearly every call, so without padding a model with convolutions may
+ * compile anew on most calls. The padded rows' results are dropped; the
+ * model must treat its rows independently, as batching assumes anyway. */
+void settle_padding(model &m, hark_model *hm, const hark_model_config *cfg) {
+  if (!m.batched && hark_model_parameter(hm, "BATCH_PAD_MULTIPLE"))
+    throw failure(HARK_ERR_INVALID_ARG, "pytorch: model '" + m.name +
+                                            "': parameter BATCH_PAD_MULTIPLE needs batching "
+                                            "(max_batch_size > 0)");
+  long pad = whole_parameter(m, hm, "BATCH_PAD_MULTIPLE", 1, cfg->max_batch_size,
+                             "1 = no padding, at most max_batch_size");
+  m.pad_multiple = pad > 1 ? pad : 1;
 }
 
 std::mutex interop_lock;
@@ -115,12 +145,16 @@ hark_error *model_init(hark_model *hm) {
     m->file = std::string(hark_model_path(hm)) + "/" + std::to_string(m->version) + "/" + file;
     m->batched = cfg->max_batch_size > 0;
     settle_threads(*m, hm, cfg);
+    settle_padding(*m, hm, cfg);
     bind(*m, cfg, load_module(*m));
+    std::string padding;
+    if (m->pad_multiple > 1)
+      padding = ", rows padded to a multiple of " + std::to_string(m->pad_multiple);
     HARK_BACKEND_LOG(HARK_BACKEND_LOG_INFO,
                      "pytorch: model '%s' version %lld from %s: %zu input(s), %zu output(s), "
-                     "intra-op threads %d per instance",
+                     "intra-op threads %d per instance%s",
                      m->name.c_str(), (long long)m->version, m->file.c_str(), m->inputs.size(),
-                     m->outputs.size(), m->intra_threads);
+                     m->outputs.size(), m->intra_threads, padding.c_str());
     hark_model_set_state(hm, m.release());
   });
 }

@@ -7,7 +7,8 @@
  * other dims differ, possible with -1 dims, go in separate forward calls),
  * forward runs once, and each result is checked against config.pbtxt
  * (type, shape, the batch size on dim 0) and split back into one response
- * per request. A model without batching runs one forward per request.
+ * per request. With BATCH_PAD_MULTIPLE the stacked rows are followed by
+ * zero rows (padded_rows; backend.cc says why); their results are dropped. A model without batching runs one forward per request.
  * Implicit state is just more inputs and outputs: the sequence batcher
  * adds each sequence's state as an input and takes the state output back
  * from the response, so the states of the sequences in a batch are
@@ -31,7 +32,8 @@ struct group_ctx {
   instance &inst;
   std::vector<hark_request *> reqs;
   std::vector<int64_t> batch; /* rows each request takes (1 without batching) */
-  int64_t total = 0;
+  int64_t total = 0;          /* the requests' rows */
+  int64_t padded = 0;         /* the rows forward sees: total, maybe padded */
 };
 
 std::string label(const instance &inst) {
@@ -76,13 +78,26 @@ std::string exception_message(const char *what) {
   return s.substr(start, end - start + 1);
 }
 
+/* The rows forward sees for `total` requested ones: rounded up to a
+ * multiple of BATCH_PAD_MULTIPLE, halved while it is more than an eighth
+ * of them, so that padding adds at most an eighth (and a call of fewer
+ * than 16 rows goes as it is). */
+int64_t padded_rows(const model &m, int64_t total) {
+  if (!m.batched) return total;
+  int64_t step = m.pad_multiple;
+  while (step > 1 && step * 8 > total) step /= 2;
+  return (total + step - 1) / step * step;
+}
+
 at::Tensor stack_input(group_ctx &g, const binding &in, const hark_tensor *first) {
   const model &m = *g.inst.m;
   std::vector<int64_t> shape(first->shape, first->shape + first->ndims);
-  if (m.batched) shape[0] = g.total;
+  if (m.batched) shape[0] = g.padded;
   at::Tensor x = at::empty(shape, at::TensorOptions().dtype(in.st));
   char *dst = static_cast<char *>(x.data_ptr());
   size_t off = 0, cap = x.nbytes();
+  /* the requests' rows; zero rows after them up to the padded size */
+  size_t want = g.padded ? cap / (size_t)g.padded * (size_t)g.total : cap;
   for (size_t r = 0; r < g.reqs.size(); r++) {
     const hark_tensor *t = hark_request_input_by_name(g.reqs[r], in.name.c_str());
     if (m.batched && t->shape[0] != g.batch[r])
@@ -90,19 +105,20 @@ at::Tensor stack_input(group_ctx &g, const binding &in, const hark_tensor *first
                                               "' has batch size " + std::to_string(t->shape[0]) +
                                               "; expected the request's batch size " +
                                               std::to_string(g.batch[r]));
-    if (t->byte_size > cap - off)
+    if (t->byte_size > want - off)
       throw failure(HARK_ERR_INVALID_ARG, label(g.inst) + ": input '" + in.name + "' holds " +
                                               std::to_string(t->byte_size) +
                                               " bytes; expected at most " +
-                                              std::to_string(cap - off));
+                                              std::to_string(want - off));
     if (t->byte_size) memcpy(dst + off, t->data, t->byte_size);
     off += t->byte_size;
   }
-  if (off != cap)
+  if (off != want)
     throw failure(HARK_ERR_INVALID_ARG, label(g.inst) + ": input '" + in.name + "' holds " +
                                             std::to_string(off) + " bytes in all; expected " +
-                                            std::to_string(cap) + " for shape " +
+                                            std::to_string(want) + " for shape " +
                                             sizes_string(x.sizes()));
+  if (cap > want) memset(dst + want, 0, cap - want);
   return x;
 }
 
@@ -141,14 +157,14 @@ at::Tensor check_output(const group_ctx &g, const binding &out, const c10::IValu
                                          scalar_name(y.scalar_type()) + " from forward");
   size_t off = m.batched ? 1 : 0;
   bool ok = (size_t)y.dim() == out.dims.size() + off;
-  if (ok && m.batched) ok = y.size(0) == g.total;
+  if (ok && m.batched) ok = y.size(0) == g.padded;
   for (size_t d = 0; ok && d < out.dims.size(); d++)
     ok = out.dims[d] < 0 || out.dims[d] == y.size((int64_t)(d + off));
   if (!ok)
     throw failure(HARK_ERR_INTERNAL,
                   label(g.inst) + ": output '" + out.name + "': expected shape " +
                       shape_string(out.dims, m.batched) +
-                      (m.batched ? " with " + std::to_string(g.total) + " on dim 0 (the batch)"
+                      (m.batched ? " with " + std::to_string(g.padded) + " on dim 0 (the batch)"
                                  : std::string()) +
                       ", got " + sizes_string(y.sizes()) + " from forward");
   return y;
@@ -174,7 +190,7 @@ hark_error *respond(const group_ctx &g, size_t r, int64_t row, const std::vector
     size_t bytes = y.nbytes();
     const char *src = static_cast<const char *>(y.data_ptr());
     if (m.batched) {
-      size_t row_bytes = g.total ? bytes / (size_t)g.total : 0;
+      size_t row_bytes = g.padded ? bytes / (size_t)g.padded : 0;
       shape[0] = g.batch[r];
       src += row_bytes * (size_t)row;
       bytes = row_bytes * (size_t)g.batch[r];
@@ -194,6 +210,7 @@ hark_error *respond(const group_ctx &g, size_t r, int64_t row, const std::vector
 
 void run_group(group_ctx &g, std::vector<char> &answered, const std::vector<size_t> &index) {
   const model &m = *g.inst.m;
+  g.padded = padded_rows(m, g.total);
   std::vector<c10::IValue> args(m.args.size());
   for (size_t i = 0; i < m.args.size(); i++)
     if (m.args[i].default_value()) args[i] = *m.args[i].default_value();
@@ -254,7 +271,7 @@ void execute(instance &inst, hark_request **reqs, uint32_t n) {
     std::vector<char> grouped(n, 0);
     for (uint32_t i = 0; i < n; i++) {
       if (grouped[i]) continue;
-      group_ctx g{inst, {}, {}, 0};
+      group_ctx g{inst, {}, {}, 0, 0};
       std::vector<size_t> index;
       for (uint32_t j = i; j < n; j++) {
         if (grouped[j] || (j != i && (!m.batched || !stackable(m, reqs[i], reqs[j])))) continue;

@@ -44,6 +44,7 @@ struct model {
   /* forward's arguments after self: defaults for the ones no input binds */
   std::vector<c10::Argument> args;
   int intra_threads = 1;
+  int64_t pad_multiple = 1; /* BATCH_PAD_MULTIPLE: rows of a forward call, rounded up */
 };
 
 struct instance {

@@ -230,6 +230,15 @@ output [ {{ name: "OUTPUT__0" {FP32_VEC} }}, {{ name: "OUTPUT__1" {FP32_VEC} }} 
 """,
 }
 
+# affine and the accumulator with each forward call's rows padded to a
+# multiple of 8, and two models whose padding parameter is refused.
+PAD8 = 'parameters { key: "BATCH_PAD_MULTIPLE" value: { string_value: "8" } }\n'
+CONFIGS["affine_padded"] = CONFIGS["affine"].replace("max_batch_size: 32",
+                                                     "max_batch_size: 128") + PAD8
+CONFIGS["accumulator_padded"] = CONFIGS["accumulator"] + PAD8
+CONFIGS["bad_pad"] = CONFIGS["affine"] + PAD8.replace('"8"', '"64"')
+CONFIGS["pad_unbatched"] = CONFIGS["raiser"] + PAD8
+
 # The accumulator on two instances with a queue delay of 5 s; the second
 # also lists a preferred batch size.
 CONFIGS["accumulator2"] = CONFIGS["accumulator"].replace(
@@ -243,7 +252,8 @@ MODULES = {"adder": Adder, "named": Named, "types": Types, "raiser": Raiser, "af
            "accumulator": Accumulator, "accumulator2": Accumulator,
            "accumulator2_pref": Accumulator, "wrong_type": FloatOut, "unmatched": Adder,
            "rowsum": RowSum, "counter": Counter, "int_argument": TakesInt, "extra_output": Raiser,
-           "bad_threads": Raiser, "no_uint32": Raiser}
+           "bad_threads": Raiser, "no_uint32": Raiser, "affine_padded": Affine,
+           "accumulator_padded": Accumulator, "bad_pad": Affine, "pad_unbatched": Raiser}
 
 
 def build_repo():
@@ -438,7 +448,32 @@ class PyTorchBackend(unittest.TestCase):
         self.assertIn("model 'affine' version 1 from", log)
         self.assertIn("intra-op threads 1 per instance", log)
 
+    def test_padded_rows_are_zeros_and_their_results_dropped(self):
+        # BATCH_PAD_MULTIPLE 8: a call of 64 rows or more is padded to a
+        # multiple of 8; below that the step halves while it is more than
+        # an eighth of the rows (4 from 32, 2 from 16), and 15 rows or fewer
+        # go as they are. Each request gets its own rows back.
+        for n, seen in ((3, 3), (15, 15), (21, 22), (35, 36), (65, 72), (128, 128)):
+            rows = [[float(i), -1.0, 0.5, float(n)] for i in range(n)]
+            out = self.outputs("affine_padded", infer_body([("INPUT__0", [n, 4], "FP32", rows)]))
+            self.assertEqual(out["OUTPUT__0"]["data"], [2 * v + 1 for r in rows for v in r], n)
+            self.assertEqual(out["OUTPUT__0"]["shape"], [n, 4])
+            self.assertEqual(out["BATCH__1"]["data"], [seen] * n, n)
+            self.assertEqual(out["BATCH__1"]["shape"], [n, 1])
+        self.assertIn("model 'affine_padded' version 1 from", self.server.output())
+        self.assertIn("rows padded to a multiple of 8", self.server.output())
+
     def test_implicit_state_across_interleaved_sequences(self):
+        self.interleaved_sequences("accumulator", 1000)
+
+    def test_implicit_state_with_padded_batches(self):
+        # The padded rows' state is zeros in and dropped out: every
+        # sequence's running sum stays its own.
+        self.interleaved_sequences("accumulator_padded", 3000)
+
+    def interleaved_sequences(self, model, base):
+        """64 sequences of 5 steps at once: each running sum must be its
+        own; returns the forward-call sizes seen."""
         n, steps = 64, 5
         failures = []
         batch_sizes = []
@@ -449,12 +484,12 @@ class PyTorchBackend(unittest.TestCase):
             for step in range(steps):
                 x = [float(k), float(step + 1)]
                 total = [total[0] + x[0], total[1] + x[1]]
-                params = {"sequence_id": 1000 + k}
+                params = {"sequence_id": base + k}
                 if step == 0:
                     params["sequence_start"] = True
                 if step == steps - 1:
                     params["sequence_end"] = True
-                status, res = self.infer("accumulator", infer_body(
+                status, res = self.infer(model, infer_body(
                     [("INPUT__0", [1, 2], "FP32", [x])], parameters=params))
                 with lock:
                     if status != 200:
@@ -477,11 +512,13 @@ class PyTorchBackend(unittest.TestCase):
         self.assertGreater(max(batch_sizes), 1,
                            "the sequences' states never shared a forward call")
         # A restarted sequence starts again from the initial (zero) state.
-        status, res = self.infer("accumulator", infer_body(
+        status, res = self.infer(model, infer_body(
             [("INPUT__0", [1, 2], "FP32", [[3, 4]])],
-            parameters={"sequence_id": 1000, "sequence_start": True, "sequence_end": True}))
+            parameters={"sequence_id": base, "sequence_start": True, "sequence_end": True}))
         self.assertEqual(status, 200, res)
         self.assertEqual(res["outputs"][0]["data"], [3, 4])
+        return batch_sizes
+
 
     def idle_round(self, model, base):
         """32 live sequences, all idle, each send their next request: the
@@ -599,12 +636,16 @@ class PyTorchBackend(unittest.TestCase):
                       "(0 = default), got 'many'", idx["bad_threads"]["reason"])
         self.assertIn("tensor 'INPUT__0' has data type TYPE_UINT32, which TorchScript has no "
                       "type for", idx["no_uint32"]["reason"])
+        self.assertIn("parameter BATCH_PAD_MULTIPLE must be a whole number 1..32 (1 = no "
+                      "padding, at most max_batch_size), got '64'", idx["bad_pad"]["reason"])
+        self.assertIn("parameter BATCH_PAD_MULTIPLE needs batching (max_batch_size > 0)",
+                      idx["pad_unbatched"]["reason"])
         for name in ("not_archive", "no_file", "unmatched", "int_argument", "extra_output",
-                     "bad_threads", "no_uint32"):
+                     "bad_threads", "no_uint32", "bad_pad", "pad_unbatched"):
             self.assertIn(f"model '{name}'", idx[name]["reason"])
             self.assertEqual(idx[name]["state"], "UNAVAILABLE", idx[name])
         for name in ("adder", "named", "types", "raiser", "affine", "accumulator", "accumulator2",
-                     "accumulator2_pref", "wrong_type",
+                     "accumulator2_pref", "wrong_type", "affine_padded", "accumulator_padded",
                      "rowsum", "custom_file", "counter"):
             self.assertEqual(idx[name]["state"], "READY", idx[name])
         status, res = self.infer("not_archive", infer_body([("INPUT__0", [1], "FP32", [1])]))
