@@ -76,6 +76,23 @@ class Harkd:
     """A harkd process on free ports; stop() checks it exits cleanly."""
 
     def __init__(self, repo=MODELS, args=(), wait_ready=True, grpc=False):
+        # A port free_port() found is free only until harkd binds it: in
+        # between, another test's client may get it as its own local port
+        # (the suite runs in parallel). harkd then exits at once saying so,
+        # and starts again on other ports.
+        for attempt in range(3):
+            self._launch(repo, args, grpc)
+            try:
+                self.wait_live()
+                break
+            except RuntimeError:
+                if attempt == 2 or self.proc.poll() is None or "(in use?)" not in self.output():
+                    raise
+                self.log.close()
+        if wait_ready:
+            self.wait_ready()
+
+    def _launch(self, repo, args, grpc):
         self.http_port = free_port()
         self.metrics_port = free_port()
         # gRPC is opt-in: a free port when asked for, else off.
@@ -87,9 +104,6 @@ class Harkd:
                "--grpc-port", str(self.grpc_port), "--http-address", "127.0.0.1", *args]
         self.proc = subprocess.Popen(DIE_WITH_PARENT + cmd, stdout=self.log,
                                      stderr=subprocess.STDOUT)
-        self.wait_live()
-        if wait_ready:
-            self.wait_ready()
 
     def wait_live(self, timeout=30):
         deadline = time.time() + timeout
