@@ -8,7 +8,8 @@
  * forward runs once, and each result is checked against config.pbtxt
  * (type, shape, the batch size on dim 0) and split back into one response
  * per request. With BATCH_PAD_MULTIPLE the stacked rows are followed by
- * zero rows (padded_rows; backend.cc says why); their results are dropped. A model without batching runs one forward per request.
+ * zero rows (padded_rows; backend.cc says why); their results are dropped.
+ * A model without batching runs one forward per request.
  * Implicit state is just more inputs and outputs: the sequence batcher
  * adds each sequence's state as an input and takes the state output back
  * from the response, so the states of the sequences in a batch are
