@@ -24,8 +24,8 @@
 # the bare ceiling swings by 1.5x between runs minutes apart), VAD_INSTANCES
 # VAD_DELAY_US and VAD_PAD (silero_vad's instance count, its oldest
 # strategy's max_queue_delay_microseconds and its BATCH_PAD_MULTIPLE, 1 for
-# none, in a copy of the repository; default: as models/ ships them), HARKD_ARGS (more harkd flags, e.g. "--short-batch-us
-# 0").
+# none, in a copy of the repository; default: as models/ ships them),
+# HARKD_ARGS (more harkd flags, e.g. "--short-batch-us 0").
 # shellcheck source=bench/lib.sh
 source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 

@@ -114,11 +114,13 @@ at::Tensor stack_input(group_ctx &g, const binding &in, const hark_tensor *first
     if (t->byte_size) memcpy(dst + off, t->data, t->byte_size);
     off += t->byte_size;
   }
-  if (off != want)
+  if (off != want) {
+    shape[0] = m.batched ? g.total : shape[0]; /* the requests' shape, without padding */
     throw failure(HARK_ERR_INVALID_ARG, label(g.inst) + ": input '" + in.name + "' holds " +
                                             std::to_string(off) + " bytes in all; expected " +
                                             std::to_string(want) + " for shape " +
-                                            sizes_string(x.sizes()));
+                                            sizes_string(shape));
+  }
   if (cap > want) memset(dst + want, 0, cap - want);
   return x;
 }

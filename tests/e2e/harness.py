@@ -89,6 +89,7 @@ class Harkd:
                 if attempt == 2 or self.proc.poll() is None or "(in use?)" not in self.output():
                     raise
                 self.log.close()
+                os.unlink(self.log_path)
         if wait_ready:
             self.wait_ready()
 

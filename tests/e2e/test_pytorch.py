@@ -245,6 +245,11 @@ CONFIGS["accumulator2"] = CONFIGS["accumulator"].replace(
     "sequence_batching {", 'instance_group [ { count: 2 kind: KIND_CPU } ]\nsequence_batching {').replace(
     "preferred_batch_size: [ 16 ]\n           max_queue_delay_microseconds: 20000",
     "max_queue_delay_microseconds: 5000000")
+# One instance of the accumulator with a 5 s delay, padded: a round of 21
+# idle sequences goes as one forward call of 22 rows.
+CONFIGS["accumulator_round_padded"] = CONFIGS["accumulator"].replace(
+    "preferred_batch_size: [ 16 ]\n           max_queue_delay_microseconds: 20000",
+    "max_queue_delay_microseconds: 5000000") + PAD8
 CONFIGS["accumulator2_pref"] = CONFIGS["accumulator2"].replace(
     "max_queue_delay_microseconds: 5000000", "preferred_batch_size: [ 32 ] max_queue_delay_microseconds: 5000000")
 
@@ -253,7 +258,8 @@ MODULES = {"adder": Adder, "named": Named, "types": Types, "raiser": Raiser, "af
            "accumulator2_pref": Accumulator, "wrong_type": FloatOut, "unmatched": Adder,
            "rowsum": RowSum, "counter": Counter, "int_argument": TakesInt, "extra_output": Raiser,
            "bad_threads": Raiser, "no_uint32": Raiser, "affine_padded": Affine,
-           "accumulator_padded": Accumulator, "bad_pad": Affine, "pad_unbatched": Raiser}
+           "accumulator_padded": Accumulator, "accumulator_round_padded": Accumulator,
+           "bad_pad": Affine, "pad_unbatched": Raiser}
 
 
 def build_repo():
@@ -470,6 +476,10 @@ class PyTorchBackend(unittest.TestCase):
         # The padded rows' state is zeros in and dropped out: every
         # sequence's running sum stays its own.
         self.interleaved_sequences("accumulator_padded", 3000)
+        # A round of 21 sequences is one call of 22 rows (one zero row), and
+        # each sequence's sum carries over from its first round to its second.
+        sizes, _ = self.idle_round("accumulator_round_padded", 7000, n=21)
+        self.assertEqual(sizes, [22] * 21)
 
     def interleaved_sequences(self, model, base):
         """64 sequences of 5 steps at once: each running sum must be its
@@ -519,13 +529,11 @@ class PyTorchBackend(unittest.TestCase):
         self.assertEqual(res["outputs"][0]["data"], [3, 4])
         return batch_sizes
 
-
-    def idle_round(self, model, base):
-        """32 live sequences, all idle, each send their next request: the
+    def idle_round(self, model, base, n=32):
+        """n live sequences (32 by default), all idle, each send their next request: the
         forward-call sizes that answer them, and how long the round took.
         (Their first round may wait out the 5 s delay: a sequence answered
         early is idle, and could send again, while the others arrive.)"""
-        n = 32
 
         def round_of(step, params):
             results = [None] * n
@@ -646,6 +654,7 @@ class PyTorchBackend(unittest.TestCase):
             self.assertEqual(idx[name]["state"], "UNAVAILABLE", idx[name])
         for name in ("adder", "named", "types", "raiser", "affine", "accumulator", "accumulator2",
                      "accumulator2_pref", "wrong_type", "affine_padded", "accumulator_padded",
+                     "accumulator_round_padded",
                      "rowsum", "custom_file", "counter"):
             self.assertEqual(idx[name]["state"], "READY", idx[name])
         status, res = self.infer("not_archive", infer_body([("INPUT__0", [1], "FP32", [1])]))
