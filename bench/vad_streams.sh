@@ -69,9 +69,27 @@ if [[ -n $VAD_INSTANCES$VAD_DELAY_US$VAD_PAD ]]; then
     -e "${VAD_PAD:+/BATCH_PAD_MULTIPLE/s/string_value: \"[0-9]*\"/string_value: \"$VAD_PAD\"/}" \
     "$BENCH_ROOT/models/silero_vad/config.pbtxt" >"$BENCH_REPO/silero_vad/config.pbtxt"
 fi
+# The stream counts to try: NS as given, or FRACTIONS of this run's ceiling.
+targets=()
+if [[ -n $NS ]]; then
+  for n in $NS; do
+    targets+=("$n $(awk -v c="$CEILING" -v n="$n" 'BEGIN { printf "%.2f\n", n / c }')")
+  done
+else
+  for f in $FRACTIONS; do
+    targets+=("$(awk -v c="$CEILING" -v f="$f" 'BEGIN { n = int(c * f + 0.5); print (n < 1 ? 1 : n) }') $f")
+  done
+fi
+# --max-streams (default 1,024 per protocol) well above the largest N: on a
+# host whose ceiling is past 1,024 streams (an AVX-512 one measured ~3,000),
+# the default refused every stream beyond it at connect, and those rows
+# measured the cap, not serving (bench/RESULTS.md, 2026-11-27, evening).
+# Twice N, since a stream's next iteration connects while the server may
+# still be closing its last.
+most=$(printf '%s\n' "${targets[@]}" | awk '$1 > m { m = $1 } END { print m + 0 }')
 # shellcheck disable=SC2086 # HARKD_ARGS: flags, split on purpose
 bench_start_harkd --model-control-mode explicit --load-model silero_vad --load-model asr_silero \
-  --stream-backlog-limit 1000000 $HARKD_ARGS
+  --stream-backlog-limit 1000000 --max-streams $((2 * most > 1024 ? 2 * most : 1024)) $HARKD_ARGS
 HARKD_PID=$BENCH_LAST_PID
 curl -sf -o /dev/null "http://$HARKD_URL/v2/models/asr_silero/ready" || bench_die "asr_silero is not ready"
 idle_rss=$(awk '/^VmRSS:/ { print $2 }' "/proc/$HARKD_PID/status")
@@ -142,17 +160,6 @@ PY
 
 rows=()
 best=0
-# The stream counts to try: NS as given, or FRACTIONS of this run's ceiling.
-targets=()
-if [[ -n $NS ]]; then
-  for n in $NS; do
-    targets+=("$n $(awk -v c="$CEILING" -v n="$n" 'BEGIN { printf "%.2f\n", n / c }')")
-  done
-else
-  for f in $FRACTIONS; do
-    targets+=("$(awk -v c="$CEILING" -v f="$f" 'BEGIN { n = int(c * f + 0.5); print (n < 1 ? 1 : n) }') $f")
-  done
-fi
 for t in "${targets[@]}"; do
   read -r n f <<<"$t"
   trial "silent-$n" "$n" 1
