@@ -44,6 +44,7 @@ static void deadline_in(struct timespec *ts, int secs) {
 
 static void *watchdog_main(void *arg) {
   (void)arg;
+  pthread_setname_np(pthread_self(), "hark-watchdog");
   while (sem_wait(&g_watchdog) != 0) { /* the first signal */
   }
   struct timespec ts;

@@ -185,6 +185,7 @@ typedef struct pool_job {
  * empty: a stream waits for its job). */
 static void *finisher_main(void *arg) {
   ps_pool *p = arg;
+  pthread_setname_np(pthread_self(), "ps-final");
   pthread_mutex_lock(&p->mu);
   for (;;) {
     pool_job *j = p->jobs;
@@ -250,6 +251,7 @@ bool ps_pool_growing(ps_pool *p) {
  * wanted, outside the pool lock, and hands each to the idle stack. */
 static void *spare_main(void *arg) {
   ps_pool *p = arg;
+  pthread_setname_np(pthread_self(), "ps-spare");
   pthread_mutex_lock(&p->mu);
   while (!p->stopping) {
     if (!spare_wanted(p)) {

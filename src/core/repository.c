@@ -21,6 +21,7 @@
  * owns the repository.
  */
 #include <errno.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -205,6 +206,7 @@ typedef struct retire_job {
 } retire_job;
 
 static void *retire_run(void *arg) {
+  pthread_setname_np(pthread_self(), "hark-retire");
   retire_job *job = arg;
   hark_repository *r = job->repo;
   retire_finish(r, job->old, job->n, job->deadline);
@@ -502,6 +504,7 @@ static void poll_once(hark_repository *r) {
 }
 
 static void *poll_run(void *arg) {
+  pthread_setname_np(pthread_self(), "hark-repo-poll");
   hark_repository *r = arg;
   pthread_mutex_lock(&r->lock);
   while (!r->poll_stop) {
@@ -741,6 +744,7 @@ typedef struct repo_op {
 } repo_op;
 
 static void *repo_op_run(void *arg) {
+  pthread_setname_np(pthread_self(), "hark-repo-op");
   repo_op *op = arg;
   hark_error *err =
       op->load ? model_load(op->repo, op->name) : model_unload(op->repo, op->name, true);

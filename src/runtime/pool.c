@@ -142,6 +142,7 @@ static hark_pool_task *fifo_pop(hark_pool *pool) {
 
 static void *worker_main(void *arg) {
   hark_pool *pool = arg;
+  pthread_setname_np(pthread_self(), "hark-worker");
   tl_pool = pool;
   pthread_mutex_lock(&pool->lock);
   for (;;) {
@@ -295,6 +296,7 @@ void hark_pool_timer_cancel(hark_pool *pool, hark_timer *t) {
 
 static void *timer_main(void *arg) {
   hark_pool *pool = arg;
+  pthread_setname_np(pthread_self(), "hark-timer");
   pthread_mutex_lock(&pool->tlock);
   while (!pool->tstopping) {
     hark_timer *t = pool->thead;

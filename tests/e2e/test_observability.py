@@ -342,6 +342,31 @@ output [ {{ name: "OUTPUT" data_type: TYPE_INT32 dims: [ 1 ] }} ]
 
 
 @unittest.skipUnless(shutil.which("cc"), "no C compiler to build the old-API backend")
+class ThreadNames(unittest.TestCase):
+    """Each of harkd's threads says what it is (top -H, perf, /proc/PID/task),
+    and the main thread keeps the program's name, so pgrep/pkill harkd still
+    find it."""
+
+    def test_threads_are_named(self):
+        server = Harkd(MODELS, ("--model-control-mode", "explicit", "--load-model", "asr",
+                                "--worker-threads", "3", "--http-thread-count", "2"))
+        try:
+            names = []
+            for task in os.listdir(f"/proc/{server.proc.pid}/task"):
+                with open(f"/proc/{server.proc.pid}/task/{task}/comm") as f:
+                    names.append(f.read().strip())
+            main_tid = str(server.proc.pid)
+            with open(f"/proc/{server.proc.pid}/task/{main_tid}/comm") as f:
+                self.assertEqual(f.read().strip(), "harkd")
+            self.assertEqual(names.count("hark-worker"), 3, names)
+            self.assertEqual(names.count("hark-loop"), 1, names)  # the other is the main thread
+            self.assertEqual(names.count("hark-timer"), 1, names)
+            self.assertIn("ps-final", names)  # asr's utterance-end threads
+            self.assertIn("hark-watchdog", names)
+        finally:
+            server.stop()
+
+
 class OlderBackends(unittest.TestCase):
     """Backends built on API 1.0, 1.1 and 1.2 still load, serve and export
     metrics; one claiming a newer minor than the server's is refused."""

@@ -36,6 +36,7 @@
 #include <netdb.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -675,6 +676,7 @@ static void loop_run(hark_http_loop *loop) {
 }
 
 static void *loop_thread(void *arg) {
+  pthread_setname_np(pthread_self(), "hark-loop");
   loop_run(arg);
   return NULL;
 }
