@@ -213,6 +213,11 @@ hark_error *respond(const group_ctx &g, size_t r, int64_t row, const std::vector
 
 void run_group(group_ctx &g, std::vector<char> &answered, const std::vector<size_t> &index) {
   const model &m = *g.inst.m;
+  /* An execution's groups run one after another: a later group's requests
+   * waited through the earlier forward calls, which is queue time for them,
+   * not their input's preparation. */
+  uint64_t start = hark_now_ns();
+  for (hark_request *req : g.reqs) hark_request_mark_compute_start(req, start);
   g.padded = padded_rows(m, g.total);
   std::vector<c10::IValue> args(m.args.size());
   for (size_t i = 0; i < m.args.size(); i++)

@@ -1,5 +1,5 @@
 /*
- * hark/backend.h — the backend C API, version 1.3.
+ * hark/backend.h — the backend C API, version 1.4.
  *
  * A backend is a shared object named libhark_<backend>.so, found in the
  * model's folder, then in --backend-directory. The server dlopen()s it with
@@ -38,8 +38,9 @@ extern "C" {
 #define HARK_BACKEND_API_MAJOR 1u
 /* 1.1: sequence_fini. 1.2: histogram metrics (hark_metric_new_histogram,
  * hark_metric_observe), hark_request_received_ns, hark_backend_log.
- * 1.3: hark_request_correlation_ns (correlation-id namespaces). */
-#define HARK_BACKEND_API_MINOR 3u
+ * 1.3: hark_request_correlation_ns (correlation-id namespaces).
+ * 1.4: hark_request_mark_compute_start (a request's own compute start). */
+#define HARK_BACKEND_API_MINOR 4u
 #define HARK_BACKEND_API_VERSION ((HARK_BACKEND_API_MAJOR << 16) | HARK_BACKEND_API_MINOR)
 
 typedef struct hark_backend hark_backend;

@@ -121,6 +121,14 @@ const char *hark_request_requested_output(const hark_request *req, uint32_t i);
  * the whole execution counts as compute_infer.
  */
 void hark_request_mark_compute(hark_request *req, uint64_t input_end_ns, uint64_t infer_end_ns);
+/*
+ * (1.4) A backend that computes a batch's requests in turns (groups of
+ * different shapes, one after another) marks when this request's own turn
+ * began: the time before it counts as queue time, as Triton's compute_start,
+ * and compute_input starts there. Ignored if earlier than the execution's
+ * start.
+ */
+void hark_request_mark_compute_start(hark_request *req, uint64_t start_ns);
 
 /*
  * Sequence models (sequence_batching): the backend's own state for the

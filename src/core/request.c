@@ -180,6 +180,10 @@ void hark_request_mark_compute(hark_request *req, uint64_t input_end_ns, uint64_
   req->infer_end_ns = infer_end_ns;
 }
 
+void hark_request_mark_compute_start(hark_request *req, uint64_t start_ns) {
+  if (start_ns > req->exec_start_ns) req->exec_start_ns = start_ns;
+}
+
 uint64_t hark_request_received_ns(const hark_request *req) { return req->received_ns; }
 void hark_request_set_queued_ns(hark_request *req, uint64_t ns) { req->queued_ns = ns; }
 uint64_t hark_request_queued_ns(const hark_request *req) { return req->queued_ns; }

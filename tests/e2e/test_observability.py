@@ -368,12 +368,12 @@ class ThreadNames(unittest.TestCase):
 
 
 class OlderBackends(unittest.TestCase):
-    """Backends built on API 1.0, 1.1 and 1.2 still load, serve and export
+    """Backends built on API 1.0 to 1.3 still load, serve and export
     metrics; one claiming a newer minor than the server's is refused."""
 
     @classmethod
     def setUpClass(cls):
-        names = {"old0": 0, "old1": 1, "old2": 2, "future": 999}
+        names = {"old0": 0, "old1": 1, "old2": 2, "old3": 3, "future": 999}
         cls.repo = make_repo({n: OLD_CONFIG.format(name=n) for n in names})
         for name, minor in names.items():
             src = os.path.join(cls.repo, name, "backend.c")
@@ -392,7 +392,7 @@ class OlderBackends(unittest.TestCase):
             shutil.rmtree(cls.repo, ignore_errors=True)
 
     def test_old_minors_serve(self):
-        for name in ("old0", "old1", "old2"):
+        for name in ("old0", "old1", "old2", "old3"):
             doc = {"inputs": [{"name": "INPUT", "shape": [1], "datatype": "INT32", "data": [7]}]}
             status, out = self.server.json("POST", f"/v2/models/{name}/infer", doc)
             self.assertEqual(status, 200, out)

@@ -96,6 +96,18 @@ class Counter(torch.nn.Module):
         return t, start, corrid, t
 
 
+class SlowRowSum(torch.nn.Module):
+    """Each row's sum, after a fixed amount of work: one forward call takes
+    milliseconds whatever its rows, so a later call's wait is measurable."""
+
+    def forward(self, x):
+        y = torch.ones(64, 128)
+        w = torch.full([128, 128], 1.0 / 128)
+        for _ in range(300):
+            y = torch.tanh(y @ w)
+        return x.sum(dim=1, keepdim=True) + y[:1, :1] * 0.0
+
+
 class FloatOut(torch.nn.Module):
     def forward(self, x):
         return x.float()
@@ -253,13 +265,23 @@ CONFIGS["accumulator_round_padded"] = CONFIGS["accumulator"].replace(
 CONFIGS["accumulator2_pref"] = CONFIGS["accumulator2"].replace(
     "max_queue_delay_microseconds: 5000000", "preferred_batch_size: [ 32 ] max_queue_delay_microseconds: 5000000")
 
+# Rows of two lengths in one execution: two forward calls, one after the
+# other (preferred size 2: the execution starts once both are queued).
+CONFIGS["slow_groups"] = """
+backend: "pytorch"
+max_batch_size: 4
+input [ { name: "INPUT__0" data_type: TYPE_FP32 dims: [ -1 ] } ]
+output [ { name: "SUM__0" data_type: TYPE_FP32 dims: [ 1 ] } ]
+dynamic_batching { preferred_batch_size: [ 2 ] max_queue_delay_microseconds: 10000000 }
+"""
+
 MODULES = {"adder": Adder, "named": Named, "types": Types, "raiser": Raiser, "affine": Affine,
            "accumulator": Accumulator, "accumulator2": Accumulator,
            "accumulator2_pref": Accumulator, "wrong_type": FloatOut, "unmatched": Adder,
            "rowsum": RowSum, "counter": Counter, "int_argument": TakesInt, "extra_output": Raiser,
            "bad_threads": Raiser, "no_uint32": Raiser, "affine_padded": Affine,
            "accumulator_padded": Accumulator, "accumulator_round_padded": Accumulator,
-           "bad_pad": Affine, "pad_unbatched": Raiser}
+           "bad_pad": Affine, "pad_unbatched": Raiser, "slow_groups": SlowRowSum}
 
 
 def build_repo():
@@ -443,6 +465,45 @@ class PyTorchBackend(unittest.TestCase):
             out = {o["name"]: o for o in res["outputs"]}
             self.assertEqual(out["SUM__0"]["data"], [sum(row)])
             self.assertEqual(out["LENGTH__1"]["data"], [len(row)])
+
+    def test_later_group_waits_as_queue_not_compute_input(self):
+        # Two requests in one execution whose rows cannot be stacked: the
+        # second forward call starts after the first. Its wait is queue
+        # time; compute_input is only the stacking of each call's inputs.
+        names = ("exec_count", "count", "queue_duration_us", "compute_input_duration_us",
+                 "compute_infer_duration_us")
+
+        def stats():
+            text = self.server.metrics()
+            return {k: metric_value(text, f"nv_inference_{k}", model="slow_groups") or 0
+                    for k in names}
+
+        def pair(*rows):
+            results = [None] * 2
+
+            def one(i):
+                results[i] = self.infer("slow_groups", infer_body([
+                    ("INPUT__0", [1, len(rows[i])], "FP32", [rows[i]])]))
+
+            threads = [threading.Thread(target=one, args=(i,)) for i in range(2)]
+            for t in threads:
+                t.start()
+            for t in threads:
+                t.join()
+            self.assertEqual([r[0] for r in results], [200, 200], results)
+            return sorted(r[1]["outputs"][0]["data"][0] for r in results)
+
+        pair([1.0], [2.0])  # warm up: one execution, one forward call
+        before = stats()
+        self.assertEqual(pair([1.0, 2.0, 3.0], [1.0, 2.0, 3.0, 4.0, 5.0]), [6.0, 15.0])
+        after = stats()
+        d = {k: after[k] - before[k] for k in names}
+        self.assertEqual((d["exec_count"], d["count"]), (1, 2), d)
+        # Each request's compute_infer is one forward call (~equal); the
+        # second request waited through the first call: were that counted
+        # as its compute_input, compute_input would be ~half of infer.
+        self.assertLess(d["compute_input_duration_us"], 0.25 * d["compute_infer_duration_us"], d)
+        self.assertGreater(d["queue_duration_us"], 0.25 * d["compute_infer_duration_us"], d)
 
     def test_default_threads_never_oversubscribe(self):
         cores = len(os.sched_getaffinity(0))
