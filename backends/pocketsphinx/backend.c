@@ -484,6 +484,86 @@ static hark_error *take_probs(hark_request *req, ps_stream *st, size_t len) {
   return s == PS_OK ? NULL : hark_error_new(status_code(s), "asr: %s", why);
 }
 
+/* The half of a request that feeds the stream its audio and answers:
+ * on the worker, or on a decode thread (async). */
+typedef struct feed_job {
+  asr_model *m;
+  hark_request *req;
+  asr_stream *as;
+  const uint8_t *pcm;
+  size_t len;
+  uint8_t *owned;
+  unsigned ff;
+  uint32_t want_alt;
+  int end, in_sequence;
+  bool async;
+} feed_job;
+
+/* Feeds and answers; returns an error to fail the request with, or NULL
+ * once its FINAL has been sent. Either way the stream's state is settled
+ * first, and an async job has touched the model for the last time: once
+ * the FINAL is out, the model may unload. */
+static hark_error *feed(const feed_job *j) {
+  asr_model *m = j->m;
+  hark_request *req = j->req;
+  ps_stream *st = j->as->st;
+  hark_response *resp = NULL;
+  hark_error *err = NULL;
+  ps_result r;
+  ps_result_init(&r, j->want_alt);
+  char why[512] = "";
+  double before = ps_stream_audio_processed(st), cpu = thread_cpu_seconds();
+  uint32_t stalls = ps_stream_stalls(st);
+  ps_stream_set_arrival(st, hark_request_received_ns(req) / 1000000u);
+  ps_status s = ps_stream_feed(st, j->pcm, j->len, j->ff, &r, why, sizeof why);
+  if (ps_stream_stalls(st) != stalls) {
+    hark_metric_add(m->decoder_stalls, 1);
+    HARK_BACKEND_LOG(HARK_BACKEND_LOG_VERBOSE,
+                     "asr: a stream's audio fell more than %u ms behind the clock; its "
+                     "utterance ended there and its decoder went back to the pool",
+                     ps_pool_settings(m->pool)->decoder_idle_ms);
+  }
+  hark_metric_add(m->compute_seconds, thread_cpu_seconds() - cpu + ps_stream_take_pool_cpu(st));
+  hark_metric_add(m->audio_seconds, ps_stream_audio_processed(st) - before);
+  if (s != PS_OK)
+    err = hark_error_new(status_code(s), "asr: %s", why);
+  else
+    err = build_response(req, &r, &resp);
+  if (!err) {
+    /* Whole-file requests (no sequence) are not streaming latency. */
+    double latency = (double)(hark_now_ns() - hark_request_received_ns(req)) * 1e-9;
+    if (j->in_sequence) {
+      hark_metric_observe(r.is_final ? m->final_latency : m->partial_latency, latency);
+      judge_latency(m, j->as, latency);
+    }
+    HARK_BACKEND_LOG(HARK_BACKEND_LOG_VERBOSE, "asr: %zu bytes of audio: %s '%s' after %.1f ms",
+                     j->len, r.is_final ? "final" : "partial", r.text ? r.text : "", latency * 1e3);
+  } else {
+    HARK_BACKEND_LOG(HARK_BACKEND_LOG_VERBOSE, "asr: request failed: %s", hark_error_message(err));
+  }
+  ps_result_fini(&r);
+  free(j->owned);
+  /* The stream's state is settled before the FINAL hands the request back. */
+  if (j->end) {
+    stream_free(m, j->as);
+    if (j->in_sequence) hark_request_set_sequence_state(req, NULL);
+  } else if (j->in_sequence) {
+    hark_request_set_sequence_state(req, j->as);
+  }
+  if (j->async) publish(m);
+  if (err) return err;
+  hark_response_send(resp, HARK_RESPONSE_FINAL, NULL);
+  return NULL;
+}
+
+static void feed_async(void *arg) {
+  feed_job *j = arg;
+  hark_request *req = j->req;
+  hark_error *err = feed(j);
+  free(j);
+  if (err) hark_request_complete(req, err);
+}
+
 /* Runs one request; returns an error to fail it with, or NULL once its
  * FINAL response has been sent. */
 static hark_error *run_one(asr_model *m, hark_request *req) {
@@ -534,56 +614,36 @@ static hark_error *run_one(asr_model *m, hark_request *req) {
   if (!err && pname) as->requested = profile;
   if (!err) choose_profile(m, as);
   int end = (flags & HARK_REQUEST_SEQUENCE_END) != 0;
-  hark_response *resp = NULL;
   if (!err) err = take_probs(req, st, len);
-  if (!err) {
-    unsigned ff = (end ? PS_FEED_END : 0) | (param_true(req, "flush", 0) ? PS_FEED_FLUSH : 0) |
-                  (param_true(req, "partial", 1) ? PS_FEED_PARTIAL : 0);
-    ps_result r;
-    ps_result_init(&r, want_alt);
-    double before = ps_stream_audio_processed(st), cpu = thread_cpu_seconds();
-    uint32_t stalls = ps_stream_stalls(st);
-    ps_stream_set_arrival(st, hark_request_received_ns(req) / 1000000u);
-    ps_status s = ps_stream_feed(st, pcm, len, ff, &r, why, sizeof why);
-    if (ps_stream_stalls(st) != stalls) {
-      hark_metric_add(m->decoder_stalls, 1);
-      HARK_BACKEND_LOG(HARK_BACKEND_LOG_VERBOSE,
-                       "asr: a stream's audio fell more than %u ms behind the clock; its "
-                       "utterance ended there and its decoder went back to the pool",
-                       ps_pool_settings(m->pool)->decoder_idle_ms);
+  feed_job job = {m, req, as, pcm, len, owned, 0, want_alt, end, in_sequence, false};
+  if (!err)
+    job.ff = (end ? PS_FEED_END : 0) | (param_true(req, "flush", 0) ? PS_FEED_FLUSH : 0) |
+             (param_true(req, "partial", 1) ? PS_FEED_PARTIAL : 0);
+  /* A stream inside an utterance decodes: tens of ms of CPU per chunk (the
+   * pre-roll too, when one opens), and a second pass when it ends. Off the
+   * worker, every other stream's chunk and the VAD's forward calls go on
+   * meanwhile; the sequence batcher holds this stream's next request until
+   * this one's FINAL. */
+  if (!err && in_sequence && ps_stream_may_decode(st)) {
+    feed_job *j = malloc(sizeof *j);
+    if (j) {
+      *j = job;
+      j->async = true;
+      if (ps_pool_run_decode(m->pool, feed_async, j) == 0) return NULL;
+      free(j);
     }
-    hark_metric_add(m->compute_seconds, thread_cpu_seconds() - cpu + ps_stream_take_pool_cpu(st));
-    hark_metric_add(m->audio_seconds, ps_stream_audio_processed(st) - before);
-    if (s != PS_OK)
-      err = hark_error_new(status_code(s), "asr: %s", why);
-    else
-      err = build_response(req, &r, &resp);
-    if (!err) {
-      /* Whole-file requests (no sequence) are not streaming latency. */
-      double latency = (double)(hark_now_ns() - hark_request_received_ns(req)) * 1e-9;
-      if (in_sequence) {
-        hark_metric_observe(r.is_final ? m->final_latency : m->partial_latency, latency);
-        judge_latency(m, as, latency);
-      }
-      HARK_BACKEND_LOG(HARK_BACKEND_LOG_VERBOSE, "asr: %zu bytes of audio: %s '%s' after %.1f ms",
-                       len, r.is_final ? "final" : "partial", r.text ? r.text : "", latency * 1e3);
-    } else {
-      HARK_BACKEND_LOG(HARK_BACKEND_LOG_VERBOSE, "asr: request failed: %s",
-                       hark_error_message(err));
+  }
+  if (err) {
+    free(owned);
+    if (end) {
+      stream_free(m, as);
+      if (in_sequence) hark_request_set_sequence_state(req, NULL);
+    } else if (in_sequence) {
+      hark_request_set_sequence_state(req, as);
     }
-    ps_result_fini(&r);
+    return err;
   }
-  free(owned);
-  /* The stream's state is settled before the FINAL hands the request back. */
-  if (end) {
-    stream_free(m, as);
-    if (in_sequence) hark_request_set_sequence_state(req, NULL);
-  } else if (in_sequence) {
-    hark_request_set_sequence_state(req, as);
-  }
-  if (err) return err;
-  hark_response_send(resp, HARK_RESPONSE_FINAL, NULL);
-  return NULL;
+  return feed(&job);
 }
 
 static hark_error *instance_execute(hark_instance *inst, hark_request **reqs, uint32_t n) {

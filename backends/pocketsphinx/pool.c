@@ -39,6 +39,23 @@
 #include <string.h>
 #include <time.h>
 
+typedef struct pool_job {
+  void (*fn)(void *);
+  void *arg;
+  struct pool_job *next;
+} pool_job;
+
+/* Threads and their FIFO of jobs (under the pool's lock). */
+struct job_lane {
+  struct ps_pool *pool;
+  const char *name; /* the threads' name */
+  pthread_cond_t cv;
+  pthread_t *threads;
+  uint32_t n;
+  pool_job *head, *tail;
+  bool stopping; /* its threads end once the queue is empty */
+};
+
 struct ps_pool {
   ps_settings settings;     /* a copy; argv strings owned by the pool */
   cmd_ln_t *fast_cfg;       /* the fast profile's configuration (values only) */
@@ -50,11 +67,9 @@ struct ps_pool {
   pthread_t spare_thread;
   bool spare_running, stopping;
   uint64_t spare_failed_ns; /* when a spare's creation last failed (0: never) */
-  /* Finishers: threads that run utterance-end passes (ps_pool_run) */
-  pthread_cond_t job_cv;
-  pthread_t *finishers;
-  uint32_t n_finishers;
-  struct pool_job *jobs, *jobs_tail;
+  /* Threads that run the pool's jobs: utterance-end passes (finish,
+   * ps_pool_run) and streams' decoding (decode, ps_pool_run_decode) */
+  struct job_lane finish, decode;
   ps_decoder_t **idle; /* stack of idle decoders */
   uint32_t n_idle;
   ps_decoder_t **all; /* every decoder created, for ps_pool_free */
@@ -175,26 +190,21 @@ static bool spare_wanted(const ps_pool *p) {
          (!p->spare_failed_ns || mono_ns() - p->spare_failed_ns > 1000000000u);
 }
 
-typedef struct pool_job {
-  void (*fn)(void *);
-  void *arg;
-  struct pool_job *next;
-} pool_job;
-
-/* A finisher: runs queued jobs until the pool stops (and the queue is
- * empty: a stream waits for its job). */
-static void *finisher_main(void *arg) {
-  ps_pool *p = arg;
-  pthread_setname_np(pthread_self(), "ps-final");
+/* A lane's thread: runs queued jobs until the pool stops (and the queue
+ * is empty: every job answers a request, or a stream waits for it). */
+static void *lane_main(void *arg) {
+  struct job_lane *l = arg;
+  ps_pool *p = l->pool;
+  pthread_setname_np(pthread_self(), l->name);
   pthread_mutex_lock(&p->mu);
   for (;;) {
-    pool_job *j = p->jobs;
+    pool_job *j = l->head;
     if (!j) {
-      if (p->stopping) break;
-      pthread_cond_wait(&p->job_cv, &p->mu);
+      if (l->stopping) break;
+      pthread_cond_wait(&l->cv, &p->mu);
       continue;
     }
-    if (!(p->jobs = j->next)) p->jobs_tail = NULL;
+    if (!(l->head = j->next)) l->tail = NULL;
     pthread_mutex_unlock(&p->mu);
     j->fn(j->arg);
     free(j);
@@ -204,20 +214,45 @@ static void *finisher_main(void *arg) {
   return NULL;
 }
 
-int ps_pool_run(ps_pool *p, void (*fn)(void *), void *arg) {
-  if (!p->n_finishers) return -1;
+static int lane_run(ps_pool *p, struct job_lane *l, void (*fn)(void *), void *arg) {
+  if (!l->n) return -1;
   pool_job *j = malloc(sizeof *j);
   if (!j) return -1;
   *j = (pool_job){fn, arg, NULL};
   pthread_mutex_lock(&p->mu);
-  if (p->jobs_tail)
-    p->jobs_tail->next = j;
+  if (l->tail)
+    l->tail->next = j;
   else
-    p->jobs = j;
-  p->jobs_tail = j;
-  pthread_cond_signal(&p->job_cv);
+    l->head = j;
+  l->tail = j;
+  pthread_cond_signal(&l->cv);
   pthread_mutex_unlock(&p->mu);
   return 0;
+}
+
+int ps_pool_run(ps_pool *p, void (*fn)(void *), void *arg) {
+  return lane_run(p, &p->finish, fn, arg);
+}
+
+int ps_pool_run_decode(ps_pool *p, void (*fn)(void *), void *arg) {
+  return lane_run(p, &p->decode, fn, arg);
+}
+
+/* Starts a lane's n threads (at least one of them, or -1). */
+static int lane_start(ps_pool *p, struct job_lane *l, const char *name, uint32_t n) {
+  l->pool = p;
+  l->name = name;
+  l->threads = calloc(n, sizeof *l->threads);
+  for (uint32_t i = 0; l->threads && i < n; i++) {
+    if (pthread_create(&l->threads[i], NULL, lane_main, l) != 0) break;
+    l->n++;
+  }
+  return l->n ? 0 : -1;
+}
+
+static void lane_join(struct job_lane *l) {
+  for (uint32_t i = 0; i < l->n; i++) pthread_join(l->threads[i], NULL);
+  free(l->threads);
 }
 
 /* Makes one decoder outside the pool lock (held on entry and on return;
@@ -293,7 +328,8 @@ ps_pool *ps_pool_new(const ps_settings *s, char *err, size_t errlen) {
   pthread_mutex_init(&p->create_mu, NULL);
   pthread_cond_init(&p->cv, NULL);
   pthread_cond_init(&p->spare_cv, NULL);
-  pthread_cond_init(&p->job_cv, NULL);
+  pthread_cond_init(&p->finish.cv, NULL);
+  pthread_cond_init(&p->decode.cv, NULL);
   p->idle = calloc(s->pool_size, sizeof *p->idle);
   p->all = calloc(s->pool_size, sizeof *p->all);
   if (!p->idle || !p->all) {
@@ -340,17 +376,15 @@ ps_pool *ps_pool_new(const ps_settings *s, char *err, size_t errlen) {
     }
     p->spare_running = true; /* it makes the spares the preload left wanting */
   }
-  if (s->final_threads) {
-    p->finishers = calloc(s->final_threads, sizeof *p->finishers);
-    for (uint32_t i = 0; p->finishers && i < s->final_threads; i++) {
-      if (pthread_create(&p->finishers[i], NULL, finisher_main, p) != 0) break;
-      p->n_finishers++;
-    }
-    if (!p->n_finishers) {
-      snprintf(err, errlen, "pocketsphinx: cannot start the utterance-end threads");
-      ps_pool_free(p);
-      return NULL;
-    }
+  if (s->final_threads && lane_start(p, &p->finish, "ps-final", s->final_threads) != 0) {
+    snprintf(err, errlen, "pocketsphinx: cannot start the utterance-end threads");
+    ps_pool_free(p);
+    return NULL;
+  }
+  if (s->decode_threads && lane_start(p, &p->decode, "ps-decode", s->decode_threads) != 0) {
+    snprintf(err, errlen, "pocketsphinx: cannot start the decoding threads");
+    ps_pool_free(p);
+    return NULL;
   }
   return p;
 }
@@ -359,12 +393,19 @@ void ps_pool_free(ps_pool *p) {
   if (!p) return;
   pthread_mutex_lock(&p->mu);
   p->stopping = true;
+  p->decode.stopping = true;
   pthread_cond_signal(&p->spare_cv);
-  pthread_cond_broadcast(&p->job_cv);
+  pthread_cond_broadcast(&p->decode.cv);
   pthread_mutex_unlock(&p->mu);
   if (p->spare_running) pthread_join(p->spare_thread, NULL); /* waits out a creation */
-  for (uint32_t i = 0; i < p->n_finishers; i++) pthread_join(p->finishers[i], NULL);
-  free(p->finishers);
+  /* Decoding first: a decoding job may hand its utterance's end to the
+   * finishers, which run until that queue is empty too. */
+  lane_join(&p->decode);
+  pthread_mutex_lock(&p->mu);
+  p->finish.stopping = true;
+  pthread_cond_broadcast(&p->finish.cv);
+  pthread_mutex_unlock(&p->mu);
+  lane_join(&p->finish);
   for (uint32_t i = 0; i < p->n_all; i++) ps_free(p->all[i]);
   free(p->idle);
   free(p->all);
@@ -372,7 +413,8 @@ void ps_pool_free(ps_pool *p) {
   if (p->fast_cfg) cmd_ln_free_r(p->fast_cfg);
   pthread_cond_destroy(&p->cv);
   pthread_cond_destroy(&p->spare_cv);
-  pthread_cond_destroy(&p->job_cv);
+  pthread_cond_destroy(&p->finish.cv);
+  pthread_cond_destroy(&p->decode.cv);
   pthread_mutex_destroy(&p->mu);
   pthread_mutex_destroy(&p->create_mu);
   free(p);

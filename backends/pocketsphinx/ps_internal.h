@@ -72,6 +72,7 @@ typedef struct ps_settings {
   uint32_t pool_preload;        /* decoders made at load (at least 1, at most pool_size) */
   uint32_t pool_spare;          /* idle decoders a background thread keeps ready (0: off) */
   uint32_t final_threads;       /* threads for utterance-end passes (0: on the worker) */
+  uint32_t decode_threads;      /* threads that decode streams in speech (0: on the worker) */
   uint32_t decoder_wait_ms;     /* how long a stream waits for a free decoder */
   uint32_t decoder_idle_ms;     /* audio lag that takes a held decoder back (0: never) */
   uint32_t max_buffered_ms;     /* audio a stream may hold unprocessed */
@@ -130,6 +131,8 @@ void ps_pool_release(ps_pool *p, ps_decoder_t *ps);
 /* Runs fn(arg) on one of the pool's final_threads, in order of
  * submission; -1 when it has none (or no memory): run it yourself. */
 int ps_pool_run(ps_pool *p, void (*fn)(void *), void *arg);
+/* The same on one of the pool's decode_threads. */
+int ps_pool_run_decode(ps_pool *p, void (*fn)(void *), void *arg);
 /* True while the spare maker is making, or will make, another decoder:
  * a borrower that found none waits for it rather than failing. */
 bool ps_pool_growing(ps_pool *p);
@@ -232,6 +235,11 @@ ps_status ps_stream_feed(ps_stream *st, const uint8_t *pcm, size_t len, unsigned
                          ps_result *res, char *err, size_t errlen);
 /* True while the stream holds a decoder (inside an utterance). */
 int ps_stream_has_decoder(const ps_stream *st);
+/* True when the stream's next feed may decode: it holds a decoder, or (gated)
+ * it is inside an utterance or has a waiting probability that could open one.
+ * A silent gated stream's feed is a few comparisons; a decoding one takes
+ * tens of ms of CPU. */
+bool ps_stream_may_decode(const ps_stream *st);
 /* When the message the next ps_stream_feed carries arrived (CLOCK_MONOTONIC
  * ms; default: when the call starts): decoder_idle_ms counts the client's
  * gaps, not the time its messages waited inside the server. */

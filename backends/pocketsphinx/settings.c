@@ -17,6 +17,10 @@
  *   final_threads            threads that run utterance-end passes, so a final
  *                            never holds up the stream's or others' next replies
  *                            (default: one per core; 0: on the stream's worker)
+ *   decode_threads           threads that decode the chunks of streams inside an
+ *                            utterance, so the engine's workers stay free for
+ *                            every other stream's chunk and the VAD's forward
+ *                            calls (default: one per core; 0: on the worker)
  *   decoder_wait_ms          wait for a free decoder before UNAVAILABLE
  *   decoder_idle_ms          a stream holding a decoder whose audio falls this
  *                            far behind the clock gives it back (3000; 0: never)
@@ -125,6 +129,7 @@ int ps_settings_init(ps_settings *s, ps_param_fn get, void *ctx, char *err, size
   s->pool_preload = 1;
   s->pool_spare = 1;
   s->final_threads = (uint32_t)(cores > 0 ? cores : 1);
+  s->decode_threads = (uint32_t)(cores > 0 ? cores : 1);
   s->decoder_wait_ms = 2000;
   s->decoder_idle_ms = 3000;
   s->max_buffered_ms = 10000;
@@ -203,6 +208,8 @@ int ps_settings_init(ps_settings *s, ps_param_fn get, void *ctx, char *err, size
       bad = parse_u32(v, 0, 4096, &s->pool_spare);
     } else if (!strcmp(key, "final_threads")) {
       bad = parse_u32(v, 0, 256, &s->final_threads);
+    } else if (!strcmp(key, "decode_threads")) {
+      bad = parse_u32(v, 0, 256, &s->decode_threads);
     } else if (!strcmp(key, "decoder_wait_ms")) {
       bad = parse_u32(v, 0, 600000, &s->decoder_wait_ms);
     } else if (!strcmp(key, "decoder_idle_ms")) {

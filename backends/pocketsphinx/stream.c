@@ -626,6 +626,15 @@ void ps_stream_free(ps_stream *st) {
 
 uint32_t ps_stream_client_rate(const ps_stream *st) { return st->client_rate; }
 int ps_stream_has_decoder(const ps_stream *st) { return st->ps != NULL; }
+
+bool ps_stream_may_decode(const ps_stream *st) {
+  if (st->ps) return true;
+  if (!st->gated) return false;
+  if (st->gate.in_speech) return true;
+  for (size_t i = st->p_head; i < st->n_probs; i++)
+    if (st->probs[i] >= st->gate.set.speech_threshold) return true;
+  return false;
+}
 uint32_t ps_stream_stalls(const ps_stream *st) { return st->n_stalls; }
 uint32_t ps_stream_async_finals(const ps_stream *st) { return st->n_async; }
 

@@ -119,6 +119,36 @@ class Gated(harness.ServerTest):
         self.assertLessEqual(mean["asr_silero"], mean["asr"] + 0.05)
         self.wait_idle()
 
+    def thread_cpu(self):
+        """CPU seconds of harkd's threads so far, by thread name."""
+        out = {}
+        root = f"/proc/{self.server.proc.pid}/task"
+        for tid in os.listdir(root):
+            try:
+                with open(f"{root}/{tid}/stat") as f:
+                    head, _, rest = f.read().rpartition(")")
+            except FileNotFoundError:
+                continue
+            name = head.partition("(")[2]
+            fields = rest.split()
+            out[name] = out.get(name, 0.0) + (int(fields[11]) + int(fields[12])) / os.sysconf(
+                "SC_CLK_TCK")
+        return out
+
+    def test_speech_decodes_off_the_workers(self):
+        # A stream inside an utterance decodes on the pool's decode threads
+        # (decode_threads), so the engine's workers stay free for the other
+        # streams' chunks and silero_vad's forward calls: the recogniser's
+        # CPU shows on `ps-decode`, not on `hark-worker`.
+        rate, audio = pcm(FILES[0])
+        before = self.thread_cpu()
+        finals, _ = asyncio.run(ws_stream(self.uri, audio, rate))
+        self.assertTrue(joined(finals))
+        self.wait_idle()
+        after = self.thread_cpu()
+        spent = {k: after.get(k, 0.0) - before.get(k, 0.0) for k in ("ps-decode", "hark-worker")}
+        self.assertGreater(spent["ps-decode"], 2 * spent["hark-worker"], spent)
+
     def test_silence_and_noise_give_empty_finals_and_hold_no_decoder(self):
         streams = [bytes(16000 * 2 * 4), noise(4, 300), noise(4, 1500, seed=3)]
         held = []
