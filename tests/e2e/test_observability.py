@@ -350,11 +350,20 @@ class ThreadNames(unittest.TestCase):
     def test_threads_are_named(self):
         server = Harkd(MODELS, ("--model-control-mode", "explicit", "--load-model", "asr",
                                 "--worker-threads", "3", "--http-thread-count", "2"))
-        try:
-            names = []
+        def thread_names():
+            out = []
             for task in os.listdir(f"/proc/{server.proc.pid}/task"):
                 with open(f"/proc/{server.proc.pid}/task/{task}/comm") as f:
-                    names.append(f.read().strip())
+                    out.append(f.read().strip())
+            return out
+
+        try:
+            # A thread names itself when it first runs, which on a loaded
+            # host can come after harkd answers on the other loop.
+            deadline = time.monotonic() + 10
+            while "hark-loop" not in thread_names() and time.monotonic() < deadline:
+                time.sleep(0.05)
+            names = thread_names()
             main_tid = str(server.proc.pid)
             with open(f"/proc/{server.proc.pid}/task/{main_tid}/comm") as f:
                 self.assertEqual(f.read().strip(), "harkd")
