@@ -12,13 +12,16 @@
 #     fraction of the ceiling in FRACTIONS;
 # (b) the same N with SPEAKING (4) of them streaming the LibriVox
 #     recordings (their decoders made beforehand, as on a server that has
-#     served speech before): their latency, the decoders held (peak of the pool's
+#     served speech before; a client of their own): the silent streams'
+#     latency (the bars) and the speakers' own (chunk and final, reported
+#     against issue 11's speech bars), the decoders held (peak of the pool's
 #     /metrics series), harkd's resident memory and the share of the two
 #     cores harkd used, and the client's share beside it (the load
 #     generator runs on the same cores: what it takes, harkd cannot have).
 #
-# Streams are `hark transcribe --simulate-realtime --chunk-ms 100` (one
-# client process, one thread), ITERATIONS passes over the files' lengths.
+# Streams are `hark transcribe --simulate-realtime --chunk-ms 100` (a
+# client process of one thread, two in (b)), ITERATIONS passes over the
+# files' lengths.
 # Env: BUILD_DIR, FRACTIONS ("0.25 0.5 0.75 1.0"), P99_MS (100), SPEAKING
 # (4; 0: only the silent rows), ITERATIONS (2), AUDIO_DIR, NS (stream counts
 # to try instead of FRACTIONS, e.g. "450": the same N for two builds, since
@@ -26,7 +29,9 @@
 # VAD_DELAY_US and VAD_PAD (silero_vad's instance count, its oldest
 # strategy's max_queue_delay_microseconds and its BATCH_PAD_MULTIPLE, 1 for
 # none, in a copy of the repository; default: as models/ ships them),
-# HARKD_ARGS (more harkd flags, e.g. "--short-batch-us 0").
+# DECODE_THREADS (asr_silero's decode_threads there; 0: decoding on the
+# engine's workers, the reference for the decode threads), HARKD_ARGS (more
+# harkd flags, e.g. "--short-batch-us 0").
 # shellcheck source=bench/lib.sh
 source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 
@@ -41,6 +46,7 @@ CORES=$(nproc)
 VAD_INSTANCES=${VAD_INSTANCES:-}
 VAD_DELAY_US=${VAD_DELAY_US:-}
 VAD_PAD=${VAD_PAD:-}
+DECODE_THREADS=${DECODE_THREADS:-}
 HARKD_ARGS=${HARKD_ARGS:-}
 
 bench_need "$HARKD" "$HARK" curl "$PY"
@@ -60,11 +66,16 @@ bench_log "bare: $BARE frames/s at batch 512 -> ceiling $CEILING streams"
 # here each VAD round releases one cheap request per silent stream at once,
 # so the count spikes with the number of streams and refuses new streams
 # while replies are still fast. Off, so that the rows measure serving.
-if [[ -n $VAD_INSTANCES$VAD_DELAY_US$VAD_PAD ]]; then
+if [[ -n $VAD_INSTANCES$VAD_DELAY_US$VAD_PAD$DECODE_THREADS ]]; then
   BENCH_REPO=$BENCH_TMP/repo
-  mkdir -p "$BENCH_REPO/silero_vad"
-  ln -s "$BENCH_ROOT/models/asr_silero" "$BENCH_REPO/asr_silero"
+  mkdir -p "$BENCH_REPO/silero_vad" "$BENCH_REPO/asr_silero"
+  ln -s "$BENCH_ROOT/models/asr_silero/1" "$BENCH_REPO/asr_silero/1"
   ln -s "$BENCH_ROOT/models/silero_vad/1" "$BENCH_REPO/silero_vad/1"
+  param=
+  [[ -z $DECODE_THREADS ]] ||
+    param="  { key: \"decode_threads\" value: { string_value: \"$DECODE_THREADS\" } },"
+  awk -v p="$param" '{ print } /^parameters \[$/ && p != "" { print p }' \
+    "$BENCH_ROOT/models/asr_silero/config.pbtxt" >"$BENCH_REPO/asr_silero/config.pbtxt"
   sed -e "${VAD_INSTANCES:+s/count: [0-9]* kind/count: $VAD_INSTANCES kind/}" \
     -e "${VAD_DELAY_US:+s/max_queue_delay_microseconds: [0-9]*/max_queue_delay_microseconds: $VAD_DELAY_US/}" \
     -e "${VAD_PAD:+/BATCH_PAD_MULTIPLE/s/string_value: \"[0-9]*\"/string_value: \"$VAD_PAD\"/}" \
@@ -117,31 +128,48 @@ sample() {
 # cpu: harkd's user+system CPU seconds so far.
 cpu() { awk '{ printf "%.2f\n", ($14 + $15) / 100 }' "/proc/$HARKD_PID/stat"; }
 
-# trial NAME N SILENT_FRACTION: one real-time run; prints one report line
-# and sets PASS (1 when p99 <= P99_MS and no errors or timeouts).
+# client OUT N SILENT_FRACTION: one `hark transcribe` of N real-time streams.
+client() {
+  timeout $((ITERATIONS * 20 + 60)) "$HARK" transcribe --server "$HARKD_URL" --model asr_silero \
+    --simulate-realtime --chunk-ms 100 --parallel "$2" --iterations "$ITERATIONS" \
+    --silent-fraction "$3" --timeout-secs 2 --json "${FILES[@]}" >"$1" 2>"$1.log" || true
+}
+
+# trial NAME N SPEAKERS: one real-time run of N streams, SPEAKERS of them
+# speaking; prints one report line and sets PASS (1 when the silent
+# streams' p99 <= P99_MS and no stream had an error or timed out). The
+# speakers are a client of their own, so that their latency is reported
+# apart from the silent streams' (a p99 over both mixes two populations:
+# 4 speakers of 400 are 1% of the chunks).
 trial() {
-  local name=$1 n=$2 frac=$3 out=$BENCH_TMP/$1.json samples=$BENCH_TMP/$1.samples c0 w0 c1 w1
+  local name=$1 n=$2 speakers=$3 out=$BENCH_TMP/$1.json samples=$BENCH_TMP/$1.samples c0 w0 c1 w1
   : >"$samples"
   bench_settle asr_silero
   bench_spawn "$BENCH_TMP/$name.sampler.log" sample "$samples"
   local sampler=$BENCH_LAST_PID
   c0=$(cpu) w0=$(date +%s.%N)
-  # (bash's `times` in the subshell: its children's CPU, the client's.)
+  # (bash's `times` in the subshell: its children's CPU, the clients'.)
   (
-    timeout $((ITERATIONS * 20 + 60)) "$HARK" transcribe --server "$HARKD_URL" --model asr_silero \
-      --simulate-realtime --chunk-ms 100 --parallel "$n" --iterations "$ITERATIONS" \
-      --silent-fraction "$frac" --timeout-secs 2 --json "${FILES[@]}" >"$out" 2>"$out.log" || true
+    if ((speakers > 0)); then
+      client "$out.speakers" "$speakers" 0 &
+    fi
+    client "$out" $((n - speakers)) 1
+    wait
     times >"$out.times"
   )
   c1=$(cpu) w1=$(date +%s.%N)
   kill "$sampler" 2>/dev/null || true
   wait "$sampler" 2>/dev/null || true
   [[ -s $out ]] || bench_die "$name gave no result: $(tail -c 300 "$out.log")"
+  ((speakers == 0)) || [[ -s $out.speakers ]] ||
+    bench_die "$name's speakers gave no result: $(tail -c 300 "$out.speakers.log")"
   local line
-  line=$($PY - "$out" "$samples" "$idle_rss" "$P99_MS" "$c0" "$c1" "$w0" "$w1" "$CORES" "$out.times" <<'PY'
-import json, re, sys
+  line=$($PY - "$out" "$samples" "$idle_rss" "$P99_MS" "$c0" "$c1" "$w0" "$w1" "$CORES" "$out.times" \
+    "$out.speakers" <<'PY'
+import json, os, re, sys
 d = json.load(open(sys.argv[1]))
 p99_bar, c0, c1, w0, w1, cores = float(sys.argv[4]), *map(float, sys.argv[5:10])
+spk = json.load(open(sys.argv[11])) if os.path.exists(sys.argv[11]) else None
 # `times`: the shell's user and system time, then its children's.
 child = open(sys.argv[10]).read().split("\n")[1]
 client = sum(int(m) * 60 + float(s) for m, s in re.findall(r"(\d+)m([\d.]+)s", child))
@@ -157,9 +185,15 @@ for line in open(sys.argv[2]):
         except ValueError:
             pass
 c = d["chunk_latency_ms"]
-ok = c["p99"] <= p99_bar and d["errors"] == 0 and d["timeouts"] == 0
+errors, timeouts, streams = d["errors"], d["timeouts"], d["streams"]
+speakers = "-"
+if spk:
+    errors, timeouts, streams = errors + spk["errors"], timeouts + spk["timeouts"], streams + spk["streams"]
+    sc, sf = spk["chunk_latency_ms"], spk["final_latency_ms"]
+    speakers = f"{sc['p50']} / {sc['p99']} / {sf['p99']}"
+ok = c["p99"] <= p99_bar and errors == 0 and timeouts == 0
 dec = "; ".join(f"{k} {v:g}" for k, v in sorted(series.items()) if "in_use" in k or "held" in k)
-print(f"{int(ok)}|{d['streams']}|{c['p50']}|{c['p99']}|{c['max']}|{d['errors']}|{d['timeouts']}|"
+print(f"{int(ok)}|{streams}|{c['p50']}|{c['p99']}|{c['max']}|{speakers}|{errors}|{timeouts}|"
       f"{(max(rss) if rss else 0) / 1024:.0f}|{(c1 - c0) / (w1 - w0) / cores:.2f}|"
       f"{client / (w1 - w0) / cores:.2f}|{dec or '-'}")
 PY
@@ -172,12 +206,12 @@ rows=()
 best=0
 for t in "${targets[@]}"; do
   read -r n f <<<"$t"
-  trial "silent-$n" "$n" 1
+  trial "silent-$n" "$n" 0
   bench_log "silent N=$n ($f of the ceiling): $LINE (pass=$PASS)"
   rows+=("| $n ($f) | all silent | ${LINE//|/ | } | $PASS |")
   ((PASS)) && ((n > best)) && best=$n
   if ((SPEAKING > 0 && n > SPEAKING)); then
-    trial "speaking-$n" "$n" "$(awk -v n="$n" -v s="$SPEAKING" 'BEGIN { printf "%.6f\n", 1 - s / n }')"
+    trial "speaking-$n" "$n" "$SPEAKING"
     bench_log "N=$n with $SPEAKING speaking: $LINE"
     rows+=("| $n ($f) | $SPEAKING speaking | ${LINE//|/ | } | $PASS |")
   fi
@@ -187,12 +221,12 @@ cat <<EOF
 
 ### asr_silero: real-time WebSocket streams within p99 ${P99_MS} ms
 
-$(bench_machine). Command: \`$(bench_command FRACTIONS NS P99_MS SPEAKING ITERATIONS VAD_INSTANCES VAD_DELAY_US VAD_PAD HARKD_ARGS)\`.
+$(bench_machine). Command: \`$(bench_command FRACTIONS NS P99_MS SPEAKING ITERATIONS VAD_INSTANCES VAD_DELAY_US VAD_PAD DECODE_THREADS HARKD_ARGS)\`.
 Bare ceiling: $BARE frames/s at batch 512 (the libtorch loop, $CORES threads) / 31.25 =
 **$CEILING streams**. harkd idle RSS $((idle_rss / 1024)) MiB.
 
-| N (of ceiling) | load | streams | chunk p50 ms | p99 ms | max ms | errors | timeouts | peak RSS MiB | harkd CPU share | client CPU share | decoders (peak) | within bars |
-| --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | --- | ---: |
+| N (of ceiling) | load | streams | silent: chunk p50 ms | p99 ms | max ms | speakers: chunk p50 / p99, final p99 ms | errors | timeouts | peak RSS MiB | harkd CPU share | client CPU share | decoders (peak) | within bars |
+| --- | --- | ---: | ---: | ---: | ---: | --- | ---: | ---: | ---: | ---: | ---: | --- | ---: |
 $(printf '%s\n' "${rows[@]}")
 
 Largest all-silent N within the bars: **$best = $(awk -v b="$best" -v c="$CEILING" 'BEGIN { printf "%.2f", b / c }') of the ceiling** (goal >= 0.75).
