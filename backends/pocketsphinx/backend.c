@@ -559,9 +559,11 @@ static hark_error *feed(const feed_job *j) {
 static void feed_async(void *arg) {
   feed_job *j = arg;
   hark_request *req = j->req;
+  hark_backend_log_request(req); /* this thread's lines name the stream */
   hark_error *err = feed(j);
   free(j);
   if (err) hark_request_complete(req, err);
+  hark_backend_log_request(NULL);
 }
 
 /* Runs one request; returns an error to fail it with, or NULL once its

@@ -39,7 +39,8 @@ extern "C" {
 /* 1.1: sequence_fini. 1.2: histogram metrics (hark_metric_new_histogram,
  * hark_metric_observe), hark_request_received_ns, hark_backend_log.
  * 1.3: hark_request_correlation_ns (correlation-id namespaces).
- * 1.4: hark_request_mark_compute_start (a request's own compute start). */
+ * 1.4: hark_request_mark_compute_start (a request's own compute start),
+ * hark_backend_log_request (a backend thread's lines carry a request's ids). */
 #define HARK_BACKEND_API_MINOR 4u
 #define HARK_BACKEND_API_VERSION ((HARK_BACKEND_API_MAJOR << 16) | HARK_BACKEND_API_MINOR)
 
@@ -156,6 +157,13 @@ void hark_backend_log(hark_backend_log_level level, const char *file, int line, 
   do {                                                                                             \
     if (hark_backend_log_enabled(level)) hark_backend_log(level, __FILE__, __LINE__, __VA_ARGS__); \
   } while (0)
+/*
+ * Since 1.4. A backend that answers a request on a thread of its own (a
+ * decoupled model) names it here first: the thread's lines then carry that
+ * request's ids until the next call; NULL clears them. The ids are copied,
+ * so the request may be freed after.
+ */
+void hark_backend_log_request(const hark_request *req);
 
 #ifdef __cplusplus
 }

@@ -6,6 +6,8 @@
  * drops its model reference. A request can only finish once: a second
  * final is a backend bug, logged and dropped rather than delivered twice.
  */
+#include <inttypes.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -178,6 +180,21 @@ const char *hark_request_requested_output(const hark_request *req, uint32_t i) {
 void hark_request_mark_compute(hark_request *req, uint64_t input_end_ns, uint64_t infer_end_ns) {
   req->input_end_ns = input_end_ns;
   req->infer_end_ns = infer_end_ns;
+}
+
+void hark_backend_log_request(const hark_request *req) {
+  if (!req) {
+    hark_log_context_clear();
+    return;
+  }
+  const char *seq = hark_request_correlation_id_str(req);
+  uint64_t cid = hark_request_correlation_id(req);
+  char num[24];
+  if (!seq && cid) {
+    snprintf(num, sizeof num, "%" PRIu64, cid);
+    seq = num;
+  }
+  hark_log_context_set(hark_request_id(req), seq);
 }
 
 void hark_request_mark_compute_start(hark_request *req, uint64_t start_ns) {

@@ -164,6 +164,14 @@ class Observability(ServerTest):
         worker = [l for l in self.json_lines() if l.get("request_id") == sid]
         self.assertTrue(any("bytes of audio" in l["message"] for l in worker), worker[:3])
         self.assertTrue(any("executing" in l["message"] and l.get("sequence_id") for l in worker))
+        # Chunks that decode are answered on the backend's decode threads
+        # (decode_threads); their lines carry the stream's ids too.
+        decoded = [l for l in worker if re.search(r"bytes of audio: \w+ '\w", l["message"])]
+        self.assertTrue(decoded, "no line of a decoded chunk carries the stream's id")
+        self.assertTrue(all(l.get("sequence_id") for l in decoded), decoded[:3])
+        unnamed = [l for l in self.json_lines()
+                   if "bytes of audio" in l["message"] and not l.get("request_id")]
+        self.assertEqual(unnamed, [])
 
     def test_statistics_breakdown(self):
         def stats(model):
