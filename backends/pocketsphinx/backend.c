@@ -499,6 +499,18 @@ typedef struct feed_job {
   bool async;
 } feed_job;
 
+/* The stream's state settled before its request's FINAL hands it back: an
+ * ending stream freed, any other kept for the sequence's next request. */
+static void settle_stream(asr_model *m, hark_request *req, asr_stream *as, int end,
+                          int in_sequence) {
+  if (end) {
+    stream_free(m, as);
+    if (in_sequence) hark_request_set_sequence_state(req, NULL);
+  } else if (in_sequence) {
+    hark_request_set_sequence_state(req, as);
+  }
+}
+
 /* Feeds and answers; returns an error to fail the request with, or NULL
  * once its FINAL has been sent. Either way the stream's state is settled
  * first, and an async job has touched the model for the last time: once
@@ -543,13 +555,7 @@ static hark_error *feed(const feed_job *j) {
   }
   ps_result_fini(&r);
   free(j->owned);
-  /* The stream's state is settled before the FINAL hands the request back. */
-  if (j->end) {
-    stream_free(m, j->as);
-    if (j->in_sequence) hark_request_set_sequence_state(req, NULL);
-  } else if (j->in_sequence) {
-    hark_request_set_sequence_state(req, j->as);
-  }
+  settle_stream(m, req, j->as, j->end, j->in_sequence);
   if (j->async) publish(m);
   if (err) return err;
   hark_response_send(resp, HARK_RESPONSE_FINAL, NULL);
@@ -637,12 +643,7 @@ static hark_error *run_one(asr_model *m, hark_request *req) {
   }
   if (err) {
     free(owned);
-    if (end) {
-      stream_free(m, as);
-      if (in_sequence) hark_request_set_sequence_state(req, NULL);
-    } else if (in_sequence) {
-      hark_request_set_sequence_state(req, as);
-    }
+    settle_stream(m, req, as, end, in_sequence);
     return err;
   }
   return feed(&job);
