@@ -43,7 +43,7 @@ static void echo(hark_request *req, const hark_kserve_request *parsed) {
       hark_error_free(err);
       continue;
     }
-    memcpy(buf, t->data, t->byte_size);
+    if (t->byte_size) memcpy(buf, t->data, t->byte_size); /* an empty tensor's data may be NULL */
   }
   hark_buf out = {0};
   size_t json_len;

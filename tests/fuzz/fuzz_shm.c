@@ -227,7 +227,7 @@ static hark_response *echo_response(hark_request *req) {
                                                t->byte_size, &buf);
     if (err)
       hark_error_free(err);
-    else
+    else if (t->byte_size) /* an empty tensor's data may be NULL */
       memcpy(buf, t->data, t->byte_size);
   }
   return resp;
