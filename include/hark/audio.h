@@ -164,6 +164,12 @@ uint32_t hark_audio_norm_out_rate(const hark_audio_norm *a);
 hark_wav_encoding hark_audio_norm_encoding(const hark_audio_norm *a);
 size_t hark_audio_norm_sample_bytes(const hark_audio_norm *a);
 
+/* HARK_AUDIO_NORM_ODD_BYTES (with err) when len bytes of the input are not
+ * whole samples: what hark_audio_norm_accept checks first, for a caller
+ * that slices a long input and wants the whole of it checked up front. */
+hark_audio_norm_status hark_audio_norm_check(const hark_audio_norm *a, size_t len, char *err,
+                                             size_t errlen);
+
 /*
  * Converts len bytes (after hark_audio_norm_begin's look for a header) to
  * samples at the output rate: *out, *out_n samples, owned by `a` and valid
