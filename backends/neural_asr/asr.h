@@ -1,0 +1,122 @@
+/*
+ * asr.h — the neural recogniser's private structures, shared by its C
+ * files: backend.c (the hark glue: a round of requests), stream.c (one
+ * stream: audio to features, the utterance's tokens, endpointing, text)
+ * and tokens.c (tokens.txt and how tokens join into words). The network
+ * and the search are net.cc behind net.h.
+ */
+#ifndef HARK_NEURAL_ASR_H
+#define HARK_NEURAL_ASR_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "hark/audio.h"
+#include "hark/backend.h"
+#include "net.h"
+
+/* ---- tokens.c ------------------------------------------------------------ */
+
+typedef struct asr_tokens {
+  char **text;     /* by id; the word-start mark removed */
+  uint8_t *starts; /* 1: the piece starts a word (BPE's U+2581) */
+  uint8_t *skip;   /* 1: never in text (<blk>, <unk>, <sos/eos>, ...) */
+  uint32_t n;
+  int64_t blank;           /* the id of <blk> / <blank>, or -1 */
+  bool every_token_a_word; /* no piece marks word starts: characters (CJK) */
+} asr_tokens;
+
+/* Reads `path`; on failure a reason naming the file and line in err. */
+int asr_tokens_load(asr_tokens *t, const char *path, char *err, size_t errlen);
+void asr_tokens_free(asr_tokens *t);
+
+/* ---- the model's settings ---------------------------------------------- */
+
+typedef struct asr_endpoint {
+  float rule1_silence; /* s of trailing silence with nothing decoded: drop */
+  float rule2_silence; /* s of trailing silence after speech: final */
+  float rule3_length;  /* s of utterance: final */
+} asr_endpoint;
+
+typedef struct asr_settings {
+  char label[192];       /* "neural_asr: model 'x' version 1" */
+  uint32_t model_rate;   /* the features' sample rate */
+  uint32_t default_rate; /* audio that names none */
+  uint32_t chunk, pad;   /* feature frames: advance, right context */
+  asr_endpoint endpoint;
+  uint32_t max_alternatives; /* cap (the search gives one with greedy) */
+  double max_buffered_s;     /* unconsumed audio a stream may hold */
+} asr_settings;
+
+/* ---- stream.c: one stream -------------------------------------------------- */
+
+typedef struct asr_tok {
+  int32_t id;
+  uint64_t frame; /* encoder frame from the stream's start */
+  float prob;
+} asr_tok;
+
+typedef struct asr_word {
+  char *text;
+  float start, end, conf;
+} asr_word;
+
+/* Text and words of one or more utterances (a request's finals joined). */
+typedef struct asr_result {
+  char *text;
+  size_t text_len;
+  asr_word *words;
+  uint32_t n_words, cap_words;
+  bool is_final;
+  float audio_processed; /* s of the stream's audio recognised */
+} asr_result;
+
+void asr_result_free(asr_result *r);
+
+typedef struct asr_stream asr_stream;
+
+typedef struct asr_shared {
+  const asr_settings *set;
+  const asr_tokens *tokens;
+  const hark_fbank_bank *bank;
+  uint32_t out_frames; /* encoder frames per chunk */
+  float frame_shift_s; /* one encoder frame, seconds */
+} asr_shared;
+
+/* Per-stream options a client may set on its first request. */
+typedef struct asr_stream_opts {
+  uint32_t client_rate;
+  hark_wav_encoding encoding;
+  bool partials;
+  asr_endpoint endpoint;
+} asr_stream_opts;
+
+asr_stream *asr_stream_new(const asr_shared *sh, asr_net *net, const asr_stream_opts *o, char *err,
+                           size_t errlen);
+void asr_stream_free(asr_stream *s);
+bool asr_stream_partials(const asr_stream *s);
+
+/* Looks for a WAV header at the stream's first audio (skipping it) and
+ * tells the bytes per sample of what follows. 0, or -1 with a reason. */
+int asr_stream_begin(asr_stream *s, const uint8_t **data, size_t *len, size_t *sample_bytes,
+                     char *err, size_t errlen);
+/* Feeds client bytes (WAV header first, maybe); `end`: the last. Returns
+ * 0, or -1 with a client's reason in err. */
+int asr_stream_feed(asr_stream *s, const uint8_t *data, size_t len, bool end, char *err,
+                    size_t errlen);
+/* The next chunk's features, or NULL when it is not complete yet (at the
+ * end of the stream its tail is padded). Valid until the next feed or
+ * asr_stream_advance. */
+const float *asr_stream_chunk(asr_stream *s);
+asr_net_stream *asr_stream_net(asr_stream *s);
+/* After a chunk was searched: its tokens join the utterance, endpointing
+ * runs, a final utterance goes to r. */
+void asr_stream_advance(asr_stream *s, const asr_chunk_out *o, asr_result *r);
+/* Ends the open utterance into r (at END or on flush). */
+void asr_stream_close_utterance(asr_stream *s, asr_result *r);
+/* The open utterance as a partial into r (text and words). */
+void asr_stream_partial(asr_stream *s, asr_result *r);
+float asr_stream_audio_seconds(const asr_stream *s);
+
+#endif

@@ -1,0 +1,267 @@
+/*
+ * stream.c — one stream of a neural recogniser (see asr.h).
+ *
+ * Audio enters as the client's bytes (hark_audio_norm: a WAV header, G.711,
+ * any rate, to 16-bit samples at the model's rate) and becomes Kaldi
+ * filter-bank frames (hark_fbank), which wait in the extractor until a
+ * chunk of them is whole: chunk + pad frames, of which the chunk's first
+ * `chunk` are consumed and the `pad` after them are seen again by the next
+ * chunk (icefall's decode_chunk_len and pad_length). At the end of the
+ * stream, frames not yet consumed make one last chunk padded with log(1e-10)
+ * (icefall's LOG_EPS), so the tail is recognised too.
+ *
+ * The utterance's tokens carry the encoder frame that emitted them (from
+ * the stream's start), so word times are frame times: a word starts at its
+ * first token's frame and ends at the end of its last token's. Endpointing
+ * is sherpa's three rules on trailing blank frames: rule 1 drops an
+ * utterance that decoded nothing for rule1 s, rule 2 ends one whose last
+ * token is rule2 s old, rule 3 ends one that has run rule3 s (0 turns a
+ * rule off). A new utterance restarts the search; the encoder keeps its
+ * states.
+ */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "asr.h"
+
+#define LOG_EPS (-23.025850929940457f) /* log(1e-10) */
+
+struct asr_stream {
+  const asr_shared *sh;
+  hark_audio_norm *norm;
+  hark_fbank *fb;
+  asr_net_stream *ns;
+  uint32_t dim;
+  float *padded;  /* the last chunk, padded */
+  bool finished;  /* the audio ended (fbank finished) */
+  bool tail_done; /* its padded chunk ran */
+  bool partials;
+  asr_endpoint ep;
+  uint64_t samples;   /* at the model's rate */
+  uint64_t out_frame; /* encoder frames recognised */
+  uint64_t utt_start; /* the open utterance's first frame */
+  asr_tok *toks;      /* the open utterance's tokens */
+  uint32_t n_toks, cap_toks;
+};
+
+asr_stream *asr_stream_new(const asr_shared *sh, asr_net *net, const asr_stream_opts *o, char *err,
+                           size_t errlen) {
+  asr_stream *s = calloc(1, sizeof *s);
+  if (!s) {
+    snprintf(err, errlen, "%s: out of memory", sh->set->label);
+    return NULL;
+  }
+  s->sh = sh;
+  s->dim = (uint32_t)hark_fbank_bank_dim(sh->bank);
+  s->partials = o->partials;
+  s->ep = o->endpoint;
+  s->norm = hark_audio_norm_new(o->client_rate, sh->set->model_rate, o->encoding);
+  s->fb = hark_fbank_new(sh->bank);
+  s->padded = malloc((size_t)(sh->set->chunk + sh->set->pad) * s->dim * sizeof(float));
+  if (!s->norm || !s->fb || !s->padded) {
+    snprintf(err, errlen, "%s: out of memory", sh->set->label);
+    asr_stream_free(s);
+    return NULL;
+  }
+  if (!(s->ns = asr_net_stream_new(net, err, errlen))) {
+    asr_stream_free(s);
+    return NULL;
+  }
+  return s;
+}
+
+void asr_stream_free(asr_stream *s) {
+  if (!s) return;
+  hark_audio_norm_free(s->norm);
+  hark_fbank_free(s->fb);
+  asr_net_stream_free(s->ns);
+  free(s->padded);
+  free(s->toks);
+  free(s);
+}
+
+bool asr_stream_partials(const asr_stream *s) { return s->partials; }
+asr_net_stream *asr_stream_net(asr_stream *s) { return s->ns; }
+
+float asr_stream_audio_seconds(const asr_stream *s) {
+  return (float)((double)s->samples / s->sh->set->model_rate);
+}
+
+int asr_stream_begin(asr_stream *s, const uint8_t **data, size_t *len, size_t *sample_bytes,
+                     char *err, size_t errlen) {
+  if (hark_audio_norm_begin(s->norm, data, len, err, errlen) != HARK_AUDIO_NORM_OK) return -1;
+  *sample_bytes = hark_audio_norm_sample_bytes(s->norm);
+  return 0;
+}
+
+int asr_stream_feed(asr_stream *s, const uint8_t *data, size_t len, bool end, char *err,
+                    size_t errlen) {
+  if (s->finished) return len ? (snprintf(err, errlen, "audio after the end"), -1) : 0;
+  const int16_t *x;
+  size_t nx;
+  if (hark_audio_norm_accept(s->norm, data, len, end, &x, &nx, err, errlen) != HARK_AUDIO_NORM_OK)
+    return -1;
+  if ((nx && hark_fbank_accept(s->fb, x, nx) != 0) || (end && hark_fbank_finish(s->fb) != 0)) {
+    snprintf(err, errlen, "%s: out of memory for features", s->sh->set->label);
+    return -1;
+  }
+  s->samples += nx;
+  s->finished = end;
+  return 0;
+}
+
+const float *asr_stream_chunk(asr_stream *s) {
+  size_t T = s->sh->set->chunk + s->sh->set->pad, ready = hark_fbank_frames_ready(s->fb);
+  if (ready >= T) return hark_fbank_frames(s->fb);
+  if (!s->finished || s->tail_done || ready == 0) return NULL;
+  hark_fbank_read(s->fb, 0, ready, s->padded);
+  for (size_t i = ready * s->dim; i < T * s->dim; i++) s->padded[i] = LOG_EPS;
+  return s->padded;
+}
+
+static int push_tok(asr_stream *s, asr_tok t) {
+  if (s->n_toks == s->cap_toks) {
+    uint32_t c = s->cap_toks ? s->cap_toks * 2 : 64;
+    asr_tok *x = realloc(s->toks, c * sizeof *x);
+    if (!x) return -1;
+    s->toks = x;
+    s->cap_toks = c;
+  }
+  s->toks[s->n_toks++] = t;
+  return 0;
+}
+
+/* Appends `add` (len bytes) to r's text, a space between utterances. */
+static int text_add(asr_result *r, const char *add, size_t len, bool space) {
+  char *t = realloc(r->text, r->text_len + len + 2);
+  if (!t) return -1;
+  r->text = t;
+  if (space && r->text_len) t[r->text_len++] = ' ';
+  memcpy(t + r->text_len, add, len);
+  r->text_len += len;
+  t[r->text_len] = 0;
+  return 0;
+}
+
+static asr_word *word_add(asr_result *r) {
+  if (r->n_words == r->cap_words) {
+    uint32_t c = r->cap_words ? r->cap_words * 2 : 16;
+    asr_word *w = realloc(r->words, c * sizeof *w);
+    if (!w) return NULL;
+    r->words = w;
+    r->cap_words = c;
+  }
+  asr_word *w = &r->words[r->n_words++];
+  memset(w, 0, sizeof *w);
+  return w;
+}
+
+/* The open utterance's words into r (after what r holds). */
+static void words_into(const asr_stream *s, asr_result *r) {
+  const asr_tokens *tk = s->sh->tokens;
+  float shift = s->sh->frame_shift_s;
+  asr_word *w = NULL;
+  size_t wlen = 0;
+  for (uint32_t i = 0; i < s->n_toks; i++) {
+    const asr_tok *t = &s->toks[i];
+    if (t->id < 0 || (uint32_t)t->id >= tk->n || tk->skip[t->id]) continue;
+    const char *piece = tk->text[t->id];
+    size_t pl = strlen(piece);
+    bool starts = !w || tk->every_token_a_word || tk->starts[t->id];
+    if (starts && pl == 0) { /* a bare word mark: the next piece starts a word */
+      w = NULL;
+      continue;
+    }
+    if (starts) {
+      if (!(w = word_add(r))) return;
+      w->start = (float)t->frame * shift;
+      w->conf = 1.0f;
+      wlen = 0;
+    }
+    char *nt = realloc(w->text, wlen + pl + 1);
+    if (!nt) return;
+    w->text = nt;
+    memcpy(w->text + wlen, piece, pl);
+    wlen += pl;
+    w->text[wlen] = 0;
+    w->end = (float)(t->frame + 1) * shift;
+    if (t->prob < w->conf) w->conf = t->prob;
+  }
+}
+
+/* r's text made from its words. */
+static void text_from_words(asr_result *r) {
+  r->text_len = 0;
+  if (r->text) r->text[0] = 0;
+  for (uint32_t i = 0; i < r->n_words; i++)
+    if (r->words[i].text) text_add(r, r->words[i].text, strlen(r->words[i].text), true);
+  if (!r->text) text_add(r, "", 0, false);
+}
+
+void asr_result_free(asr_result *r) {
+  for (uint32_t i = 0; i < r->n_words; i++) free(r->words[i].text);
+  free(r->words);
+  free(r->text);
+  memset(r, 0, sizeof *r);
+}
+
+static void new_utterance(asr_stream *s) {
+  s->n_toks = 0;
+  s->utt_start = s->out_frame;
+  asr_net_stream_reset_search(s->ns);
+}
+
+void asr_stream_close_utterance(asr_stream *s, asr_result *r) {
+  words_into(s, r);
+  text_from_words(r);
+  r->is_final = true;
+  new_utterance(s);
+}
+
+void asr_stream_partial(asr_stream *s, asr_result *r) {
+  if (s->partials) words_into(s, r);
+  text_from_words(r);
+}
+
+/* Sherpa's rules on the open utterance, after a chunk. */
+static void endpoint(asr_stream *s, asr_result *r) {
+  float shift = s->sh->frame_shift_s;
+  uint64_t last_end = s->utt_start;
+  bool decoded = false;
+  for (uint32_t i = s->n_toks; i-- > 0;)
+    if (!s->sh->tokens->skip[s->toks[i].id]) {
+      last_end = s->toks[i].frame + 1;
+      decoded = true;
+      break;
+    }
+  float trailing = (float)(s->out_frame - last_end) * shift;
+  float length = (float)(s->out_frame - s->utt_start) * shift;
+  if (!decoded) {
+    if ((s->ep.rule1_silence > 0 && trailing >= s->ep.rule1_silence) ||
+        (s->ep.rule3_length > 0 && length >= s->ep.rule3_length))
+      new_utterance(s); /* nothing said: no final */
+    return;
+  }
+  if ((s->ep.rule2_silence > 0 && trailing >= s->ep.rule2_silence) ||
+      (s->ep.rule3_length > 0 && length >= s->ep.rule3_length))
+    asr_stream_close_utterance(s, r);
+}
+
+void asr_stream_advance(asr_stream *s, const asr_chunk_out *o, asr_result *r) {
+  for (uint32_t i = 0; i < o->n_emits; i++) {
+    asr_tok t = {o->emits[i].token, s->out_frame + o->emits[i].frame, o->emits[i].prob};
+    if (push_tok(s, t) != 0) break; /* out of memory: the token is lost, not the stream */
+  }
+  size_t ready = hark_fbank_frames_ready(s->fb);
+  size_t T = s->sh->set->chunk + s->sh->set->pad;
+  if (ready >= T) {
+    hark_fbank_pop(s->fb, s->sh->set->chunk);
+  } else {
+    hark_fbank_pop(s->fb, ready);
+    s->tail_done = true;
+  }
+  s->out_frame += s->sh->out_frames;
+  endpoint(s, r);
+}

@@ -1,0 +1,143 @@
+"""The neural recognition tests' models, made by tools/asr_models and cached
+outside git (nothing is fetched): a model folder per (family, size, seed,
+the scripts' own text), and beside each model the plain-PyTorch
+reference's results for the files it decoded.
+
+    model_dir("transducer", "tiny", 1)  -> DIR with model.pt, tokens.txt
+    reference(DIR, "transducer", wavs)  -> [ {file, tokens, frames, text,
+                                              words, near_ties, ...} ]
+
+The cache is /var/cache/hark/asr_models (HARK_ASR_CACHE overrides it), or
+~/.cache/hark/asr_models when that cannot be written.
+"""
+import glob
+import hashlib
+import json
+import os
+import subprocess
+import tempfile
+
+SOURCE_DIR = os.environ.get("HARK_SOURCE_DIR",
+                            os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
+TOOLS = os.path.join(SOURCE_DIR, "tools", "asr_models")
+PYTHON = "/usr/bin/python3"
+LIBRIVOX = sorted(glob.glob("/usr/share/pocketsphinx/test/data/librivox/*.wav"))
+
+
+def _cache_root():
+    for root in (os.environ.get("HARK_ASR_CACHE"), "/var/cache/hark/asr_models",
+                 os.path.expanduser("~/.cache/hark/asr_models")):
+        if not root:
+            continue
+        try:
+            os.makedirs(root, exist_ok=True)
+            probe = tempfile.NamedTemporaryFile(dir=root)
+            probe.close()
+            return root
+        except OSError:
+            continue
+    raise RuntimeError("no writable cache for the neural test models")
+
+
+def _scripts_hash(*args):
+    h = hashlib.sha256()
+    for path in sorted(glob.glob(os.path.join(TOOLS, "*.py"))):
+        with open(path, "rb") as f:
+            h.update(os.path.basename(path).encode() + b"\0" + f.read())
+    h.update(repr(args).encode())
+    return h.hexdigest()[:16]
+
+
+def _atomic_build(final, build):
+    """build(tmpdir) fills a folder that becomes `final` in one rename, so
+    concurrent tests never see half a model."""
+    if os.path.isdir(final):
+        return final
+    tmp = tempfile.mkdtemp(prefix=os.path.basename(final) + ".", dir=os.path.dirname(final))
+    build(tmp)
+    try:
+        os.rename(tmp, final)
+    except OSError:  # another test won the race: theirs is the same
+        subprocess.run(["rm", "-rf", tmp], check=False)
+    return final
+
+
+def model_dir(family, size="tiny", seed=1, extra=()):
+    args = (family, size, seed, tuple(extra))
+    final = os.path.join(_cache_root(), f"{size}-{family}-{seed}-{_scripts_hash(*args)}")
+
+    def build(tmp):
+        subprocess.run([PYTHON, os.path.join(TOOLS, "make_model.py"), "--out", tmp, "--family",
+                        family, "--size", size, "--seed", str(seed), *extra],
+                       check=True, stdout=subprocess.DEVNULL)
+    return _atomic_build(final, build)
+
+
+def reference(model, family, wavs, chunk=32, pad=13):
+    """The reference decoder's results for each wav, alone (cached in the
+    model's folder)."""
+    key = hashlib.sha256(repr((family, chunk, pad, [os.path.abspath(w) for w in wavs]))
+                         .encode()).hexdigest()[:16]
+    path = os.path.join(model, f"reference-{key}.jsonl")
+    if not os.path.exists(path):
+        out = subprocess.run([PYTHON, os.path.join(TOOLS, "reference.py"), "--model", model,
+                              "--family", family, "--chunk", str(chunk), "--pad", str(pad),
+                              "--json", *wavs], check=True, capture_output=True, text=True).stdout
+        fd, tmp = tempfile.mkstemp(dir=model)
+        with os.fdopen(fd, "w") as f:
+            f.write(out)
+        os.rename(tmp, path)
+    with open(path) as f:
+        return [json.loads(line) for line in f if line.strip()]
+
+
+def config(name, max_batch=64, instances=1, params=None, delay_us=2000, extra=""):
+    """A config.pbtxt for a neural_asr model with the speech outputs."""
+    params = dict(params or {})
+    plines = ",\n".join(f'  {{ key: "{k}" value: {{ string_value: "{v}" }} }}'
+                        for k, v in params.items())
+    return f'''name: "{name}"
+backend: "neural_asr"
+max_batch_size: {max_batch}
+input [ {{ name: "AUDIO" data_type: TYPE_STRING dims: [ 1 ] }} ]
+output [
+  {{ name: "TRANSCRIPT" data_type: TYPE_STRING dims: [ 1 ] }},
+  {{ name: "IS_FINAL" data_type: TYPE_BOOL dims: [ 1 ] }},
+  {{ name: "WORDS" data_type: TYPE_STRING dims: [ -1 ] }},
+  {{ name: "WORD_START" data_type: TYPE_FP32 dims: [ -1 ] }},
+  {{ name: "WORD_END" data_type: TYPE_FP32 dims: [ -1 ] }},
+  {{ name: "WORD_CONF" data_type: TYPE_FP32 dims: [ -1 ] }},
+  {{ name: "CONFIDENCE" data_type: TYPE_FP32 dims: [ 1 ] }},
+  {{ name: "AUDIO_PROCESSED" data_type: TYPE_FP32 dims: [ 1 ] }},
+  {{ name: "ALTERNATIVES" data_type: TYPE_STRING dims: [ -1 ] }}
+]
+instance_group [ {{ count: {instances} kind: KIND_CPU }} ]
+sequence_batching {{
+  max_sequence_idle_microseconds: 60000000
+  oldest {{ max_candidate_sequences: 4096 max_queue_delay_microseconds: {delay_us} }}
+}}
+{extra}
+parameters [
+{plines}
+]
+'''
+
+
+def make_model_folder(repo, name, model, cfg, tokens=None, module=None):
+    """repo/name/{config.pbtxt, 1/model.pt, 1/tokens.txt}, the files linked
+    from the cache (or given)."""
+    d = os.path.join(repo, name, "1")
+    os.makedirs(d)
+    with open(os.path.join(repo, name, "config.pbtxt"), "w") as f:
+        f.write(cfg)
+    if module is not None:
+        module_src = module
+    else:
+        module_src = os.path.join(model, "model.pt")
+    if module_src:
+        os.symlink(module_src, os.path.join(d, "model.pt"))
+    if tokens is None:
+        os.symlink(os.path.join(model, "tokens.txt"), os.path.join(d, "tokens.txt"))
+    elif tokens is not False:
+        with open(os.path.join(d, "tokens.txt"), "w") as f:
+            f.write(tokens)

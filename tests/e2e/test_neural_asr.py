@@ -1,0 +1,327 @@
+"""Neural streaming recognition (backend neural_asr) through the real harkd.
+
+Exactness: a small streaming transducer with the icefall contract
+(tools/asr_models: random weights, states on batch axes 0, 1 and 2, a
+history masked by processed_lens) is served by harkd; the five LibriVox
+recordings, streamed by 64 interleaved Vosk WebSocket streams in uneven
+chunk sizes, must give token for token the text and word times of the
+plain PyTorch reference (tools/asr_models/reference.py), which decodes
+each file alone with torchaudio's fbank. That shows the C filter bank, the
+batching of streams at different positions into one encoder call (states
+gathered and scattered along discovered axes) and the batched search are
+exact. A frame whose top two logits the reference finds within 1e-4 may
+round either way when batched: files with such frames are compared only up
+to the first of them. The same for a CTC model.
+
+Bad input: modules that break the contract fail to load, each with a
+reason naming the model and what differs; a module that throws mid-stream
+fails only the streams of that round, with the reason.
+"""
+import asyncio
+import json
+import os
+import random
+import shutil
+import tempfile
+import unittest
+import wave
+from typing import List, Tuple
+
+import torch
+import websockets
+
+import asr_models
+from harness import Harkd, main, metric_value
+
+FILES = asr_models.LIBRIVOX
+
+
+def read_pcm(path):
+    with wave.open(path) as w:
+        assert w.getframerate() == 16000 and w.getsampwidth() == 2 and w.getnchannels() == 1
+        return w.readframes(w.getnframes())
+
+
+def run(coro, timeout=300):
+    return asyncio.run(asyncio.wait_for(coro, timeout))
+
+
+async def stream(url, pcm, sizes, words=True):
+    """One Vosk stream: config, the audio in chunks of the given sizes
+    (bytes, cycled), eof; returns (finals, partials)."""
+    finals, partials = [], []
+    async with websockets.connect(url, max_size=None) as ws:
+        await ws.send(json.dumps({"config": {"sample_rate": 16000, "words": words}}))
+        pos, i = 0, 0
+        while pos < len(pcm):
+            n = sizes[i % len(sizes)]
+            i += 1
+            await ws.send(pcm[pos:pos + n])
+            pos += n
+            doc = json.loads(await ws.recv())
+            (finals if "text" in doc else partials).append(doc)
+        await ws.send('{"eof" : 1}')
+        while True:
+            try:
+                doc = json.loads(await ws.recv())
+            except websockets.ConnectionClosed as e:
+                if e.code != 1000:
+                    raise
+                break
+            (finals if "text" in doc else partials).append(doc)
+    return finals, partials
+
+
+def words_of(finals):
+    out = []
+    for f in finals:
+        out.extend(f.get("result", []))
+    return out
+
+
+class NeuralTest(unittest.TestCase):
+    FAMILY = "transducer"
+    STREAMS = 64
+
+    @classmethod
+    def setUpClass(cls):
+        cls.model = asr_models.model_dir(cls.FAMILY, "tiny", 1)
+        cls.ref = {r["file"]: r for r in asr_models.reference(cls.model, cls.FAMILY, FILES)}
+        cls.repo = tempfile.mkdtemp(prefix="hark-nasr-")
+        # Endpointing off: the reference knows nothing of utterances.
+        off = {"rule1_min_trailing_silence": "0", "rule2_min_trailing_silence": "0",
+               "rule3_min_utterance_length": "0"}
+        asr_models.make_model_folder(cls.repo, "nasr", cls.model,
+                                     asr_models.config("nasr", params=off))
+        cls.server = Harkd(repo=cls.repo, args=("--stream-backlog-limit", "100000"))
+
+    @classmethod
+    def tearDownClass(cls):
+        cls.server.stop()
+        shutil.rmtree(cls.repo, True)
+
+    def url(self):
+        return f"ws://127.0.0.1:{self.server.http_port}/v2/models/nasr/stream"
+
+    def check_against_reference(self, path, finals):
+        ref = self.ref[os.path.abspath(path)] if os.path.abspath(path) in self.ref else self.ref[path]
+        got = words_of(finals)
+        ties = ref.get("near_tie_frames") or []
+        want = ref["words"]
+        if ties:  # compare only the words that end before the first near tie
+            limit = min(ties) * ref["frame_shift"]
+            want = [w for w in want if w["end"] <= limit]
+            got = got[:len(want)]
+        self.assertEqual([w["word"] for w in got], [w["word"] for w in want], path)
+        for g, w in zip(got, want):
+            self.assertAlmostEqual(g["start"], w["start"], delta=1e-3, msg=path)
+            self.assertAlmostEqual(g["end"], w["end"], delta=1e-3, msg=path)
+        if not ties:
+            self.assertEqual(" ".join(f["text"] for f in finals if f["text"]), ref["text"], path)
+        return bool(ties)
+
+    def test_interleaved_streams_equal_the_reference(self):
+        rng = random.Random(7)
+        pcms = {f: read_pcm(f) for f in FILES}
+        jobs = []
+        for i in range(self.STREAMS):
+            f = FILES[i % len(FILES)]
+            # uneven chunks, whole samples: 10 ms .. 700 ms
+            sizes = [2 * rng.randint(160, 11200) for _ in range(7)]
+            jobs.append((f, sizes))
+
+        async def go():
+            return await asyncio.gather(*(stream(self.url(), pcms[f], s) for f, s in jobs))
+        results = run(go())
+        tied = 0
+        for (f, _), (finals, partials) in zip(jobs, results):
+            tied += self.check_against_reference(f, finals)
+            self.assertTrue(all(p["partial"] is not None for p in partials))
+        self.assertLess(tied, len(jobs), "every file has a near tie: the model is no test")
+        # Streams shared encoder calls: far fewer calls than chunks.
+        text = self.server.metrics()
+        calls = metric_value(text, "hark_asr_encoder_calls_total", model="nasr")
+        chunks = metric_value(text, "hark_asr_encoder_chunks_total", model="nasr")
+        self.assertGreater(chunks / calls, 2.0, (calls, chunks))
+        self.assertEqual(metric_value(text, "hark_asr_streams", model="nasr"), 0)
+
+    def test_same_text_every_run(self):
+        async def go():
+            a = await stream(self.url(), read_pcm(FILES[0]), [3200])
+            b = await stream(self.url(), read_pcm(FILES[0]), [1000, 6400, 320])
+            return a, b
+        (fa, _), (fb, _) = run(go())
+        self.assertEqual([f["text"] for f in fa if f["text"]], [f["text"] for f in fb if f["text"]])
+
+
+class CtcTest(NeuralTest):
+    FAMILY = "ctc"
+    STREAMS = 10
+
+
+# ---- modules that break the contract ------------------------------------------------------
+
+
+class Enc(torch.nn.Module):
+    """Eight output frames per chunk; one state, a per-stream chunk counter
+    (batch axis 0); throws at the counter `fail_at` (0: never)."""
+
+    def __init__(self, fail_at: int = 0):
+        super().__init__()
+        self.fail_at = fail_at
+        self.proj = torch.nn.Linear(80, 16)
+
+    def forward(self, x: torch.Tensor, lens: torch.Tensor,
+                states: List[torch.Tensor]) -> Tuple[torch.Tensor, torch.Tensor, List[torch.Tensor]]:
+        count = states[0] + 1
+        if self.fail_at > 0 and bool((count >= self.fail_at).any()):
+            raise RuntimeError("the encoder broke at chunk " + str(self.fail_at))
+        return self.proj(x[:, :8, :]), lens // 4, [count]
+
+    @torch.jit.export
+    def get_init_states(self, batch_size: int = 1,
+                        device: torch.device = torch.device("cpu")) -> List[torch.Tensor]:
+        return [torch.zeros(batch_size, dtype=torch.int64)]
+
+
+class EncNoInit(torch.nn.Module):
+    def forward(self, x: torch.Tensor, lens: torch.Tensor,
+                states: List[torch.Tensor]) -> Tuple[torch.Tensor, torch.Tensor, List[torch.Tensor]]:
+        return x[:, :8, :16], lens, states
+
+
+class EncFixedState(Enc):
+    @torch.jit.export
+    def get_init_states(self, batch_size: int = 1,
+                        device: torch.device = torch.device("cpu")) -> List[torch.Tensor]:
+        return [torch.zeros(batch_size, dtype=torch.int64), torch.zeros(3, 4)]
+
+
+class Dec(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.context_size = 2
+        self.blank_id = 0
+        self.emb = torch.nn.Embedding(6, 16)
+
+    def forward(self, y: torch.Tensor, need_pad: bool = True) -> torch.Tensor:
+        return self.emb(y).sum(1, keepdim=True)
+
+
+class Join(torch.nn.Module):
+    def __init__(self, vocab=6):
+        super().__init__()
+        self.out = torch.nn.Linear(16, vocab)
+
+    def forward(self, e: torch.Tensor, d: torch.Tensor, project_input: bool = True) -> torch.Tensor:
+        return self.out(torch.tanh(e + d))
+
+
+class Transducer(torch.nn.Module):
+    def __init__(self, enc, vocab=6):
+        super().__init__()
+        self.encoder = enc
+        self.decoder = Dec()
+        self.joiner = Join(vocab)
+
+
+class EncoderOnly(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.encoder = Enc()
+
+
+TOKENS = "<blk> 0\n<sos/eos> 1\n\u2581A 2\n\u2581B 3\nC 4\nD 5\n"
+
+
+class BadModels(unittest.TestCase):
+    @classmethod
+    def setUpClass(cls):
+        cls.repo = tempfile.mkdtemp(prefix="hark-nasr-bad-")
+        cls.files = tempfile.mkdtemp(prefix="hark-nasr-mod-")
+
+        def save(name, module):
+            path = os.path.join(cls.files, name + ".pt")
+            torch.jit.save(torch.jit.script(module), path)
+            return path
+
+        good = save("good", Transducer(Enc()))
+        models = {
+            "no_init": (save("no_init", Transducer(EncNoInit())), TOKENS),
+            "fixed_state": (save("fixed_state", Transducer(EncFixedState())), TOKENS),
+            "no_decoder": (save("no_decoder", EncoderOnly()), TOKENS),
+            "no_tokens": (good, False),
+            "bad_tokens": (good, "<blk> 0\nA\n"),
+            "gap_tokens": (good, "<blk> 0\n\u2581A 2\n"),
+            "few_tokens": (good, "<blk> 0\n\u2581A 1\n"),
+            "throws": (save("throws", Transducer(Enc(fail_at=3))), TOKENS),
+        }
+        for name, (module, tokens) in models.items():
+            asr_models.make_model_folder(cls.repo, name, None, asr_models.config(name),
+                                         tokens=tokens, module=module)
+        cls.server = Harkd(repo=cls.repo, args=("--strict-readiness", "false"))
+
+    @classmethod
+    def tearDownClass(cls):
+        cls.server.stop()
+        shutil.rmtree(cls.repo, True)
+        shutil.rmtree(cls.files, True)
+
+    def index(self):
+        status, doc = self.server.json("POST", "/v2/repository/index")
+        self.assertEqual(status, 200)
+        return {m["name"]: m for m in doc}
+
+    def test_bad_models_fail_to_load_with_reasons(self):
+        idx = self.index()
+        expect = {
+            "no_init": "encoder has no method get_init_states",
+            "fixed_state": "state 1 ([3, 4] for batch 1, [3, 4] for batch 2) cannot batch",
+            "no_decoder": "has no submodule 'decoder'",
+            "no_tokens": "tokens.txt",
+            "bad_tokens": "tokens.txt:2: expected '<token> <id>'",
+            "gap_tokens": "id 1 is missing",
+            "few_tokens": "joiner gives 6 logits, tokens.txt has 2 tokens",
+        }
+        for name, why in expect.items():
+            self.assertEqual(idx[name]["state"], "UNAVAILABLE", idx[name])
+            self.assertIn(f"model '{name}'", idx[name]["reason"])
+            self.assertIn(why, idx[name]["reason"])
+        self.assertEqual(idx["throws"]["state"], "READY", idx["throws"])
+
+    def test_a_module_that_throws_fails_only_its_round(self):
+        url = f"ws://127.0.0.1:{self.server.http_port}/v2/models/throws/stream"
+        chunk = b"\x01\x00" * 5120  # 320 ms: one chunk a message
+
+        async def long():
+            async with websockets.connect(url) as ws:
+                for _ in range(6):
+                    await ws.send(chunk)
+                    await ws.recv()
+                return None
+
+        async def short():
+            async with websockets.connect(url) as ws:
+                await ws.send(chunk)
+                await ws.recv()
+                await ws.send('{"eof" : 1}')
+                doc = json.loads(await ws.recv())
+                return doc
+
+        async def go():
+            try:
+                await long()
+                return "no error"
+            except websockets.ConnectionClosed as e:
+                return e.code, e.reason
+        code, reason = run(go())
+        self.assertEqual(code, 1011, reason)
+        self.assertIn("the encoder broke at chunk 3", reason)
+        doc = run(short())
+        self.assertIn("text", doc)
+        # The failed stream's state is gone; the short one ended.
+        self.assertEqual(metric_value(self.server.metrics(), "hark_asr_streams", model="throws"), 0)
+
+
+if __name__ == "__main__":
+    main()
