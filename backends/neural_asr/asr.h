@@ -45,17 +45,13 @@ typedef struct asr_settings {
   uint32_t default_rate; /* audio that names none */
   uint32_t chunk, pad;   /* feature frames: advance, right context */
   asr_endpoint endpoint;
-  uint32_t max_alternatives; /* cap (the search gives one with greedy) */
+  asr_search search;
+  uint32_t beam;             /* hypotheses the beam search keeps (1: greedy) */
+  uint32_t max_alternatives; /* cap on a request's (default: the beam) */
   double max_buffered_s;     /* unconsumed audio a stream may hold */
 } asr_settings;
 
 /* ---- stream.c: one stream -------------------------------------------------- */
-
-typedef struct asr_tok {
-  int32_t id;
-  uint64_t frame; /* encoder frame from the stream's start */
-  float prob;
-} asr_tok;
 
 typedef struct asr_word {
   char *text;
@@ -68,9 +64,12 @@ typedef struct asr_result {
   size_t text_len;
   asr_word *words;
   uint32_t n_words, cap_words;
+  char **alts; /* the n-best texts of a final, best first */
+  uint32_t n_alts;
   bool is_final;
-  float audio_processed; /* s of the stream's audio recognised */
 } asr_result;
+
+#define ASR_MAX_ALTERNATIVES 32u
 
 void asr_result_free(asr_result *r);
 
@@ -89,6 +88,7 @@ typedef struct asr_stream_opts {
   uint32_t client_rate;
   hark_wav_encoding encoding;
   bool partials;
+  uint32_t alternatives; /* n-best texts in finals (0: none), capped by the model */
   asr_endpoint endpoint;
 } asr_stream_opts;
 
@@ -96,6 +96,7 @@ asr_stream *asr_stream_new(const asr_shared *sh, asr_net *net, const asr_stream_
                            size_t errlen);
 void asr_stream_free(asr_stream *s);
 bool asr_stream_partials(const asr_stream *s);
+uint32_t asr_stream_alternatives(const asr_stream *s);
 
 /* Looks for a WAV header at the stream's first audio (skipping it) and
  * tells the bytes per sample of what follows. 0, or -1 with a reason. */
@@ -110,11 +111,12 @@ int asr_stream_feed(asr_stream *s, const uint8_t *data, size_t len, bool end, ch
  * asr_stream_advance. */
 const float *asr_stream_chunk(asr_stream *s);
 asr_net_stream *asr_stream_net(asr_stream *s);
-/* After a chunk was searched: its tokens join the utterance, endpointing
- * runs, a final utterance goes to r. */
-void asr_stream_advance(asr_stream *s, const asr_chunk_out *o, asr_result *r);
+/* After the stream's chunk was searched: the chunk's features are
+ * dropped, endpointing runs, an utterance it ends goes to r (with up to
+ * want_alt alternatives). */
+void asr_stream_advance(asr_stream *s, asr_result *r, uint32_t want_alt);
 /* Ends the open utterance into r (at END or on flush). */
-void asr_stream_close_utterance(asr_stream *s, asr_result *r);
+void asr_stream_close_utterance(asr_stream *s, asr_result *r, uint32_t want_alt);
 /* The open utterance as a partial into r (text and words). */
 void asr_stream_partial(asr_stream *s, asr_result *r);
 float asr_stream_audio_seconds(const asr_stream *s);

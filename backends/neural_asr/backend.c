@@ -137,12 +137,22 @@ static hark_error *read_settings(hark_model *hm, asr_model *m) {
   s->endpoint.rule2_silence = (float)d;
   if ((err = param_double(hm, s, "rule3_min_utterance_length", 0, 36000, 20, &d))) return err;
   s->endpoint.rule3_length = (float)d;
-  if ((err = param_uint(hm, s, "max_alternatives", 0, 100, 1, &s->max_alternatives))) return err;
   const char *method = hark_model_parameter(hm, "decoding_method");
-  if (method && strcmp(method, "greedy_search"))
+  if (!method || !strcmp(method, "greedy_search"))
+    s->search = ASR_GREEDY;
+  else if (!strcmp(method, "modified_beam_search") || !strcmp(method, "prefix_beam_search"))
+    s->search = ASR_BEAM;
+  else
     return hark_error_new(HARK_ERR_INVALID_ARG,
-                          "%s: parameter decoding_method '%s' is not served; greedy_search is",
+                          "%s: parameter decoding_method must be greedy_search or "
+                          "modified_beam_search (prefix_beam_search for CTC), got '%s'",
                           s->label, method);
+  if ((err = param_uint(hm, s, "num_active_paths", 1, ASR_MAX_ALTERNATIVES, 4, &s->beam)))
+    return err;
+  if (s->search == ASR_GREEDY) s->beam = 1;
+  if ((err = param_uint(hm, s, "max_alternatives", 0, ASR_MAX_ALTERNATIVES, s->beam,
+                        &s->max_alternatives)))
+    return err;
   return NULL;
 }
 
@@ -212,6 +222,8 @@ static hark_error *model_init(hark_model *hm) {
                       .pad_frames = m->set.pad,
                       .feature_dim = (uint32_t)hark_fbank_bank_dim(m->bank),
                       .vocab_size = m->tokens.n,
+                      .search = m->set.search,
+                      .beam = m->set.beam,
                       .intra_threads = threads ? (int)threads : (dflt > 0 ? dflt : 1)};
     if (!err && !(m->net = asr_net_load(&o, why, sizeof why)))
       err = hark_error_new(HARK_ERR_INVALID_ARG, "%s", why);
@@ -346,8 +358,12 @@ static hark_error *respond(asr_model *m, job *j) {
   if (!err) err = add_f32(resp, m, j->req, "WORD_CONF", vals + 2 * n, n);
   if (!err) err = add_f32(resp, m, j->req, "CONFIDENCE", &conf, 1);
   if (!err) err = add_f32(resp, m, j->req, "AUDIO_PROCESSED", &processed, 1);
-  if (!err && j->want_alt > 0 && r->is_final)
-    err = add_bytes(resp, m, j->req, "ALTERNATIVES", &text, 1);
+  if (!err && j->want_alt > 0 && r->is_final) {
+    const char *best = text;
+    err = r->n_alts
+              ? add_bytes(resp, m, j->req, "ALTERNATIVES", (const char *const *)r->alts, r->n_alts)
+              : add_bytes(resp, m, j->req, "ALTERNATIVES", &best, 1);
+  }
   free(words);
   free(vals);
   if (err) {
@@ -385,7 +401,7 @@ static void fail(asr_model *m, job *j, hark_error *err) {
 
 static void answer(asr_model *m, job *j) {
   if (j->end || j->flush)
-    asr_stream_close_utterance(j->st, &j->res);
+    asr_stream_close_utterance(j->st, &j->res, j->want_alt);
   else if (!j->res.is_final)
     asr_stream_partial(j->st, &j->res);
   hark_metric_add(m->audio_seconds, asr_stream_audio_seconds(j->st) - j->seconds0);
@@ -411,6 +427,15 @@ static hark_error *stream_options(asr_model *m, hark_request *req, asr_stream_op
       return hark_error_new(HARK_ERR_INVALID_ARG, "%s: sample_rate '%s' is not %u..%u Hz",
                             m->set.label, v, HARK_RESAMPLE_MIN_RATE, HARK_RESAMPLE_MAX_RATE);
     o->client_rate = (uint32_t)r;
+  }
+  v = hark_request_parameter(req, "max_alternatives");
+  if (v) {
+    char *end;
+    long n = strtol(v, &end, 10);
+    if (!*v || *end || n < 0 || n > 1000)
+      return hark_error_new(HARK_ERR_INVALID_ARG, "%s: max_alternatives '%s' is not 0..1000",
+                            m->set.label, v);
+    o->alternatives = (uint32_t)n < m->set.max_alternatives ? (uint32_t)n : m->set.max_alternatives;
   }
   const char *enc = hark_request_parameter(req, "encoding");
   if (enc && !strcmp(enc, "mulaw"))
@@ -481,9 +506,7 @@ static bool open_job(asr_model *m, job *j) {
     fail(m, j, hark_error_new(HARK_ERR_INVALID_ARG, "%s", why));
     return false;
   }
-  const char *alt = hark_request_parameter(req, "max_alternatives");
-  j->want_alt = alt ? (uint32_t)strtoul(alt, NULL, 10) : 0;
-  if (j->want_alt > m->set.max_alternatives) j->want_alt = m->set.max_alternatives;
+  j->want_alt = asr_stream_alternatives(st);
   return true;
 }
 
@@ -512,11 +535,9 @@ static hark_error *instance_execute(hark_instance *hi, hark_request **reqs, uint
   asr_stream **ss = calloc(n, sizeof *ss);
   asr_net_stream **ns = calloc(n, sizeof *ns);
   const float **feats = calloc(n, sizeof *feats);
-  asr_chunk_out *outs = calloc(n, sizeof *outs);
-  asr_emit *emits = calloc((size_t)n * m->sh.out_frames, sizeof *emits);
   uint32_t *who = calloc(n, sizeof *who);
-  if (!jobs || !ss || !ns || !feats || !outs || !emits || !who) {
-    free(jobs), free(ss), free(ns), free(feats), free(outs), free(emits), free(who);
+  if (!jobs || !ss || !ns || !feats || !who) {
+    free(jobs), free(ss), free(ns), free(feats), free(who);
     return hark_error_new(HARK_ERR_INTERNAL, "neural_asr: out of memory");
   }
   for (uint32_t i = 0; i < n; i++) {
@@ -536,12 +557,11 @@ static hark_error *instance_execute(hark_instance *hi, hark_request **reqs, uint
       who[k] = i;
       ns[k] = asr_stream_net(j->st);
       feats[k] = f;
-      outs[k] = (asr_chunk_out){emits + (size_t)k * m->sh.out_frames, 0, 0};
       k++;
     }
     if (k == 0) break;
     char why[1024];
-    if (asr_net_step(m->net, ns, feats, k, outs, why, sizeof why) != 0) {
+    if (asr_net_step(m->net, ns, feats, k, why, sizeof why) != 0) {
       HARK_BACKEND_LOG(HARK_BACKEND_LOG_ERROR, "%s", why);
       for (uint32_t i = 0; i < k; i++)
         fail(m, &jobs[who[i]], hark_error_new(HARK_ERR_INTERNAL, "%s", why));
@@ -551,10 +571,10 @@ static hark_error *instance_execute(hark_instance *hi, hark_request **reqs, uint
     hark_metric_add(m->round_streams, k);
     for (uint32_t i = 0; i < k; i++) {
       job *j = &jobs[who[i]];
-      asr_stream_advance(j->st, &outs[i], &j->res);
+      asr_stream_advance(j->st, &j->res, j->want_alt);
     }
   }
-  free(jobs), free(ss), free(ns), free(feats), free(outs), free(emits), free(who);
+  free(jobs), free(ss), free(ns), free(feats), free(who);
   return NULL;
 }
 

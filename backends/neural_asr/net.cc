@@ -26,6 +26,8 @@
 #include <ATen/Parallel.h>
 #include <torch/script.h>
 
+#include <algorithm>
+#include <cmath>
 #include <cstdio>
 #include <cstring>
 #include <memory>
@@ -46,12 +48,25 @@ struct asr_net {
   at::Tensor init_dec;          /* decoder output for the blank context, [1, J] */
 };
 
+/* One hypothesis of an utterance: its tokens with the encoder frame (from
+ * the stream's start) and probability of each, its log probability, and
+ * what its search needs next. */
+struct hyp {
+  std::vector<int32_t> ys;
+  std::vector<uint64_t> frames;
+  std::vector<float> probs;
+  double logp = 0;
+  at::Tensor dec;         /* transducer: the decoder's output for ys, [1, J] */
+  double pb = 0;          /* CTC beam: log P(ys, ending in blank) */
+  double pnb = -INFINITY; /* CTC beam: log P(ys, ending in its last token) */
+  int64_t last = -1;      /* CTC greedy: the previous frame's best token */
+};
+
 struct asr_net_stream {
   asr_net *net;
   std::vector<at::Tensor> states;
-  at::Tensor dec;           /* transducer: the decoder output for ctx */
-  std::vector<int64_t> ctx; /* transducer: the last context_size tokens */
-  int64_t ctc_prev = -1;    /* CTC: the previous frame's best token */
+  uint64_t frames = 0;   /* encoder frames recognised */
+  std::vector<hyp> hyps; /* the open utterance's, best first */
 };
 
 namespace {
@@ -240,21 +255,65 @@ at::Tensor encode(asr_net &n, asr_net_stream **ss, const float *const *feats, ui
   return out;
 }
 
-/* Greedy search over the chunk for every stream of the round. */
+/* ---- search ------------------------------------------------------------------- */
+
+double log_add(double a, double b) {
+  if (a == -INFINITY) return b;
+  if (b == -INFINITY) return a;
+  double m = std::max(a, b);
+  return m + std::log1p(std::exp(-std::fabs(a - b)));
+}
+
+/* A hypothesis extended by token y at frame `frame` with probability p. */
+hyp extended(const hyp &h, int64_t y, uint64_t frame, float p) {
+  hyp e = h;
+  e.ys.push_back((int32_t)y);
+  e.frames.push_back(frame);
+  e.probs.push_back(p);
+  return e;
+}
+
+/* The decoder's context for h: its last context_size tokens, blanks before. */
+std::vector<int64_t> context_of(const asr_net &n, const hyp &h) {
+  std::vector<int64_t> c(n.info.context_size, n.info.blank_id);
+  size_t k = std::min(h.ys.size(), c.size());
+  for (size_t i = 0; i < k; i++) c[c.size() - k + i] = h.ys[h.ys.size() - k + i];
+  return c;
+}
+
+/* Decoder outputs for the hypotheses that need one (dec undefined), in one call. */
+void fill_decoder(asr_net &n, std::vector<hyp *> &need) {
+  if (need.empty()) return;
+  std::vector<std::vector<int64_t>> ctx;
+  std::vector<const std::vector<int64_t> *> ptrs;
+  ctx.reserve(need.size());
+  for (hyp *h : need) ctx.push_back(context_of(n, *h));
+  for (auto &c : ctx) ptrs.push_back(&c);
+  at::Tensor d = run_decoder(n, context_tensor(ptrs));
+  for (size_t i = 0; i < need.size(); i++) need[i]->dec = d.narrow(0, (int64_t)i, 1);
+}
+
+void check_vocab(const asr_net &n, int64_t v, const char *what) {
+  if (v != n.o.vocab_size)
+    throw failure(n.label + ": " + what + " gives " + std::to_string(v) +
+                  " logits, tokens.txt has " + std::to_string(n.o.vocab_size) + " tokens");
+}
+
+/* Greedy search for every stream of the round: one joiner call a frame,
+ * the decoder only for the streams that emitted. */
 void greedy_transducer(asr_net &n, asr_net_stream **ss, uint32_t count, const at::Tensor &enc_out,
-                       asr_chunk_out *out, std::vector<at::Tensor> &dec_next,
-                       std::vector<std::vector<int64_t>> &ctx_next) {
+                       std::vector<std::vector<hyp>> &next) {
   at::Tensor enc = project_encoder(n, enc_out);
+  next.assign(count, {});
   std::vector<at::Tensor> decs;
-  for (uint32_t i = 0; i < count; i++) decs.push_back(ss[i]->dec);
+  for (uint32_t i = 0; i < count; i++) {
+    next[i].push_back(ss[i]->hyps[0]);
+    decs.push_back(ss[i]->hyps[0].dec);
+  }
   at::Tensor dec = count == 1 ? decs[0] : torch::cat(decs, 0);
-  ctx_next.resize(count);
-  for (uint32_t i = 0; i < count; i++) ctx_next[i] = ss[i]->ctx;
   for (uint32_t t = 0; t < n.info.out_frames; t++) {
     at::Tensor logits = run_joiner(n, enc.select(1, t), dec);
-    if (t == 0 && logits.size(1) != n.o.vocab_size)
-      throw failure(n.label + ": joiner gives " + std::to_string(logits.size(1)) +
-                    " logits, tokens.txt has " + std::to_string(n.o.vocab_size) + " tokens");
+    check_vocab(n, logits.size(1), "joiner");
     at::Tensor best = logits.argmax(1);
     const int64_t *b = best.data_ptr<int64_t>();
     std::vector<int64_t> rows;
@@ -262,70 +321,206 @@ void greedy_transducer(asr_net &n, asr_net_stream **ss, uint32_t count, const at
       if (b[i] != n.info.blank_id) rows.push_back(i);
     if (rows.empty()) continue;
     at::Tensor prob = logits.softmax(1);
-    std::vector<const std::vector<int64_t> *> ctxs;
+    std::vector<hyp *> need;
     for (int64_t i : rows) {
-      auto &c = ctx_next[i];
-      c.erase(c.begin());
-      c.push_back(b[i]);
-      ctxs.push_back(&c);
-      asr_chunk_out &o = out[i];
-      o.emits[o.n_emits++] = {(int32_t)b[i], t, prob[i][b[i]].item<float>()};
-      o.last_emit_end = t + 1;
+      hyp &h = next[i][0];
+      h = extended(h, b[i], ss[i]->frames + t, prob[i][b[i]].item<float>());
+      h.dec = at::Tensor();
+      need.push_back(&h);
     }
-    at::Tensor d = run_decoder(n, context_tensor(ctxs));
-    at::Tensor idx = torch::tensor(rows, torch::kLong);
-    if (count == 1)
-      dec = d;
-    else {
+    fill_decoder(n, need);
+    if (count == 1) {
+      dec = next[0][0].dec;
+    } else {
+      std::vector<at::Tensor> d;
+      for (hyp *h : need) d.push_back(h->dec);
       if (dec.data_ptr() == decs[0].data_ptr()) dec = dec.clone();
-      dec.index_copy_(0, idx, d);
+      dec.index_copy_(0, torch::tensor(rows, torch::kLong), torch::cat(d, 0));
     }
   }
-  dec_next.resize(count);
-  for (uint32_t i = 0; i < count; i++) dec_next[i] = dec.narrow(0, i, 1).clone();
+  for (uint32_t i = 0; i < count; i++) next[i][0].dec = next[i][0].dec.clone();
 }
 
-void greedy_ctc(asr_net &n, asr_net_stream **ss, uint32_t count, const at::Tensor &enc_out,
-                asr_chunk_out *out, std::vector<int64_t> &prev_next) {
+/* icefall's modified beam search (at most one token a frame), across the
+ * round's streams: each frame one joiner call for every hypothesis of
+ * every stream, the best `beam` continuations of each stream kept (equal
+ * token sequences merged), one decoder call for those that emitted. */
+void beam_transducer(asr_net &n, asr_net_stream **ss, uint32_t count, const at::Tensor &enc_out,
+                     std::vector<std::vector<hyp>> &next) {
+  at::Tensor enc = project_encoder(n, enc_out);
+  int64_t beam = n.o.beam, V = n.o.vocab_size;
+  next.assign(count, {});
+  for (uint32_t i = 0; i < count; i++) next[i] = ss[i]->hyps;
+  for (uint32_t t = 0; t < n.info.out_frames; t++) {
+    std::vector<at::Tensor> decs;
+    std::vector<int64_t> stream_of, slot; /* each row: its stream, its place in [N, beam] */
+    for (uint32_t i = 0; i < count; i++)
+      for (size_t h = 0; h < next[i].size(); h++) {
+        decs.push_back(next[i][h].dec);
+        stream_of.push_back(i);
+        slot.push_back((int64_t)i * beam + (int64_t)h);
+      }
+    at::Tensor rows_enc = enc.select(1, t).index_select(0, torch::tensor(stream_of, torch::kLong));
+    at::Tensor logp = run_joiner(n, rows_enc, torch::cat(decs, 0)).log_softmax(1);
+    check_vocab(n, logp.size(1), "joiner");
+    std::vector<double> base;
+    for (uint32_t i = 0; i < count; i++)
+      for (const hyp &h : next[i]) base.push_back(h.logp);
+    at::Tensor scores = logp + torch::tensor(base, torch::kDouble).to(torch::kFloat).unsqueeze(1);
+    at::Tensor all = torch::full({(int64_t)count * beam, V}, -INFINITY);
+    all.index_copy_(0, torch::tensor(slot, torch::kLong), scores);
+    auto top = all.view({(int64_t)count, beam * V}).topk(beam, 1);
+    at::Tensor tv = std::get<0>(top).contiguous(), ti = std::get<1>(top).contiguous();
+    const float *pv = tv.data_ptr<float>();
+    const int64_t *pi = ti.data_ptr<int64_t>();
+    at::Tensor lp = logp.contiguous();
+    const float *plp = lp.data_ptr<float>();
+    std::vector<int64_t> row_of_slot((size_t)count * beam, -1);
+    for (size_t r = 0; r < slot.size(); r++) row_of_slot[slot[r]] = (int64_t)r;
+    std::vector<std::vector<hyp>> cur(count);
+    std::vector<hyp *> need;
+    for (uint32_t i = 0; i < count; i++) {
+      for (int64_t k = 0; k < beam; k++) {
+        float sc = pv[i * beam + k];
+        if (sc == -INFINITY) continue;
+        int64_t flat = pi[i * beam + k], h = flat / V, y = flat % V;
+        const hyp &src = next[i][h];
+        hyp e = y == n.info.blank_id ? src
+                                     : extended(src, y, ss[i]->frames + t,
+                                                std::exp(plp[row_of_slot[i * beam + h] * V + y]));
+        e.logp = sc;
+        bool merged = false;
+        for (hyp &o : cur[i])
+          if (o.ys == e.ys) {
+            o.logp = log_add(o.logp, e.logp);
+            merged = true;
+            break;
+          }
+        if (merged) continue;
+        if (y != n.info.blank_id) e.dec = at::Tensor();
+        cur[i].push_back(std::move(e));
+      }
+      std::stable_sort(cur[i].begin(), cur[i].end(),
+                       [](const hyp &a, const hyp &b) { return a.logp > b.logp; });
+    }
+    for (auto &c : cur)
+      for (hyp &h : c)
+        if (!h.dec.defined()) need.push_back(&h);
+    fill_decoder(n, need);
+    next.swap(cur);
+  }
+  for (auto &v : next)
+    for (hyp &h : v) h.dec = h.dec.clone();
+}
+
+at::Tensor ctc_log_probs(asr_net &n, uint32_t count, const at::Tensor &enc_out) {
   at::Tensor lp = as_tensor(n.ctc.forward({enc_out}), n.label + ": ctc_output's output");
   if (lp.dim() != 3 || lp.size(0) != count || lp.size(1) != n.info.out_frames)
     throw failure(n.label + ": ctc_output gave " + shape_of(lp) + "; expected [N, T', vocab]");
-  if (lp.size(2) != n.o.vocab_size)
-    throw failure(n.label + ": ctc_output gives " + std::to_string(lp.size(2)) +
-                  " log-probs per frame, tokens.txt has " + std::to_string(n.o.vocab_size) +
-                  " tokens");
+  check_vocab(n, lp.size(2), "ctc_output");
+  return lp.contiguous();
+}
+
+/* CTC greedy: each frame's best token, repeats merged, blanks dropped; a
+ * token's frame is its first. */
+void greedy_ctc(asr_net &n, asr_net_stream **ss, uint32_t count, const at::Tensor &enc_out,
+                std::vector<std::vector<hyp>> &next) {
+  at::Tensor lp = ctc_log_probs(n, count, enc_out);
   auto mx = lp.max(2);
   at::Tensor best = std::get<1>(mx).contiguous(), score = std::get<0>(mx).exp().contiguous();
   const int64_t *b = best.data_ptr<int64_t>();
   const float *p = score.data_ptr<float>();
   int64_t T = n.info.out_frames;
-  prev_next.resize(count);
+  next.assign(count, {});
   for (uint32_t i = 0; i < count; i++) {
-    int64_t prev = ss[i]->ctc_prev;
+    hyp h = ss[i]->hyps[0];
     for (int64_t t = 0; t < T; t++) {
       int64_t y = b[i * T + t];
-      if (y != n.info.blank_id && y != prev) {
-        asr_chunk_out &o = out[i];
-        o.emits[o.n_emits++] = {(int32_t)y, (uint32_t)t, p[i * T + t]};
-      }
-      if (y != n.info.blank_id) out[i].last_emit_end = (uint32_t)t + 1;
-      prev = y;
+      if (y != n.info.blank_id && y != h.last) h = extended(h, y, ss[i]->frames + t, p[i * T + t]);
+      h.last = y;
     }
-    prev_next[i] = prev;
+    next[i].push_back(std::move(h));
   }
 }
 
+/* CTC prefix beam search, each stream on its own (the network's work is
+ * the batched call before it): a prefix's probability ending in blank
+ * (pb) and in its last token (pnb); the `beam` most likely kept. */
+void beam_ctc(asr_net &n, asr_net_stream **ss, uint32_t count, const at::Tensor &enc_out,
+              std::vector<std::vector<hyp>> &next) {
+  at::Tensor lp = ctc_log_probs(n, count, enc_out);
+  int64_t T = n.info.out_frames, V = n.o.vocab_size, beam = n.o.beam, blank = n.info.blank_id;
+  auto top = lp.topk(std::min<int64_t>(beam, V), 2);
+  at::Tensor ti = std::get<1>(top).contiguous();
+  const int64_t *pi = ti.data_ptr<int64_t>();
+  const float *pl = lp.data_ptr<float>();
+  int64_t K = ti.size(2);
+  next.assign(count, {});
+  for (uint32_t i = 0; i < count; i++) {
+    std::vector<hyp> cur = ss[i]->hyps;
+    for (int64_t t = 0; t < T; t++) {
+      const float *row = pl + (i * T + t) * V;
+      std::vector<hyp> out;
+      auto find = [&](const std::vector<int32_t> &ys) -> hyp * {
+        for (hyp &o : out)
+          if (o.ys == ys) return &o;
+        return nullptr;
+      };
+      auto put = [&](const hyp &like, double pb, double pnb) {
+        hyp *o = find(like.ys);
+        if (!o) {
+          out.push_back(like);
+          o = &out.back();
+          o->pb = o->pnb = -INFINITY;
+        }
+        o->pb = log_add(o->pb, pb);
+        o->pnb = log_add(o->pnb, pnb);
+      };
+      for (const hyp &h : cur) {
+        double tot = log_add(h.pb, h.pnb);
+        put(h, tot + row[blank], -INFINITY);
+        for (int64_t k = 0; k < K; k++) {
+          int64_t c = pi[(i * T + t) * K + k];
+          if (c == blank) continue;
+          double p = row[c];
+          if (!h.ys.empty() && c == h.ys.back()) {
+            put(h, -INFINITY, h.pnb + p); /* the same token, not repeated */
+            put(extended(h, c, ss[i]->frames + t, (float)std::exp(p)), -INFINITY, h.pb + p);
+          } else {
+            put(extended(h, c, ss[i]->frames + t, (float)std::exp(p)), -INFINITY, tot + p);
+          }
+        }
+      }
+      for (hyp &o : out) o.logp = log_add(o.pb, o.pnb);
+      std::stable_sort(out.begin(), out.end(),
+                       [](const hyp &a, const hyp &b) { return a.logp > b.logp; });
+      if ((int64_t)out.size() > beam) out.resize(beam);
+      cur.swap(out);
+    }
+    next[i] = std::move(cur);
+  }
+}
+
+void search(asr_net &n, asr_net_stream **ss, uint32_t count, const at::Tensor &enc,
+            std::vector<std::vector<hyp>> &next) {
+  bool beam = n.o.search == ASR_BEAM;
+  if (n.info.family == ASR_CTC)
+    beam ? beam_ctc(n, ss, count, enc, next) : greedy_ctc(n, ss, count, enc, next);
+  else
+    beam ? beam_transducer(n, ss, count, enc, next) : greedy_transducer(n, ss, count, enc, next);
+}
+
+/* A fresh utterance's one hypothesis. */
+hyp start_hyp(const asr_net &n) {
+  hyp h;
+  h.dec = n.init_dec;
+  h.logp = 0;
+  h.pb = 0;
+  h.pnb = -INFINITY;
+  return h;
+}
+
 void dry_run(asr_net &n) {
-  asr_net_stream s;
-  s.net = &n;
-  s.states = n.init;
-  s.ctx.assign(n.info.context_size, n.info.blank_id);
-  s.dec = n.init_dec;
-  asr_net_stream *ss = &s;
-  std::vector<float> zeros((size_t)(n.o.chunk_frames + n.o.pad_frames) * n.o.feature_dim, 0.0f);
-  const float *f = zeros.data();
-  std::vector<std::vector<at::Tensor>> next;
-  /* out_frames is not known yet: take the encoder's word for it once. */
   int64_t T = n.o.chunk_frames + n.o.pad_frames;
   at::Tensor x = torch::zeros({1, T, (int64_t)n.o.feature_dim});
   c10::List<at::Tensor> st;
@@ -344,17 +539,17 @@ void dry_run(asr_net &n) {
   if (out.dim() != 3 || out.size(0) != 1 || out.size(1) < 1)
     throw failure(n.label + ": encoder_out is " + shape_of(out) + "; expected [N, T', D]");
   n.info.out_frames = (uint32_t)out.size(1);
-  std::vector<asr_emit> emits(n.info.out_frames);
-  asr_chunk_out o{emits.data(), 0, 0};
-  at::Tensor enc = encode(n, &ss, &f, 1, next);
-  if (n.info.family == ASR_CTC) {
-    std::vector<int64_t> prev;
-    greedy_ctc(n, &ss, 1, enc, &o, prev);
-  } else {
-    std::vector<at::Tensor> dn;
-    std::vector<std::vector<int64_t>> cn;
-    greedy_transducer(n, &ss, 1, enc, &o, dn, cn);
-  }
+  /* Then a whole step, search included, on a stream of its own. */
+  asr_net_stream s;
+  s.net = &n;
+  s.states = n.init;
+  s.hyps.push_back(start_hyp(n));
+  asr_net_stream *ss = &s;
+  std::vector<float> zeros((size_t)T * n.o.feature_dim, 0.0f);
+  const float *f = zeros.data();
+  std::vector<std::vector<at::Tensor>> next;
+  std::vector<std::vector<hyp>> hyps;
+  search(n, &ss, 1, encode(n, &ss, &f, 1, next), hyps);
 }
 
 void load(asr_net &n) {
@@ -473,7 +668,7 @@ asr_net_stream *asr_net_stream_new(asr_net *net, char *err, size_t errlen) {
     auto p = std::make_unique<asr_net_stream>();
     p->net = net;
     for (const at::Tensor &t : net->init) p->states.push_back(t.clone());
-    asr_net_stream_reset_search(p.get());
+    p->hyps.push_back(start_hyp(*net));
     s = p.release();
   });
   return s;
@@ -482,37 +677,35 @@ asr_net_stream *asr_net_stream_new(asr_net *net, char *err, size_t errlen) {
 void asr_net_stream_free(asr_net_stream *s) { delete s; }
 
 void asr_net_stream_reset_search(asr_net_stream *s) {
-  const asr_net &n = *s->net;
-  if (n.info.family == ASR_TRANSDUCER) {
-    s->ctx.assign(n.info.context_size, n.info.blank_id);
-    s->dec = n.init_dec;
+  s->hyps.clear();
+  s->hyps.push_back(start_hyp(*s->net));
+}
+
+uint64_t asr_net_stream_frames(const asr_net_stream *s) { return s->frames; }
+
+uint32_t asr_net_stream_hyps(const asr_net_stream *s, uint32_t k, asr_hyp *out) {
+  uint32_t n = 0;
+  for (const hyp &h : s->hyps) {
+    if (n == k) break;
+    out[n++] = {h.ys.data(), h.frames.data(), h.probs.data(), (uint32_t)h.ys.size(), (float)h.logp};
   }
-  s->ctc_prev = -1;
+  return n;
 }
 
 int asr_net_step(asr_net *net, asr_net_stream **streams, const float *const *feats, uint32_t n,
-                 asr_chunk_out *out, char *err, size_t errlen) {
+                 char *err, size_t errlen) {
   if (n == 0) return 0;
   return guarded(net, err, errlen, [&] {
     if (at::get_num_threads() != net->o.intra_threads) at::set_num_threads(net->o.intra_threads);
     c10::InferenceMode guard;
-    for (uint32_t i = 0; i < n; i++) out[i].n_emits = out[i].last_emit_end = 0;
     std::vector<std::vector<at::Tensor>> next;
-    at::Tensor enc = encode(*net, streams, feats, n, next);
-    if (net->info.family == ASR_CTC) {
-      std::vector<int64_t> prev;
-      greedy_ctc(*net, streams, n, enc, out, prev);
-      for (uint32_t i = 0; i < n; i++) streams[i]->ctc_prev = prev[i];
-    } else {
-      std::vector<at::Tensor> dec;
-      std::vector<std::vector<int64_t>> ctx;
-      greedy_transducer(*net, streams, n, enc, out, dec, ctx);
-      for (uint32_t i = 0; i < n; i++) {
-        streams[i]->dec = dec[i];
-        streams[i]->ctx = ctx[i];
-      }
+    std::vector<std::vector<hyp>> hyps;
+    search(*net, streams, n, encode(*net, streams, feats, n, next), hyps);
+    for (uint32_t i = 0; i < n; i++) {
+      streams[i]->states = std::move(next[i]);
+      streams[i]->hyps = std::move(hyps[i]);
+      streams[i]->frames += net->info.out_frames;
     }
-    for (uint32_t i = 0; i < n; i++) streams[i]->states = std::move(next[i]);
   });
 }
 

@@ -27,6 +27,10 @@ extern "C" {
 #endif
 
 typedef enum asr_family { ASR_TRANSDUCER = 0, ASR_CTC } asr_family;
+/* Greedy: the best token each frame. Beam: a transducer's modified beam
+ * search (icefall's, at most one token a frame) or CTC prefix beam search,
+ * `beam` hypotheses kept: the n-best. */
+typedef enum asr_search { ASR_GREEDY = 0, ASR_BEAM } asr_search;
 
 typedef struct asr_net_opts {
   const char *model_label; /* "neural_asr: model 'x' version 1", for messages */
@@ -37,6 +41,8 @@ typedef struct asr_net_opts {
   uint32_t pad_frames;   /* right context after them (the next chunk sees it again) */
   uint32_t feature_dim;  /* num_mel_bins */
   uint32_t vocab_size;   /* tokens in tokens.txt: the joiner / CTC head must produce as many */
+  asr_search search;
+  uint32_t beam; /* hypotheses kept (ASR_BEAM) */
   int intra_threads;
 } asr_net_opts;
 
@@ -68,32 +74,32 @@ void asr_net_stream_free(asr_net_stream *s);
  * as sherpa's endpointing does). */
 void asr_net_stream_reset_search(asr_net_stream *s);
 
-/* One token the search emitted. */
-typedef struct asr_emit {
-  int32_t token;
-  uint32_t frame; /* the encoder frame within the chunk, 0..out_frames-1 */
-  float prob;     /* its probability at that frame */
-} asr_emit;
+/* One hypothesis of the open utterance: its tokens, each with the encoder
+ * frame that emitted it (counted from the stream's start) and its
+ * probability there, and its log probability. The arrays belong to the
+ * stream and hold until its next step or reset. */
+typedef struct asr_hyp {
+  const int32_t *tokens;
+  const uint64_t *frames;
+  const float *probs;
+  uint32_t n;
+  float score;
+} asr_hyp;
 
-/* What one chunk of one stream gave. `emits` is the caller's array of
- * out_frames entries (at most one token per frame). */
-typedef struct asr_chunk_out {
-  asr_emit *emits;
-  uint32_t n_emits;
-  /* 1 + the frame of the chunk's last emitted token (0 when none): frames
-   * after it are trailing blanks, for endpointing */
-  uint32_t last_emit_end;
-} asr_chunk_out;
+/* Up to k of the stream's hypotheses into out, best first; how many. */
+uint32_t asr_net_stream_hyps(const asr_net_stream *s, uint32_t k, asr_hyp *out);
+/* Encoder frames the stream has been through. */
+uint64_t asr_net_stream_frames(const asr_net_stream *s);
 
 /*
  * One round: streams[i]'s chunk of (chunk_frames + pad_frames) x
  * feature_dim features (row-major floats) at feats[i], all in one encoder
- * call, then the search for all of them. The states and search states of
+ * call, then the search for all of them. The states and hypotheses of
  * every stream move on. Returns 0; on a failure (the module threw, a shape
  * it returned) -1 with the reason in err, and no stream's state changed.
  */
 int asr_net_step(asr_net *net, asr_net_stream **streams, const float *const *feats, uint32_t n,
-                 asr_chunk_out *out, char *err, size_t errlen);
+                 char *err, size_t errlen);
 
 #ifdef __cplusplus
 }

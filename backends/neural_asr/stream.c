@@ -38,12 +38,10 @@ struct asr_stream {
   bool finished;  /* the audio ended (fbank finished) */
   bool tail_done; /* its padded chunk ran */
   bool partials;
+  uint32_t alternatives;
   asr_endpoint ep;
   uint64_t samples;   /* at the model's rate */
-  uint64_t out_frame; /* encoder frames recognised */
-  uint64_t utt_start; /* the open utterance's first frame */
-  asr_tok *toks;      /* the open utterance's tokens */
-  uint32_t n_toks, cap_toks;
+  uint64_t utt_start; /* the open utterance's first encoder frame */
 };
 
 asr_stream *asr_stream_new(const asr_shared *sh, asr_net *net, const asr_stream_opts *o, char *err,
@@ -56,6 +54,7 @@ asr_stream *asr_stream_new(const asr_shared *sh, asr_net *net, const asr_stream_
   s->sh = sh;
   s->dim = (uint32_t)hark_fbank_bank_dim(sh->bank);
   s->partials = o->partials;
+  s->alternatives = o->alternatives;
   s->ep = o->endpoint;
   s->norm = hark_audio_norm_new(o->client_rate, sh->set->model_rate, o->encoding);
   s->fb = hark_fbank_new(sh->bank);
@@ -78,11 +77,11 @@ void asr_stream_free(asr_stream *s) {
   hark_fbank_free(s->fb);
   asr_net_stream_free(s->ns);
   free(s->padded);
-  free(s->toks);
   free(s);
 }
 
 bool asr_stream_partials(const asr_stream *s) { return s->partials; }
+uint32_t asr_stream_alternatives(const asr_stream *s) { return s->alternatives; }
 asr_net_stream *asr_stream_net(asr_stream *s) { return s->ns; }
 
 float asr_stream_audio_seconds(const asr_stream *s) {
@@ -121,18 +120,6 @@ const float *asr_stream_chunk(asr_stream *s) {
   return s->padded;
 }
 
-static int push_tok(asr_stream *s, asr_tok t) {
-  if (s->n_toks == s->cap_toks) {
-    uint32_t c = s->cap_toks ? s->cap_toks * 2 : 64;
-    asr_tok *x = realloc(s->toks, c * sizeof *x);
-    if (!x) return -1;
-    s->toks = x;
-    s->cap_toks = c;
-  }
-  s->toks[s->n_toks++] = t;
-  return 0;
-}
-
 /* Appends `add` (len bytes) to r's text, a space between utterances. */
 static int text_add(asr_result *r, const char *add, size_t len, bool space) {
   char *t = realloc(r->text, r->text_len + len + 2);
@@ -158,25 +145,25 @@ static asr_word *word_add(asr_result *r) {
   return w;
 }
 
-/* The open utterance's words into r (after what r holds). */
-static void words_into(const asr_stream *s, asr_result *r) {
+/* Hypothesis h's words into r (after what r holds). */
+static void words_into(const asr_stream *s, const asr_hyp *h, asr_result *r) {
   const asr_tokens *tk = s->sh->tokens;
   float shift = s->sh->frame_shift_s;
   asr_word *w = NULL;
   size_t wlen = 0;
-  for (uint32_t i = 0; i < s->n_toks; i++) {
-    const asr_tok *t = &s->toks[i];
-    if (t->id < 0 || (uint32_t)t->id >= tk->n || tk->skip[t->id]) continue;
-    const char *piece = tk->text[t->id];
+  for (uint32_t i = 0; i < h->n; i++) {
+    int32_t id = h->tokens[i];
+    if (id < 0 || (uint32_t)id >= tk->n || tk->skip[id]) continue;
+    const char *piece = tk->text[id];
     size_t pl = strlen(piece);
-    bool starts = !w || tk->every_token_a_word || tk->starts[t->id];
+    bool starts = !w || tk->every_token_a_word || tk->starts[id];
     if (starts && pl == 0) { /* a bare word mark: the next piece starts a word */
       w = NULL;
       continue;
     }
     if (starts) {
       if (!(w = word_add(r))) return;
-      w->start = (float)t->frame * shift;
+      w->start = (float)h->frames[i] * shift;
       w->conf = 1.0f;
       wlen = 0;
     }
@@ -186,10 +173,12 @@ static void words_into(const asr_stream *s, asr_result *r) {
     memcpy(w->text + wlen, piece, pl);
     wlen += pl;
     w->text[wlen] = 0;
-    w->end = (float)(t->frame + 1) * shift;
-    if (t->prob < w->conf) w->conf = t->prob;
+    w->end = (float)(h->frames[i] + 1) * shift;
+    if (h->probs[i] < w->conf) w->conf = h->probs[i];
   }
 }
+
+static void alternatives_free(asr_result *r);
 
 /* r's text made from its words. */
 static void text_from_words(asr_result *r) {
@@ -201,6 +190,7 @@ static void text_from_words(asr_result *r) {
 }
 
 void asr_result_free(asr_result *r) {
+  alternatives_free(r);
   for (uint32_t i = 0; i < r->n_words; i++) free(r->words[i].text);
   free(r->words);
   free(r->text);
@@ -208,36 +198,74 @@ void asr_result_free(asr_result *r) {
 }
 
 static void new_utterance(asr_stream *s) {
-  s->n_toks = 0;
-  s->utt_start = s->out_frame;
+  s->utt_start = asr_net_stream_frames(s->ns);
   asr_net_stream_reset_search(s->ns);
 }
 
-void asr_stream_close_utterance(asr_stream *s, asr_result *r) {
-  words_into(s, r);
+static void alternatives_free(asr_result *r) {
+  for (uint32_t i = 0; i < r->n_alts; i++) free(r->alts[i]);
+  free(r->alts);
+  r->alts = NULL;
+  r->n_alts = 0;
+}
+
+/* The n-best texts of the open utterance, after the text r already holds
+ * (earlier utterances of the same request), so that the first is r's
+ * final text. */
+static void alternatives_into(const asr_stream *s, const asr_hyp *hyps, uint32_t n, asr_result *r) {
+  alternatives_free(r);
+  if (!n || !(r->alts = calloc(n, sizeof *r->alts))) return;
+  for (uint32_t i = 0; i < n; i++) {
+    asr_result one = {0};
+    words_into(s, &hyps[i], &one);
+    text_from_words(&one);
+    size_t pl = r->text_len, ol = one.text_len;
+    char *t = malloc(pl + ol + 2);
+    if (t) {
+      memcpy(t, r->text ? r->text : "", pl);
+      size_t k = pl;
+      if (pl && ol) t[k++] = ' ';
+      memcpy(t + k, one.text, ol);
+      t[k + ol] = 0;
+      r->alts[r->n_alts++] = t;
+    }
+    asr_result_free(&one);
+  }
+}
+
+void asr_stream_close_utterance(asr_stream *s, asr_result *r, uint32_t want_alt) {
+  asr_hyp hyps[ASR_MAX_ALTERNATIVES];
+  uint32_t k = want_alt < 1 ? 1 : want_alt > ASR_MAX_ALTERNATIVES ? ASR_MAX_ALTERNATIVES : want_alt;
+  uint32_t n = asr_net_stream_hyps(s->ns, k, hyps);
+  text_from_words(r);
+  if (want_alt) alternatives_into(s, hyps, n, r);
+  if (n) words_into(s, &hyps[0], r);
   text_from_words(r);
   r->is_final = true;
   new_utterance(s);
 }
 
 void asr_stream_partial(asr_stream *s, asr_result *r) {
-  if (s->partials) words_into(s, r);
+  asr_hyp best;
+  if (s->partials && asr_net_stream_hyps(s->ns, 1, &best)) words_into(s, &best, r);
   text_from_words(r);
 }
 
 /* Sherpa's rules on the open utterance, after a chunk. */
-static void endpoint(asr_stream *s, asr_result *r) {
+static void endpoint(asr_stream *s, asr_result *r, uint32_t want_alt) {
   float shift = s->sh->frame_shift_s;
-  uint64_t last_end = s->utt_start;
+  uint64_t now = asr_net_stream_frames(s->ns), last_end = s->utt_start;
   bool decoded = false;
-  for (uint32_t i = s->n_toks; i-- > 0;)
-    if (!s->sh->tokens->skip[s->toks[i].id]) {
-      last_end = s->toks[i].frame + 1;
-      decoded = true;
-      break;
-    }
-  float trailing = (float)(s->out_frame - last_end) * shift;
-  float length = (float)(s->out_frame - s->utt_start) * shift;
+  asr_hyp best;
+  if (asr_net_stream_hyps(s->ns, 1, &best))
+    for (uint32_t i = best.n; i-- > 0;)
+      if (!s->sh->tokens->skip[best.tokens[i]]) {
+        last_end = best.frames[i] + 1;
+        decoded = true;
+        break;
+      }
+  float trailing = (float)(now - last_end) * shift;
+  float length = (float)(now - s->utt_start) * shift;
   if (!decoded) {
     if ((s->ep.rule1_silence > 0 && trailing >= s->ep.rule1_silence) ||
         (s->ep.rule3_length > 0 && length >= s->ep.rule3_length))
@@ -246,14 +274,10 @@ static void endpoint(asr_stream *s, asr_result *r) {
   }
   if ((s->ep.rule2_silence > 0 && trailing >= s->ep.rule2_silence) ||
       (s->ep.rule3_length > 0 && length >= s->ep.rule3_length))
-    asr_stream_close_utterance(s, r);
+    asr_stream_close_utterance(s, r, want_alt);
 }
 
-void asr_stream_advance(asr_stream *s, const asr_chunk_out *o, asr_result *r) {
-  for (uint32_t i = 0; i < o->n_emits; i++) {
-    asr_tok t = {o->emits[i].token, s->out_frame + o->emits[i].frame, o->emits[i].prob};
-    if (push_tok(s, t) != 0) break; /* out of memory: the token is lost, not the stream */
-  }
+void asr_stream_advance(asr_stream *s, asr_result *r, uint32_t want_alt) {
   size_t ready = hark_fbank_frames_ready(s->fb);
   size_t T = s->sh->set->chunk + s->sh->set->pad;
   if (ready >= T) {
@@ -262,6 +286,5 @@ void asr_stream_advance(asr_stream *s, const asr_chunk_out *o, asr_result *r) {
     hark_fbank_pop(s->fb, ready);
     s->tail_done = true;
   }
-  s->out_frame += s->sh->out_frames;
-  endpoint(s, r);
+  endpoint(s, r, want_alt);
 }

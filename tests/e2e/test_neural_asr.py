@@ -159,6 +159,75 @@ class CtcTest(NeuralTest):
     STREAMS = 10
 
 
+class BeamTest(unittest.TestCase):
+    """Modified beam search (transducer) and prefix beam search (CTC),
+    batched across streams: a beam of one is the greedy search (so the
+    reference's words), a wider beam gives distinct n-best alternatives,
+    the first of them the final's own text."""
+
+    @classmethod
+    def setUpClass(cls):
+        cls.model = asr_models.model_dir("transducer", "tiny", 1)
+        cls.ctc = asr_models.model_dir("ctc", "tiny", 1)
+        cls.ref = {r["file"]: r for r in asr_models.reference(cls.model, "transducer", FILES)}
+        cls.repo = tempfile.mkdtemp(prefix="hark-nasr-beam-")
+        off = {"rule1_min_trailing_silence": "0", "rule2_min_trailing_silence": "0",
+               "rule3_min_utterance_length": "0"}
+        beam = dict(off, decoding_method="modified_beam_search")
+        asr_models.make_model_folder(cls.repo, "beam1", cls.model, asr_models.config(
+            "beam1", params=dict(beam, num_active_paths="1")))
+        asr_models.make_model_folder(cls.repo, "beam4", cls.model, asr_models.config(
+            "beam4", params=dict(beam, num_active_paths="4")))
+        asr_models.make_model_folder(cls.repo, "ctc4", cls.ctc, asr_models.config(
+            "ctc4", params=dict(off, decoding_method="prefix_beam_search",
+                                num_active_paths="4")))
+        cls.server = Harkd(repo=cls.repo)
+
+    @classmethod
+    def tearDownClass(cls):
+        cls.server.stop()
+        shutil.rmtree(cls.repo, True)
+
+    def url(self, model):
+        return f"ws://127.0.0.1:{self.server.http_port}/v2/models/{model}/stream"
+
+    def test_a_beam_of_one_is_greedy(self):
+        async def go():
+            return await asyncio.gather(*(stream(self.url("beam1"), read_pcm(f), [4800, 2240])
+                                          for f in FILES))
+        for f, (finals, _) in zip(FILES, run(go())):
+            ref = self.ref[f]
+            got = [w["word"] for w in words_of(finals)]
+            want = [w["word"] for w in ref["words"]]
+            if ref.get("near_tie_frames"):
+                continue
+            self.assertEqual(got, want, f)
+
+    def nbest(self, model, path):
+        async def go():
+            async with websockets.connect(self.url(model), max_size=None) as ws:
+                await ws.send(json.dumps({"config": {"sample_rate": 16000,
+                                                     "max_alternatives": 3}}))
+                pcm = read_pcm(path)
+                for i in range(0, len(pcm), 6400):
+                    await ws.send(pcm[i:i + 6400])
+                    await ws.recv()
+                await ws.send('{"eof" : 1}')
+                return json.loads(await ws.recv())
+        return run(go())
+
+    def test_nbest_alternatives(self):
+        for model in ("beam4", "ctc4"):
+            doc = self.nbest(model, FILES[2])
+            alts = doc["alternatives"]
+            self.assertEqual(len(alts), 3, (model, doc))
+            texts = [a["text"] for a in alts]
+            self.assertEqual(len(set(texts)), 3, (model, texts))
+            self.assertTrue(all(t for t in texts), (model, texts))
+            # deterministic
+            self.assertEqual(self.nbest(model, FILES[2]), doc)
+
+
 # ---- modules that break the contract ------------------------------------------------------
 
 
