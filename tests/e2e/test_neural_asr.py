@@ -22,7 +22,9 @@ import json
 import os
 import random
 import shutil
+import struct
 import tempfile
+import time
 import unittest
 import wave
 from typing import List, Tuple
@@ -31,6 +33,7 @@ import torch
 import websockets
 
 import asr_models
+import harness
 from harness import Harkd, main, metric_value
 
 FILES = asr_models.LIBRIVOX
@@ -226,6 +229,144 @@ class BeamTest(unittest.TestCase):
             self.assertTrue(all(t for t in texts), (model, texts))
             # deterministic
             self.assertEqual(self.nbest(model, FILES[2]), doc)
+
+
+class Endpoints(unittest.TestCase):
+    """The same model behind Riva (StreamingRecognize, Recognize) and
+    KServe one-shot infer, audio at another rate, clients that vanish, and
+    many streams opened and ended."""
+
+    @classmethod
+    def setUpClass(cls):
+        cls.model = asr_models.model_dir("transducer", "tiny", 1)
+        cls.ref = {r["file"]: r for r in asr_models.reference(cls.model, "transducer", FILES)}
+        cls.repo = tempfile.mkdtemp(prefix="hark-nasr-ep-")
+        off = {"rule1_min_trailing_silence": "0", "rule2_min_trailing_silence": "0",
+               "rule3_min_utterance_length": "0"}
+        asr_models.make_model_folder(cls.repo, "nasr", cls.model,
+                                     asr_models.config("nasr", params=off))
+        cls.server = Harkd(repo=cls.repo, grpc=True,
+                           args=("--speech-model", "nasr", "--stream-backlog-limit", "100000"))
+        import test_riva
+        cls.riva = test_riva
+        cls.channel = test_riva.grpc.insecure_channel(f"127.0.0.1:{cls.server.grpc_port}")
+        cls.stub = test_riva.rasr_grpc.RivaSpeechRecognitionStub(cls.channel)
+
+    @classmethod
+    def tearDownClass(cls):
+        cls.channel.close()
+        cls.server.stop()
+        shutil.rmtree(cls.repo, True)
+
+    def clean(self, path):
+        """The reference's words for path, or None when it has near ties."""
+        ref = self.ref[path]
+        return None if ref.get("near_tie_frames") else ref
+
+    def test_riva_streaming_and_recognize(self):
+        path = next(f for f in FILES if self.clean(f))
+        ref = self.ref[path]
+        responses, _ = self.riva.stream(self.stub, read_pcm(path), chunk=3200)
+        finals = [r.results[0] for r in responses if r.results and r.results[0].is_final]
+        text = " ".join(f.alternatives[0].transcript for f in finals).strip()
+        self.assertEqual(text, ref["text"])
+        words = [w for f in finals for w in f.alternatives[0].words]
+        self.assertEqual([w.word for w in words], [w["word"] for w in ref["words"]])
+        self.assertAlmostEqual(words[0].start_time / 1000.0, ref["words"][0]["start"], delta=0.002)
+        with open(path, "rb") as f:
+            data = f.read()
+        rc = self.riva.rasr.RecognitionConfig(language_code="en-US",
+                                              enable_word_time_offsets=True)
+        resp = self.stub.Recognize(self.riva.rasr.RecognizeRequest(config=rc, audio=data),
+                                   timeout=120)
+        self.assertEqual(" ".join(r.alternatives[0].transcript for r in resp.results).strip(),
+                         ref["text"])
+
+    def test_kserve_one_shot_wav(self):
+        path = next(f for f in FILES if self.clean(f))
+        with open(path, "rb") as f:
+            data = f.read()
+        doc = {"inputs": [{"name": "AUDIO", "datatype": "BYTES", "shape": [1, 1],
+                           "parameters": {"binary_data_size": len(data) + 4}}]}
+        header = json.dumps(doc).encode()
+        status, _, raw = self.server.request(
+            "POST", "/v2/models/nasr/infer", header + struct.pack("<I", len(data)) + data,
+            {"Inference-Header-Content-Length": str(len(header))})
+        self.assertEqual(status, 200, raw[:300])
+        out = {o["name"]: o for o in json.loads(raw)["outputs"]}
+        self.assertEqual(out["TRANSCRIPT"]["data"], [self.ref[path]["text"]])
+        self.assertEqual(out["IS_FINAL"]["data"], [True])
+        self.assertEqual(out["WORDS"]["data"], [w["word"] for w in self.ref[path]["words"]])
+
+    def test_audio_at_8khz_is_resampled(self):
+        import audioop
+        path = FILES[3]
+        pcm16 = read_pcm(path)
+        pcm8, _ = audioop.ratecv(pcm16, 2, 1, 16000, 8000, None)
+        seconds = len(pcm16) / 32000.0
+
+        async def go():
+            finals = []
+            async with websockets.connect(self.url(), max_size=None) as ws:
+                await ws.send(json.dumps({"config": {"sample_rate": 8000, "words": True}}))
+                for i in range(0, len(pcm8), 1600):
+                    await ws.send(pcm8[i:i + 1600])
+                    await ws.recv()
+                await ws.send('{"eof" : 1}')
+                finals.append(json.loads(await ws.recv()))
+            return finals
+        words = words_of(run(go()))
+        self.assertTrue(words, "nothing recognised at 8 kHz")
+        # Times are the stream's own seconds, not the 16 kHz samples' count.
+        self.assertLessEqual(words[-1]["end"], seconds + 0.4)
+        self.assertGreater(words[-1]["end"], seconds / 2 + 0.5)
+
+    def url(self):
+        return f"ws://127.0.0.1:{self.server.http_port}/v2/models/nasr/stream"
+
+    def streams_live(self):
+        return metric_value(self.server.metrics(), "hark_asr_streams", model="nasr")
+
+    def wait_streams(self, n, timeout=30):
+        deadline = time.time() + timeout
+        while time.time() < deadline and self.streams_live() != n:
+            time.sleep(0.05)
+        self.assertEqual(self.streams_live(), n)
+
+    def test_a_client_that_vanishes_mid_chunk(self):
+        import socket as so
+        ws = harness.RawWebSocket(self.server.http_port, "/v2/models/nasr/stream")
+        ws.send(0x2, b"\x01\x00" * 2500)  # 156 ms: half a chunk
+        ws.recv_frame()
+        self.assertEqual(self.streams_live(), 1)
+        ws.sock.setsockopt(so.SOL_SOCKET, so.SO_LINGER, struct.pack("ii", 1, 0))
+        ws.sock.close()  # a reset, mid-chunk
+        self.wait_streams(0)
+
+    def test_ten_thousand_streams_leave_no_state(self):
+        chunk = b"\x01\x00" * 1600
+
+        async def one():
+            async with websockets.connect(self.url()) as ws:
+                await ws.send(chunk)
+                await ws.recv()
+                await ws.send('{"eof" : 1}')
+                await ws.recv()
+
+        async def many(n, parallel=32):
+            sem = asyncio.Semaphore(parallel)
+
+            async def guarded():
+                async with sem:
+                    await one()
+            await asyncio.gather(*(guarded() for _ in range(n)))
+        run(many(500), timeout=600)
+        self.wait_streams(0)
+        base = self.server.rss_kib()
+        run(many(10000), timeout=900)
+        self.wait_streams(0)
+        grown = self.server.rss_kib() - base
+        self.assertLess(grown, 40 * 1024, f"RSS grew {grown} KiB over 10,000 streams")
 
 
 # ---- modules that break the contract ------------------------------------------------------
