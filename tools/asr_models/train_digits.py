@@ -35,6 +35,7 @@ utterances synthesised fresh.
 import argparse
 import concurrent.futures
 import hashlib
+import inspect
 import json
 import os
 import random
@@ -72,6 +73,7 @@ TRAIN_VOICES = [b + v for b in BASE_VOICES for v in VARIANTS
 TEST_SPEED, TEST_PITCH, TEST_SNR = 165, 60, 20.0
 SAMPLE_RATE = 16000
 LEFT = 8  # cached feature frames
+MAX_FRAMES = 4000  # feature frames per training batch (with padding)
 
 
 class DigitEncoder(nn.Module):
@@ -223,7 +225,7 @@ def train(model, feats, targets, epochs: int, seed: int, log):
     ctc = nn.CTCLoss(blank=0, zero_infinity=True)
     opt = torch.optim.Adam(model.parameters(), lr=3e-3)
     lengths = [f.shape[0] for f in feats]
-    steps = epochs * len(batches(lengths, 12000, random.Random(0)))
+    steps = epochs * len(batches(lengths, MAX_FRAMES, random.Random(0)))
     sched = torch.optim.lr_scheduler.OneCycleLR(opt, max_lr=3e-3,
                                                 total_steps=steps,
                                                 pct_start=0.15)
@@ -231,7 +233,7 @@ def train(model, feats, targets, epochs: int, seed: int, log):
     for ep in range(epochs):
         t0 = time.time()
         tot, n = 0.0, 0
-        for b in batches(lengths, 12000, rng):
+        for b in batches(lengths, MAX_FRAMES, rng):
             # a random tail of log(1e-10) frames, as the last streaming
             # chunk is padded
             fs = []
@@ -341,8 +343,21 @@ def main():
     def log(msg):
         print(f"[{time.time() - t_start:6.1f} s] {msg}", flush=True)
 
-    train_set = synth_set(a.train_utts, a.seed, False, a.jobs)
-    test_set = synth_set(a.test_utts, a.seed + 1000, True, a.jobs)
+    # the synthesised speech is cached on its own (it takes minutes):
+    # keyed by what makes it
+    sh = hashlib.sha256(json.dumps(
+        [a.seed, a.train_utts, a.test_utts, TRAIN_VOICES, TEST_VOICE,
+         TEST_SPEED, TEST_PITCH, TEST_SNR, WORDS, SAMPLE_RATE] +
+        [inspect.getsource(fn) for fn in (random_text, speak, degrade,
+                                          synth_set)]).encode()).hexdigest()
+    synth_path = os.path.join(a.out, f"synth-{sh[:16]}.pt")
+    if os.path.exists(synth_path):
+        train_set, test_set = torch.load(synth_path)
+    else:
+        train_set = synth_set(a.train_utts, a.seed, False, a.jobs)
+        test_set = synth_set(a.test_utts, a.seed + 1000, True, a.jobs)
+        torch.save((train_set, test_set), synth_path + ".tmp")
+        os.replace(synth_path + ".tmp", synth_path)
     log(f"synthesised {len(train_set)} training utterances "
         f"({sum(s.numel() for s, _ in train_set) / SAMPLE_RATE:.0f} s), "
         f"{len(test_set)} test")
