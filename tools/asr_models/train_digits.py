@@ -4,7 +4,7 @@ digit strings ("one two three", "zero" / "oh") and commands (yes no stop go
 left right up down on off), word-level tokens (▁ONE ...).
 
   /usr/bin/python3 tools/asr_models/train_digits.py --out DIR \
-      [--seed 1] [--train-utts 1000] [--test-utts 100] [--epochs 14] \
+      [--seed 1] [--train-utts 1000] [--test-utts 100] [--epochs 8] \
       [--threads 1] [--jobs 2]
 
 Writes DIR/model.pt (TorchScript, the same streaming encoder contract as
@@ -17,7 +17,8 @@ stored result.
 
 The encoder: features normalised with fixed (training-set) mean and std,
 a Conv1d (kernel 12, stride 4) over 8 cached + 32 new frames (the 13 pad
-frames are not used), then a 2-layer unidirectional LSTM. It is causal, so
+frames are not used), then a 2-layer unidirectional LSTM with a residual
+around it and a feed-forward after. It is causal, so
 training on whole utterances (8 zero frames of left padding) equals
 chunk-by-chunk streaming. States:
   cached_feats   [N, 80, 8]  float, batch axis 0
@@ -94,6 +95,11 @@ class DigitEncoder(nn.Module):
         self.register_buffer("inv_std", torch.ones(num_features))
         self.conv = nn.Conv1d(num_features, hidden, LEFT + 4, stride=4)
         self.lstm = nn.LSTM(hidden, hidden, num_layers=2, batch_first=True)
+        # the residual around the LSTM and the feed-forward after it let
+        # training leave CTC's all-blank plateau in ~100 steps (a bare LSTM
+        # sat on it for 1000)
+        self.ff = nn.Sequential(nn.Linear(hidden, 2 * hidden), nn.ReLU(),
+                                nn.Linear(2 * hidden, hidden))
 
     def forward(self, features: torch.Tensor, feature_lengths: torch.Tensor,
                 states: List[torch.Tensor]
@@ -104,6 +110,8 @@ class DigitEncoder(nn.Module):
         new_cache = x[:, :, x.shape[2] - self.left:]
         h = torch.relu(self.conv(x)).transpose(1, 2)  # [N,main/4,H]
         out, (hn, cn) = self.lstm(h, (states[1], states[2]))
+        out = h + out
+        out = out + self.ff(out)
         lens = torch.clamp(
             torch.div(feature_lengths - self.pad_length, 4,
                       rounding_mode="floor"), min=0)
@@ -130,7 +138,8 @@ class DigitEncoder(nn.Module):
         x = nn.functional.pad(x, (LEFT, 0))
         h = torch.relu(self.conv(x)).transpose(1, 2)
         out, _ = self.lstm(h)
-        return out
+        out = h + out
+        return out + self.ff(out)
 
 
 # --- speech synthesis ------------------------------------------------------
@@ -306,7 +315,7 @@ def main():
     ap.add_argument("--seed", type=int, default=1)
     ap.add_argument("--train-utts", type=int, default=1000)
     ap.add_argument("--test-utts", type=int, default=100)
-    ap.add_argument("--epochs", type=int, default=14)
+    ap.add_argument("--epochs", type=int, default=8)
     ap.add_argument("--hidden", type=int, default=192)
     ap.add_argument("--threads", type=int, default=1,
                     help="torch threads (on a loaded machine OpenMP's "
@@ -352,11 +361,14 @@ def main():
                                           synth_set)]).encode()).hexdigest()
     synth_path = os.path.join(a.out, f"synth-{sh[:16]}.pt")
     if os.path.exists(synth_path):
-        train_set, test_set = torch.load(synth_path)
+        train_set, test_set = [[(x.float(), w) for x, w in part]
+                               for part in torch.load(synth_path)]
     else:
         train_set = synth_set(a.train_utts, a.seed, False, a.jobs)
         test_set = synth_set(a.test_utts, a.seed + 1000, True, a.jobs)
-        torch.save((train_set, test_set), synth_path + ".tmp")
+        torch.save(([(x.to(torch.int16), w) for x, w in train_set],
+                    [(x.to(torch.int16), w) for x, w in test_set]),
+                   synth_path + ".tmp")
         os.replace(synth_path + ".tmp", synth_path)
     log(f"synthesised {len(train_set)} training utterances "
         f"({sum(s.numel() for s, _ in train_set) / SAMPLE_RATE:.0f} s), "
