@@ -4,7 +4,7 @@ digit strings ("one two three", "zero" / "oh") and commands (yes no stop go
 left right up down on off), word-level tokens (▁ONE ...).
 
   /usr/bin/python3 tools/asr_models/train_digits.py --out DIR \
-      [--seed 1] [--train-utts 1000] [--test-utts 100] [--epochs 8] \
+      [--seed 1] [--train-utts 1000] [--test-utts 100] [--epochs 12] \
       [--threads 1] [--jobs 2]
 
 Writes DIR/model.pt (TorchScript, the same streaming encoder contract as
@@ -16,10 +16,11 @@ script, reference.py, and arguments finds DIR/.key and only prints the
 stored result.
 
 The encoder: features normalised with fixed (training-set) mean and std,
-a Conv1d (kernel 12, stride 4) over 8 cached + 32 new frames (the 13 pad
-frames are not used), then a 2-layer unidirectional LSTM with a residual
+a Conv1d (kernel 24, stride 4) over 8 cached + 32 new + 12 of the 13 pad
+frames (120 ms lookahead), then a 2-layer unidirectional LSTM with a residual
 around it and a feed-forward after. It is causal, so
-training on whole utterances (8 zero frames of left padding) equals
+training on whole utterances (8 zero frames of left padding, log(1e-10)
+on the right) equals
 chunk-by-chunk streaming. States:
   cached_feats   [N, 80, 8]  float, batch axis 0
   lstm h         [2, N, H]   float, batch axis 1
@@ -74,6 +75,7 @@ TRAIN_VOICES = [b + v for b in BASE_VOICES for v in VARIANTS
 TEST_SPEED, TEST_PITCH, TEST_SNR = 165, 60, 20.0
 SAMPLE_RATE = 16000
 LEFT = 8  # cached feature frames
+LOOKAHEAD = 12  # feature frames of right context (pad_length is 13)
 MAX_FRAMES = 4000  # feature frames per training batch (with padding)
 
 
@@ -93,7 +95,12 @@ class DigitEncoder(nn.Module):
         self.left = LEFT
         self.register_buffer("mean", torch.zeros(num_features))
         self.register_buffer("inv_std", torch.ones(num_features))
-        self.conv = nn.Conv1d(num_features, hidden, LEFT + 4, stride=4)
+        # output frame j sees feature frames 4j-8 .. 4j+3+lookahead: the 8
+        # before the chunk are cached, the lookahead (<= pad_length) comes
+        # from the chunk's pad frames
+        self.lookahead = LOOKAHEAD
+        self.conv = nn.Conv1d(num_features, hidden, LEFT + 4 + LOOKAHEAD,
+                              stride=4)
         self.lstm = nn.LSTM(hidden, hidden, num_layers=2, batch_first=True)
         # the residual around the LSTM and the feed-forward after it let
         # training leave CTC's all-blank plateau in ~100 steps (a bare LSTM
@@ -105,9 +112,10 @@ class DigitEncoder(nn.Module):
                 states: List[torch.Tensor]
                 ) -> Tuple[torch.Tensor, torch.Tensor, List[torch.Tensor]]:
         main = features.shape[1] - self.pad_length
-        x = ((features[:, :main] - self.mean) * self.inv_std).transpose(1, 2)
-        x = torch.cat([states[0], x], dim=2)  # [N,80,LEFT+main]
-        new_cache = x[:, :, x.shape[2] - self.left:]
+        x = features[:, :main + self.lookahead]
+        x = ((x - self.mean) * self.inv_std).transpose(1, 2)
+        x = torch.cat([states[0], x], dim=2)  # [N,80,LEFT+main+lookahead]
+        new_cache = x[:, :, main:main + self.left]
         h = torch.relu(self.conv(x)).transpose(1, 2)  # [N,main/4,H]
         out, (hn, cn) = self.lstm(h, (states[1], states[2]))
         out = h + out
@@ -135,7 +143,12 @@ class DigitEncoder(nn.Module):
         """Whole (padded) utterances [N,T,80] -> [N,T//4,H], equal to
         streaming them chunk by chunk."""
         x = ((feats - self.mean) * self.inv_std).transpose(1, 2)
+        # left: the initial cache (zeros); right: the lookahead past the
+        # end, log(1e-10) as the last streaming chunk is padded
         x = nn.functional.pad(x, (LEFT, 0))
+        end = ((torch.full((feats.shape[0], self.lookahead, feats.shape[2]),
+                           reference.LOG_EPS) - self.mean) * self.inv_std)
+        x = torch.cat([x, end.transpose(1, 2)], dim=2)
         h = torch.relu(self.conv(x)).transpose(1, 2)
         out, _ = self.lstm(h)
         out = h + out
@@ -254,7 +267,10 @@ def train(model, feats, targets, epochs: int, seed: int, log):
                     f = torch.cat([f, tail])
                 fs.append(f)
             t = max(f.shape[0] for f in fs)
-            x = torch.stack([nn.functional.pad(f, (0, 0, 0, t - f.shape[0]))
+            # padded with log(1e-10): the lookahead of an utterance's last
+            # frames sees it, as in streaming
+            x = torch.stack([nn.functional.pad(f, (0, 0, 0, t - f.shape[0]),
+                                               value=reference.LOG_EPS)
                              for f in fs])
             in_lens = torch.tensor([f.shape[0] // 4 for f in fs])
             y = torch.cat([targets[i] for i in b])
@@ -315,7 +331,7 @@ def main():
     ap.add_argument("--seed", type=int, default=1)
     ap.add_argument("--train-utts", type=int, default=1000)
     ap.add_argument("--test-utts", type=int, default=100)
-    ap.add_argument("--epochs", type=int, default=8)
+    ap.add_argument("--epochs", type=int, default=12)
     ap.add_argument("--hidden", type=int, default=192)
     ap.add_argument("--threads", type=int, default=1,
                     help="torch threads (on a loaded machine OpenMP's "
