@@ -121,6 +121,11 @@ def main():
     ap.add_argument("--blank-bias", type=float, default=None,
                     help="override the calibrated blank logit bias")
     a = ap.parse_args()
+    if os.environ.get("PYTHONHASHSEED") != "0":
+        # TorchScript writes a module's constants in set order: with string
+        # hashing fixed, the same seed gives a byte-identical model.pt
+        os.environ["PYTHONHASHSEED"] = "0"
+        os.execv(sys.executable, [sys.executable] + sys.argv)
     torch.set_num_threads(1)
     model = build(a.family, a.size, a.seed, a.vocab, a.blank_bias)
     n = asrmodel.count_params(model)

@@ -4,7 +4,7 @@ digit strings ("one two three", "zero" / "oh") and commands (yes no stop go
 left right up down on off), word-level tokens (▁ONE ...).
 
   /usr/bin/python3 tools/asr_models/train_digits.py --out DIR \
-      [--seed 1] [--train-utts 1000] [--test-utts 100] [--epochs 14] \
+      [--seed 1] [--train-utts 1000] [--test-utts 100] [--epochs 12] \
       [--threads 1] [--jobs 2]
 
 Writes DIR/model.pt (TorchScript, the same streaming encoder contract as
@@ -16,9 +16,11 @@ script, reference.py, and arguments finds DIR/.key and only prints the
 stored result.
 
 The encoder: features normalised with fixed (training-set) mean and std,
-a Conv1d (kernel 12, stride 4) over 8 cached + 32 new frames (the 13 pad
-frames are not used), then a 2-layer unidirectional LSTM. It is causal, so
-training on whole utterances (8 zero frames of left padding) equals
+a Conv1d (kernel 24, stride 4) over 8 cached + 32 new + 12 of the 13 pad
+frames (120 ms lookahead), then a 2-layer unidirectional LSTM with a residual
+around it and a feed-forward after. It is causal, so
+training on whole utterances (8 zero frames of left padding, log(1e-10)
+on the right) equals
 chunk-by-chunk streaming. States:
   cached_feats   [N, 80, 8]  float, batch axis 0
   lstm h         [2, N, H]   float, batch axis 1
@@ -35,6 +37,7 @@ utterances synthesised fresh.
 import argparse
 import concurrent.futures
 import hashlib
+import inspect
 import json
 import os
 import random
@@ -72,6 +75,8 @@ TRAIN_VOICES = [b + v for b in BASE_VOICES for v in VARIANTS
 TEST_SPEED, TEST_PITCH, TEST_SNR = 165, 60, 20.0
 SAMPLE_RATE = 16000
 LEFT = 8  # cached feature frames
+LOOKAHEAD = 12  # feature frames of right context (pad_length is 13)
+MAX_FRAMES = 4000  # feature frames per training batch (with padding)
 
 
 class DigitEncoder(nn.Module):
@@ -90,18 +95,31 @@ class DigitEncoder(nn.Module):
         self.left = LEFT
         self.register_buffer("mean", torch.zeros(num_features))
         self.register_buffer("inv_std", torch.ones(num_features))
-        self.conv = nn.Conv1d(num_features, hidden, LEFT + 4, stride=4)
+        # output frame j sees feature frames 4j-8 .. 4j+3+lookahead: the 8
+        # before the chunk are cached, the lookahead (<= pad_length) comes
+        # from the chunk's pad frames
+        self.lookahead = LOOKAHEAD
+        self.conv = nn.Conv1d(num_features, hidden, LEFT + 4 + LOOKAHEAD,
+                              stride=4)
         self.lstm = nn.LSTM(hidden, hidden, num_layers=2, batch_first=True)
+        # the residual around the LSTM and the feed-forward after it let
+        # training leave CTC's all-blank plateau in ~100 steps (a bare LSTM
+        # sat on it for 1000)
+        self.ff = nn.Sequential(nn.Linear(hidden, 2 * hidden), nn.ReLU(),
+                                nn.Linear(2 * hidden, hidden))
 
     def forward(self, features: torch.Tensor, feature_lengths: torch.Tensor,
                 states: List[torch.Tensor]
                 ) -> Tuple[torch.Tensor, torch.Tensor, List[torch.Tensor]]:
         main = features.shape[1] - self.pad_length
-        x = ((features[:, :main] - self.mean) * self.inv_std).transpose(1, 2)
-        x = torch.cat([states[0], x], dim=2)  # [N,80,LEFT+main]
-        new_cache = x[:, :, x.shape[2] - self.left:]
+        x = features[:, :main + self.lookahead]
+        x = ((x - self.mean) * self.inv_std).transpose(1, 2)
+        x = torch.cat([states[0], x], dim=2)  # [N,80,LEFT+main+lookahead]
+        new_cache = x[:, :, main:main + self.left]
         h = torch.relu(self.conv(x)).transpose(1, 2)  # [N,main/4,H]
         out, (hn, cn) = self.lstm(h, (states[1], states[2]))
+        out = h + out
+        out = out + self.ff(out)
         lens = torch.clamp(
             torch.div(feature_lengths - self.pad_length, 4,
                       rounding_mode="floor"), min=0)
@@ -125,10 +143,16 @@ class DigitEncoder(nn.Module):
         """Whole (padded) utterances [N,T,80] -> [N,T//4,H], equal to
         streaming them chunk by chunk."""
         x = ((feats - self.mean) * self.inv_std).transpose(1, 2)
+        # left: the initial cache (zeros); right: the lookahead past the
+        # end, log(1e-10) as the last streaming chunk is padded
         x = nn.functional.pad(x, (LEFT, 0))
+        end = ((torch.full((feats.shape[0], self.lookahead, feats.shape[2]),
+                           reference.LOG_EPS) - self.mean) * self.inv_std)
+        x = torch.cat([x, end.transpose(1, 2)], dim=2)
         h = torch.relu(self.conv(x)).transpose(1, 2)
         out, _ = self.lstm(h)
-        return out
+        out = h + out
+        return out + self.ff(out)
 
 
 # --- speech synthesis ------------------------------------------------------
@@ -223,7 +247,7 @@ def train(model, feats, targets, epochs: int, seed: int, log):
     ctc = nn.CTCLoss(blank=0, zero_infinity=True)
     opt = torch.optim.Adam(model.parameters(), lr=3e-3)
     lengths = [f.shape[0] for f in feats]
-    steps = epochs * len(batches(lengths, 12000, random.Random(0)))
+    steps = epochs * len(batches(lengths, MAX_FRAMES, random.Random(0)))
     sched = torch.optim.lr_scheduler.OneCycleLR(opt, max_lr=3e-3,
                                                 total_steps=steps,
                                                 pct_start=0.15)
@@ -231,7 +255,7 @@ def train(model, feats, targets, epochs: int, seed: int, log):
     for ep in range(epochs):
         t0 = time.time()
         tot, n = 0.0, 0
-        for b in batches(lengths, 12000, rng):
+        for b in batches(lengths, MAX_FRAMES, rng):
             # a random tail of log(1e-10) frames, as the last streaming
             # chunk is padded
             fs = []
@@ -243,7 +267,10 @@ def train(model, feats, targets, epochs: int, seed: int, log):
                     f = torch.cat([f, tail])
                 fs.append(f)
             t = max(f.shape[0] for f in fs)
-            x = torch.stack([nn.functional.pad(f, (0, 0, 0, t - f.shape[0]))
+            # padded with log(1e-10): the lookahead of an utterance's last
+            # frames sees it, as in streaming
+            x = torch.stack([nn.functional.pad(f, (0, 0, 0, t - f.shape[0]),
+                                               value=reference.LOG_EPS)
                              for f in fs])
             in_lens = torch.tensor([f.shape[0] // 4 for f in fs])
             y = torch.cat([targets[i] for i in b])
@@ -304,7 +331,7 @@ def main():
     ap.add_argument("--seed", type=int, default=1)
     ap.add_argument("--train-utts", type=int, default=1000)
     ap.add_argument("--test-utts", type=int, default=100)
-    ap.add_argument("--epochs", type=int, default=14)
+    ap.add_argument("--epochs", type=int, default=12)
     ap.add_argument("--hidden", type=int, default=192)
     ap.add_argument("--threads", type=int, default=1,
                     help="torch threads (on a loaded machine OpenMP's "
@@ -341,8 +368,24 @@ def main():
     def log(msg):
         print(f"[{time.time() - t_start:6.1f} s] {msg}", flush=True)
 
-    train_set = synth_set(a.train_utts, a.seed, False, a.jobs)
-    test_set = synth_set(a.test_utts, a.seed + 1000, True, a.jobs)
+    # the synthesised speech is cached on its own (it takes minutes):
+    # keyed by what makes it
+    sh = hashlib.sha256(json.dumps(
+        [a.seed, a.train_utts, a.test_utts, TRAIN_VOICES, TEST_VOICE,
+         TEST_SPEED, TEST_PITCH, TEST_SNR, WORDS, SAMPLE_RATE] +
+        [inspect.getsource(fn) for fn in (random_text, speak, degrade,
+                                          synth_set)]).encode()).hexdigest()
+    synth_path = os.path.join(a.out, f"synth-{sh[:16]}.pt")
+    if os.path.exists(synth_path):
+        train_set, test_set = [[(x.float(), w) for x, w in part]
+                               for part in torch.load(synth_path)]
+    else:
+        train_set = synth_set(a.train_utts, a.seed, False, a.jobs)
+        test_set = synth_set(a.test_utts, a.seed + 1000, True, a.jobs)
+        torch.save(([(x.to(torch.int16), w) for x, w in train_set],
+                    [(x.to(torch.int16), w) for x, w in test_set]),
+                   synth_path + ".tmp")
+        os.replace(synth_path + ".tmp", synth_path)
     log(f"synthesised {len(train_set)} training utterances "
         f"({sum(s.numel() for s, _ in train_set) / SAMPLE_RATE:.0f} s), "
         f"{len(test_set)} test")
