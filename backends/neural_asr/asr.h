@@ -48,7 +48,6 @@ typedef struct asr_settings {
   asr_search search;
   uint32_t beam;             /* hypotheses the beam search keeps (1: greedy) */
   uint32_t max_alternatives; /* cap on a request's (default: the beam) */
-  double max_buffered_s;     /* unconsumed audio a stream may hold */
 } asr_settings;
 
 /* ---- stream.c: one stream -------------------------------------------------- */
@@ -67,6 +66,7 @@ typedef struct asr_result {
   char **alts; /* the n-best texts of a final, best first */
   uint32_t n_alts;
   bool is_final;
+  float audio_processed; /* s of the stream's audio taken so far */
 } asr_result;
 
 #define ASR_MAX_ALTERNATIVES 32u

@@ -96,7 +96,11 @@ static hark_error *feature_opts(hark_model *hm, asr_model *m, hark_fbank_opts *f
   fo->low_freq = (float)d;
   if ((err = param_double(hm, set, "high_freq", -1e6, 1e6, -400, &d))) return err;
   fo->high_freq = (float)d;
-  if ((err = param_double(hm, set, "dither", 0, 0, 0, &d))) return err;
+  const char *dither = hark_model_parameter(hm, "dither");
+  if (dither && strtod(dither, NULL) != 0.0)
+    return hark_error_new(HARK_ERR_INVALID_ARG,
+                          "%s: parameter dither must be 0 (recognition is deterministic), got '%s'",
+                          set->label, dither);
   const char *range = hark_model_parameter(hm, "sample_range");
   if (!range || !strcmp(range, "normalized"))
     fo->scale = 1.0f / 32768.0f;
@@ -192,12 +196,12 @@ static hark_error *model_init(hark_model *hm) {
   hark_error *err = read_settings(hm, m);
   hark_fbank_opts fo;
   if (!err) err = feature_opts(hm, m, &fo);
-  char dir[4096], path[4096 + 256], why[1024];
+  char dir[4096], path[4096 + 256], tokens_path[4096 + 256], why[1024];
   snprintf(dir, sizeof dir, "%s/%lld", hark_model_path(hm), (long long)hark_model_version(hm));
   if (!err) {
     const char *tokens = hark_model_parameter(hm, "tokens");
-    snprintf(path, sizeof path, "%s/%s", dir, tokens ? tokens : "tokens.txt");
-    if (asr_tokens_load(&m->tokens, path, why, sizeof why) != 0)
+    snprintf(tokens_path, sizeof tokens_path, "%s/%s", dir, tokens ? tokens : "tokens.txt");
+    if (asr_tokens_load(&m->tokens, tokens_path, why, sizeof why) != 0)
       err = hark_error_new(HARK_ERR_INVALID_ARG, "%s: tokens: %s", m->set.label, why);
   }
   if (!err) {
@@ -220,6 +224,9 @@ static hark_error *model_init(hark_model *hm) {
                       .family_given = family != NULL,
                       .chunk_frames = m->set.chunk,
                       .pad_frames = m->set.pad,
+                      .chunk_given = hark_model_parameter(hm, "decode_chunk_len") ||
+                                     hark_model_parameter(hm, "pad_length"),
+                      .ctc_blank = m->tokens.blank,
                       .feature_dim = (uint32_t)hark_fbank_bank_dim(m->bank),
                       .vocab_size = m->tokens.n,
                       .search = m->set.search,
@@ -230,9 +237,9 @@ static hark_error *model_init(hark_model *hm) {
   }
   if (!err) {
     const asr_net_info *info = asr_net_get_info(m->net);
-    if (info->family == ASR_CTC && m->tokens.blank < 0)
-      err = hark_error_new(HARK_ERR_INVALID_ARG, "%s: tokens: %s/tokens.txt names no <blk>",
-                           m->set.label, dir);
+    m->set.chunk = info->chunk_frames;
+    m->set.pad = info->pad_frames;
+
     m->sh =
         (asr_shared){.set = &m->set,
                      .tokens = &m->tokens,
@@ -343,7 +350,7 @@ static hark_error *respond(asr_model *m, job *j) {
   }
   conf = n ? conf / (float)n : 0.0f;
   const char *text = r->text ? r->text : "";
-  float processed = j->st ? asr_stream_audio_seconds(j->st) : 0.0f;
+  float processed = r->audio_processed;
   if (!err) err = add_bytes(resp, m, j->req, "TRANSCRIPT", &text, 1);
   if (!err && hark_request_output_requested(j->req, "IS_FINAL")) {
     int64_t shape[2] = {1, 1};
@@ -404,7 +411,8 @@ static void answer(asr_model *m, job *j) {
     asr_stream_close_utterance(j->st, &j->res, j->want_alt);
   else if (!j->res.is_final)
     asr_stream_partial(j->st, &j->res);
-  hark_metric_add(m->audio_seconds, asr_stream_audio_seconds(j->st) - j->seconds0);
+  j->res.audio_processed = asr_stream_audio_seconds(j->st);
+  hark_metric_add(m->audio_seconds, j->res.audio_processed - j->seconds0);
   hark_request *req = j->req;
   settle(m, j, false);
   j->req = req;
@@ -437,11 +445,6 @@ static hark_error *stream_options(asr_model *m, hark_request *req, asr_stream_op
                             m->set.label, v);
     o->alternatives = (uint32_t)n < m->set.max_alternatives ? (uint32_t)n : m->set.max_alternatives;
   }
-  const char *enc = hark_request_parameter(req, "encoding");
-  if (enc && !strcmp(enc, "mulaw"))
-    o->encoding = HARK_WAV_MULAW;
-  else if (enc && !strcmp(enc, "alaw"))
-    o->encoding = HARK_WAV_ALAW;
   v = hark_request_parameter(req, "silence_ms");
   if (v) {
     char *end;

@@ -54,6 +54,7 @@ struct asr_net {
 struct hyp {
   std::vector<int32_t> ys;
   std::vector<uint64_t> frames;
+  std::vector<uint64_t> ends; /* the last frame each token held (CTC greedy: its repeats) */
   std::vector<float> probs;
   double logp = 0;
   at::Tensor dec;         /* transducer: the decoder's output for ys, [1, J] */
@@ -269,6 +270,7 @@ hyp extended(const hyp &h, int64_t y, uint64_t frame, float p) {
   hyp e = h;
   e.ys.push_back((int32_t)y);
   e.frames.push_back(frame);
+  e.ends.push_back(frame);
   e.probs.push_back(p);
   return e;
 }
@@ -436,7 +438,10 @@ void greedy_ctc(asr_net &n, asr_net_stream **ss, uint32_t count, const at::Tenso
     hyp h = ss[i]->hyps[0];
     for (int64_t t = 0; t < T; t++) {
       int64_t y = b[i * T + t];
-      if (y != n.info.blank_id && y != h.last) h = extended(h, y, ss[i]->frames + t, p[i * T + t]);
+      if (y != n.info.blank_id && y != h.last)
+        h = extended(h, y, ss[i]->frames + t, p[i * T + t]);
+      else if (y != n.info.blank_id && !h.ends.empty())
+        h.ends.back() = ss[i]->frames + t; /* the token goes on */
       h.last = y;
     }
     next[i].push_back(std::move(h));
@@ -528,10 +533,18 @@ void dry_run(asr_net &n) {
   c10::IValue r;
   try {
     r = n.encoder.forward({x, torch::full({1}, T, torch::kLong), st});
-  } catch (const c10::Error &e) {
+  } catch (const std::exception &e) {
+    const c10::Error *ce = dynamic_cast<const c10::Error *>(&e);
+    std::string why = ce ? ce->what_without_backtrace() : e.what();
+    size_t end = why.find_last_not_of(" \n");
+    size_t start = end == std::string::npos ? 0 : why.rfind('\n', end);
+    if (start != std::string::npos && end != std::string::npos)
+      why = why.substr(start + 1, end - start); /* a TorchScript traceback's last line */
     throw failure(n.label + ": encoder(features [1, " + std::to_string(T) + ", " +
-                  std::to_string(n.o.feature_dim) +
-                  "], lengths, states) failed: " + e.what_without_backtrace());
+                  std::to_string(n.o.feature_dim) + "], lengths, states) failed: " + why +
+                  " (decode_chunk_len " + std::to_string(n.o.chunk_frames) + " + pad_length " +
+                  std::to_string(n.o.pad_frames) + " frames of " + std::to_string(n.o.feature_dim) +
+                  " features)");
   }
   if (!r.isTuple() || r.toTupleRef().elements().size() != 3)
     throw failure(n.label + ": encoder must return (encoder_out, encoder_out_lens, states)");
@@ -552,6 +565,25 @@ void dry_run(asr_net &n) {
   search(n, &ss, 1, encode(n, &ss, &f, 1, next), hyps);
 }
 
+/* The chunking: the config's, or the encoder's own decode_chunk_len and
+ * pad_length (icefall's export has them); a config that differs from the
+ * module's fails. */
+void chunking(asr_net &n) {
+  const char *names[2] = {"decode_chunk_len", "pad_length"};
+  uint32_t *vals[2] = {&n.o.chunk_frames, &n.o.pad_frames};
+  for (int i = 0; i < 2; i++) {
+    if (!n.encoder.hasattr(names[i]) || !n.encoder.attr(names[i]).isInt()) continue;
+    int64_t v = n.encoder.attr(names[i]).toInt();
+    if (!n.o.chunk_given && v > 0 && v <= 10000)
+      *vals[i] = (uint32_t)v;
+    else if (n.o.chunk_given && v != *vals[i])
+      throw failure(n.label + ": parameter " + names[i] + " is " + std::to_string(*vals[i]) +
+                    " but the encoder's " + names[i] + " is " + std::to_string(v));
+  }
+  n.info.chunk_frames = n.o.chunk_frames;
+  n.info.pad_frames = n.o.pad_frames;
+}
+
 void load(asr_net &n) {
   try {
     n.module = torch::jit::load(n.o.file, c10::Device(c10::kCPU));
@@ -567,8 +599,12 @@ void load(asr_net &n) {
     n.info.family = has_ctc && !has_joiner ? ASR_CTC : ASR_TRANSDUCER;
   else
     n.info.family = n.o.family;
+  chunking(n);
   if (n.info.family == ASR_CTC) {
     n.ctc = part(n, "ctc_output", true);
+    n.info.blank_id = n.o.ctc_blank;
+    if (n.info.blank_id < 0 || n.info.blank_id >= (int64_t)n.o.vocab_size)
+      throw failure(n.label + ": a CTC model's tokens.txt must name its blank (<blk> or <blank>)");
   } else {
     n.decoder = part(n, "decoder", true);
     n.joiner = part(n, "joiner", true);
@@ -687,7 +723,8 @@ uint32_t asr_net_stream_hyps(const asr_net_stream *s, uint32_t k, asr_hyp *out) 
   uint32_t n = 0;
   for (const hyp &h : s->hyps) {
     if (n == k) break;
-    out[n++] = {h.ys.data(), h.frames.data(), h.probs.data(), (uint32_t)h.ys.size(), (float)h.logp};
+    out[n++] = {h.ys.data(),    h.frames.data(),       h.ends.data(),
+                h.probs.data(), (uint32_t)h.ys.size(), (float)h.logp};
   }
   return n;
 }

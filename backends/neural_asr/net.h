@@ -12,9 +12,10 @@
  * gathers its streams' states along those axes into one encoder call and
  * scatters the new states back, so streams at any position share a call.
  *
- * Threads: an asr_net belongs to one instance (the server never runs two
- * executes on one instance at once); an asr_net_stream belongs to one
- * stream and may move between instances of the same model.
+ * Threads: one asr_net serves every instance of a model (a TorchScript
+ * module's forward is safe from several threads; nothing in asr_net
+ * changes after load); an asr_net_stream belongs to one stream, whose
+ * requests the sequence batcher runs one at a time, on any instance.
  */
 #ifndef HARK_NEURAL_ASR_NET_H
 #define HARK_NEURAL_ASR_NET_H
@@ -39,6 +40,8 @@ typedef struct asr_net_opts {
   int family_given;      /* 0: detect (a ctc_output and no joiner is CTC) */
   uint32_t chunk_frames; /* feature frames a chunk advances (decode_chunk_len) */
   uint32_t pad_frames;   /* right context after them (the next chunk sees it again) */
+  int chunk_given;       /* 0: the encoder's decode_chunk_len / pad_length */
+  int64_t ctc_blank;     /* a CTC model's blank (<blk> in tokens.txt) */
   uint32_t feature_dim;  /* num_mel_bins */
   uint32_t vocab_size;   /* tokens in tokens.txt: the joiner / CTC head must produce as many */
   asr_search search;
@@ -50,10 +53,11 @@ typedef struct asr_net_opts {
 typedef struct asr_net_info {
   asr_family family;
   int64_t blank_id;
-  int64_t context_size; /* the decoder's (transducer) */
-  uint32_t out_frames;  /* encoder frames per chunk (T') */
-  uint32_t n_states;    /* tensors in the encoder's state list */
-  size_t state_bytes;   /* one stream's state, all tensors */
+  int64_t context_size;              /* the decoder's (transducer) */
+  uint32_t out_frames;               /* encoder frames per chunk (T') */
+  uint32_t chunk_frames, pad_frames; /* the chunking in force */
+  uint32_t n_states;                 /* tensors in the encoder's state list */
+  size_t state_bytes;                /* one stream's state, all tensors */
 } asr_net_info;
 
 typedef struct asr_net asr_net;
@@ -81,6 +85,7 @@ void asr_net_stream_reset_search(asr_net_stream *s);
 typedef struct asr_hyp {
   const int32_t *tokens;
   const uint64_t *frames;
+  const uint64_t *ends; /* the last frame each token held (a CTC token's repeats), else frames */
   const float *probs;
   uint32_t n;
   float score;

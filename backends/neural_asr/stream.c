@@ -173,7 +173,7 @@ static void words_into(const asr_stream *s, const asr_hyp *h, asr_result *r) {
     memcpy(w->text + wlen, piece, pl);
     wlen += pl;
     w->text[wlen] = 0;
-    w->end = (float)(h->frames[i] + 1) * shift;
+    w->end = (float)(h->ends[i] + 1) * shift;
     if (h->probs[i] < w->conf) w->conf = h->probs[i];
   }
 }

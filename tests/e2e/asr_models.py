@@ -73,6 +73,40 @@ def model_dir(family, size="tiny", seed=1, extra=()):
     return _atomic_build(final, build)
 
 
+def trained_dir(seed=1):
+    """The small CTC model trained on synthesised digits and commands
+    (tools/asr_models/train_digits.py): DIR with model.pt, tokens.txt and
+    test/ (held-out WAVs, test/transcripts.txt "NNN.wav WORD ..."). Trained
+    once per cache (a few minutes on 2 cores)."""
+    final = os.path.join(_cache_root(), f"digits-{seed}-{_scripts_hash('digits', seed)}")
+
+    def build(tmp):
+        subprocess.run([PYTHON, os.path.join(TOOLS, "train_digits.py"), "--out", tmp, "--seed",
+                        str(seed)], check=True, stdout=subprocess.DEVNULL)
+    return _atomic_build(final, build)
+
+
+def test_set(model):
+    """[(wav path, [WORD, ...])] of a trained model's held-out set."""
+    out = []
+    with open(os.path.join(model, "test", "transcripts.txt")) as f:
+        for line in f:
+            parts = line.split()
+            if parts:
+                out.append((os.path.join(model, "test", parts[0]), parts[1:]))
+    return out
+
+
+def wer(ref_words, hyp_words):
+    """Word errors (edit distance) of hyp against ref."""
+    d = list(range(len(hyp_words) + 1))
+    for i, r in enumerate(ref_words, 1):
+        prev, d[0] = d[0], i
+        for j, h in enumerate(hyp_words, 1):
+            prev, d[j] = d[j], min(d[j] + 1, d[j - 1] + 1, prev + (r != h))
+    return d[len(hyp_words)]
+
+
 def reference(model, family, wavs, chunk=32, pad=13):
     """The reference decoder's results for each wav, alone (cached in the
     model's folder)."""
@@ -92,8 +126,9 @@ def reference(model, family, wavs, chunk=32, pad=13):
 
 
 def config(name, max_batch=64, instances=1, params=None, delay_us=2000, extra=""):
-    """A config.pbtxt for a neural_asr model with the speech outputs."""
-    params = dict(params or {})
+    """A config.pbtxt for a neural_asr model with the speech outputs
+    (chunks of 32 + 13 frames unless params say otherwise)."""
+    params = dict({"decode_chunk_len": "32", "pad_length": "13"}, **(params or {}))
     plines = ",\n".join(f'  {{ key: "{k}" value: {{ string_value: "{v}" }} }}'
                         for k, v in params.items())
     return f'''name: "{name}"

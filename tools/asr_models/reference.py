@@ -130,12 +130,14 @@ def greedy_transducer(model, enc: torch.Tensor):
 
 def greedy_ctc(model, enc: torch.Tensor, blank: int):
     """CTC greedy search: argmax per frame, repeats collapsed, blanks
-    dropped; a token's frame is its first frame."""
+    dropped; a token's frame is its first frame, and it ends at the last
+    frame of its repeats. Returns (tokens, frames, ties, ends)."""
     tokens: List[int] = []
     frames: List[int] = []
     ties: List[int] = []
+    ends: List[int] = []
     if enc.shape[0] == 0:
-        return tokens, frames, ties
+        return tokens, frames, ties, ends
     logp = model.ctc_output(enc.unsqueeze(0))[0]  # [T', V]
     prev = blank
     for t in range(logp.shape[0]):
@@ -145,8 +147,11 @@ def greedy_ctc(model, enc: torch.Tensor, blank: int):
         if y != blank and y != prev:
             tokens.append(y)
             frames.append(t)
+            ends.append(t)
+        elif y != blank and ends:
+            ends[-1] = t
         prev = y
-    return tokens, frames, ties
+    return tokens, frames, ties, ends
 
 
 def read_tokens(path: str) -> List[str]:
@@ -159,17 +164,19 @@ def read_tokens(path: str) -> List[str]:
     return [table[i] for i in range(len(table))]
 
 
-def words_of(pieces: List[str], frames: List[int], shift: float):
+def words_of(pieces: List[str], frames: List[int], shift: float, ends=None):
     """Words: a piece starting with U+2581 starts a word, others extend the
-    current one (or start one if there is none)."""
+    current one (or start one if there is none). A word starts at its first
+    token's frame and ends after its last token's last frame (ends; a CTC
+    token holds its repeats), times in seconds."""
     words = []
-    for p, fr in zip(pieces, frames):
+    for p, fr, last in zip(pieces, frames, ends if ends is not None else frames):
         if p.startswith("\u2581") or not words:
             words.append({"word": p.lstrip("\u2581"), "first": fr,
-                          "last": fr})
+                          "last": last})
         else:
             words[-1]["word"] += p
-            words[-1]["last"] = fr
+            words[-1]["last"] = last
     return [{"word": w["word"], "start": round(w["first"] * shift, 6),
              "end": round((w["last"] + 1) * shift, 6)}
             for w in words if w["word"]]
@@ -182,8 +189,9 @@ def decode_file(model, family: str, toks: List[str], path: str,
     if family == "transducer":
         tokens, frames, ties = (greedy_transducer(model, enc)
                                 if enc.shape[0] else ([], [], []))
+        ends = frames
     else:
-        tokens, frames, ties = greedy_ctc(model, enc, toks.index("<blk>"))
+        tokens, frames, ties, ends = greedy_ctc(model, enc, toks.index("<blk>"))
     t_out = enc.shape[0] // nchunks if nchunks else chunk // 4
     shift = chunk * 0.010 / t_out
     pieces = [toks[i] for i in tokens]
@@ -194,7 +202,7 @@ def decode_file(model, family: str, toks: List[str], path: str,
         "frames": frames,
         "pieces": pieces,
         "text": text,
-        "words": words_of(pieces, frames, shift),
+        "words": words_of(pieces, frames, shift, ends),
         "frame_shift": shift,
         "num_frames": int(enc.shape[0]),
         "num_chunks": nchunks,
