@@ -30,7 +30,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#define CHUNK 4096u           /* samples taken into the buffer at a time */
+#define CHUNK 1024u           /* samples taken into the buffer at a time */
 #define MAX_WINDOW 65536u     /* samples in a frame (FFT size), at most */
 #define MAX_DFT 8192u         /* ... when it is not a power of two (a DFT) */
 #define MAX_BINS 1024u        /* mel bins */
