@@ -1,8 +1,9 @@
 /*
  * stream.c — one stream's recognition.
  *
- * Audio enters as client-rate PCM bytes, is resampled to the model rate
- * and queued (bounded) until a full block (block_samples, 2048 as
+ * Audio enters as client-rate PCM bytes (or a WAV file), is normalised to
+ * the model rate (hark_audio_norm: the header, G.711, resampling) and
+ * queued (bounded) until a full block (block_samples, 2048 as
  * pocketsphinx_continuous reads) is there. Each block goes through the
  * stream's own front end (fe_t), whose voice activity detector drops
  * silence and releases its pre-speech frames when speech starts; the
@@ -74,14 +75,12 @@
 struct ps_stream {
   ps_pool *pool;
   const ps_settings *set;
-  uint32_t client_rate, model_rate;
+  uint32_t model_rate;
   uint32_t alternatives; /* n-best count of the stream's results */
   ps_profile profile;    /* for the next utterance */
-  hark_resampler *rs;
+  hark_audio_norm *norm; /* client bytes (maybe a WAV file) -> model-rate samples */
   fe_t *fe;
   int ncep, frame_shift, frame_size;
-  int got_audio;              /* a non-empty request was seen (WAV header check done) */
-  hark_wav_encoding encoding; /* of the bytes sent: PCM, or G.711 from a WAV header */
   /* model-rate audio waiting for a complete block: fifo[head..len) */
   int16_t *fifo;
   size_t head, len, cap, max;
@@ -118,8 +117,6 @@ struct ps_stream {
   uint64_t samples_fed;      /* model-rate samples given to the front end */
   uint64_t fe_utt_base;      /* samples_fed at the front end's last start_utt */
   uint64_t utt_start_sample; /* where this utterance's first cepstrum starts */
-  int16_t *conv;             /* bytes -> int16 scratch */
-  size_t conv_cap;
   /* gated streams: probabilities waiting for their audio, probs[p_head..n_probs) */
   bool gated;
   ps_gate gate;
@@ -571,12 +568,12 @@ ps_stream *ps_stream_new(ps_pool *pool, uint32_t client_rate, const ps_endpointi
   pthread_cond_init(&st->fin_cv, NULL);
   st->pool = pool;
   st->set = ps_pool_settings(pool);
-  st->client_rate = client_rate;
   st->model_rate = ps_pool_sample_rate(pool);
   st->max = (size_t)st->model_rate * st->set->max_buffered_ms / 1000;
-  st->rs = hark_resampler_new(client_rate, st->model_rate, err, errlen);
+  st->norm = hark_audio_norm_new(client_rate, st->model_rate, HARK_WAV_PCM16);
+  if (!st->norm) snprintf(err, errlen, "pocketsphinx: out of memory");
   st->gated = st->set->gate.on != 0;
-  if (st->gated && st->rs) {
+  if (st->gated && st->norm) {
     if (ps_gate_init(&st->gate, &st->set->gate, ep) != 0) {
       snprintf(err, errlen, "pocketsphinx: out of memory");
       ps_stream_free(st);
@@ -587,9 +584,9 @@ ps_stream *ps_stream_new(ps_pool *pool, uint32_t client_rate, const ps_endpointi
                           (size_t)st->model_rate * st->gate.set.prespeech_ms / 1000;
     st->max_probs = st->set->max_buffered_ms / PS_GATE_FRAME_MS + 64;
   }
-  st->fe = st->rs ? ps_pool_fe_new(pool, ep, st->gated) : NULL;
+  st->fe = st->norm ? ps_pool_fe_new(pool, ep, st->gated) : NULL;
   if (!st->fe) {
-    if (st->rs) snprintf(err, errlen, "pocketsphinx: cannot create a front end");
+    if (st->norm) snprintf(err, errlen, "pocketsphinx: cannot create a front end");
     ps_stream_free(st);
     return NULL;
   }
@@ -614,17 +611,16 @@ void ps_stream_free(ps_stream *st) {
     ps_pool_release(st->pool, st->ps);
   }
   ps_pool_fe_free(st->pool, st->fe);
-  hark_resampler_free(st->rs);
+  hark_audio_norm_free(st->norm);
   free(st->fifo);
   free(st->cep);
   free(st->cep_rows);
-  free(st->conv);
   if (st->gated) ps_gate_fini(&st->gate);
   free(st->probs);
   free(st);
 }
 
-uint32_t ps_stream_client_rate(const ps_stream *st) { return st->client_rate; }
+uint32_t ps_stream_client_rate(const ps_stream *st) { return hark_audio_norm_in_rate(st->norm); }
 int ps_stream_has_decoder(const ps_stream *st) { return st->ps != NULL; }
 
 bool ps_stream_may_decode(const ps_stream *st) {
@@ -683,37 +679,6 @@ static ps_status queue_audio(ps_stream *st, const int16_t *x, size_t n, char *er
   memcpy(st->fifo + st->len, x, n * sizeof *x);
   st->len += n;
   st->samples_in += n;
-  return PS_OK;
-}
-
-/* The first audio of a stream may be a WAV file: take its rate, skip it. */
-static ps_status strip_wav(ps_stream *st, const uint8_t **pcm, size_t *len, char *err,
-                           size_t errlen) {
-  if (!hark_wav_is_wav(*pcm, *len)) return PS_OK;
-  hark_wav_info info;
-  char why[128];
-  if (hark_wav_parse(*pcm, *len, &info, why, sizeof why) != HARK_WAV_OK) {
-    snprintf(err, errlen, "AUDIO: %s", why);
-    return PS_INVALID;
-  }
-  if (info.channels != 1) {
-    snprintf(err, errlen, "AUDIO: WAV has %u channels; only mono is supported", info.channels);
-    return PS_INVALID;
-  }
-  if (info.sample_rate != st->client_rate) {
-    hark_resampler *rs = hark_resampler_new(info.sample_rate, st->model_rate, why, sizeof why);
-    if (!rs) {
-      snprintf(err, errlen, "AUDIO: WAV sample rate %u Hz unsupported (%u..%u Hz)",
-               info.sample_rate, HARK_RESAMPLE_MIN_RATE, HARK_RESAMPLE_MAX_RATE);
-      return PS_INVALID;
-    }
-    hark_resampler_free(st->rs);
-    st->rs = rs;
-    st->client_rate = info.sample_rate;
-  }
-  st->encoding = info.encoding;
-  *pcm += info.data_offset;
-  *len = info.encoding == HARK_WAV_PCM16 ? info.data_size & ~(size_t)1 : info.data_size;
   return PS_OK;
 }
 
@@ -874,20 +839,20 @@ ps_status ps_stream_feed(ps_stream *st, const uint8_t *pcm, size_t len, unsigned
                          ps_result *r, char *err, size_t errlen) {
   ps_status s;
   if (!st->first_ms) st->first_ms = now_ms();
-  if (!st->got_audio && len > 0) {
-    if ((s = strip_wav(st, &pcm, &len, err, errlen)) != PS_OK) return s;
-    st->got_audio = 1;
-  }
-  bool g711 = st->encoding != HARK_WAV_PCM16;
-  if (!g711 && len % 2) {
-    snprintf(err, errlen, "AUDIO: %zu bytes is not a whole number of 16-bit samples", len);
-    return PS_INVALID;
-  }
-  size_t bps = g711 ? 1 : 2, n = len / bps;
+  /* The first audio may be a WAV file: its rate and encoding, its header
+   * skipped. */
+  hark_audio_norm_status ns = hark_audio_norm_begin(st->norm, &pcm, &len, err, errlen);
+  if (ns == HARK_AUDIO_NORM_BAD_RATE)
+    snprintf(err, errlen, "AUDIO: WAV sample rate %u Hz unsupported (%u..%u Hz)",
+             hark_audio_norm_in_rate(st->norm), HARK_RESAMPLE_MIN_RATE, HARK_RESAMPLE_MAX_RATE);
+  if (ns == HARK_AUDIO_NORM_OK) ns = hark_audio_norm_check(st->norm, len, err, errlen);
+  if (ns != HARK_AUDIO_NORM_OK) return PS_INVALID;
+  uint32_t in_rate = hark_audio_norm_in_rate(st->norm);
+  size_t bps = hark_audio_norm_sample_bytes(st->norm), n = len / bps;
   /* More than the stream may hold, once at the model's rate, is refused
    * before any of it is converted (a request that ends the stream is
    * recognised as it goes, so only its slices count). */
-  size_t at_model = (size_t)((uint64_t)n * st->model_rate / st->client_rate);
+  size_t at_model = (size_t)((uint64_t)n * st->model_rate / in_rate);
   bool ends = (flags & (PS_FEED_END | PS_FEED_FLUSH)) != 0;
   if (!ends && (st->len - st->head) + at_model > st->max) {
     snprintf(err, errlen,
@@ -899,7 +864,7 @@ ps_status ps_stream_feed(ps_stream *st, const uint8_t *pcm, size_t len, unsigned
   }
   s = take_final(st, r, ends, err, errlen); /* one finished since, or the one an end awaits */
   if (s == PS_OK) s = check_stall(st, at_model, flags, r, err, errlen);
-  size_t slice = (size_t)st->client_rate * PS_SLICE_SECONDS;
+  size_t slice = (size_t)in_rate * PS_SLICE_SECONDS;
   for (size_t off = 0; s == PS_OK || s == PS_WAIT;) { /* waiting: the audio still queues */
     size_t k = n - off < slice ? n - off : slice;
     bool last = off + k == n;
@@ -936,27 +901,15 @@ void ps_stream_set_arrival(ps_stream *st, uint64_t arrival_ms) { st->arrival_ms 
  * recognised block by block. */
 static ps_status feed_slice(ps_stream *st, const uint8_t *pcm, size_t n, unsigned flags,
                             ps_result *r, char *err, size_t errlen) {
-  if (n > st->conv_cap) {
-    int16_t *c = realloc(st->conv, n * sizeof *c);
-    if (!c) {
-      snprintf(err, errlen, "pocketsphinx: out of memory");
-      return PS_INTERNAL;
-    }
-    st->conv = c;
-    st->conv_cap = n;
-  }
-  if (st->encoding == HARK_WAV_MULAW)
-    for (size_t i = 0; i < n; i++) st->conv[i] = hark_audio_mulaw_sample(pcm[i]);
-  else if (st->encoding == HARK_WAV_ALAW)
-    for (size_t i = 0; i < n; i++) st->conv[i] = hark_audio_alaw_sample(pcm[i]);
-  else
-    for (size_t i = 0; i < n; i++) /* little-endian on any host */
-      st->conv[i] = (int16_t)(uint16_t)(pcm[2 * i] | pcm[2 * i + 1] << 8);
   const int16_t *x;
   size_t nx;
-  if (hark_resampler_process(st->rs, st->conv, n, (flags & PS_FEED_END) != 0, &x, &nx) != 0) {
-    snprintf(err, errlen, "pocketsphinx: resampler failed");
-    return PS_INTERNAL;
+  char why[160];
+  hark_audio_norm_status ns =
+      hark_audio_norm_accept(st->norm, pcm, n * hark_audio_norm_sample_bytes(st->norm),
+                             (flags & PS_FEED_END) != 0, &x, &nx, why, sizeof why);
+  if (ns != HARK_AUDIO_NORM_OK) {
+    snprintf(err, errlen, "pocketsphinx: %s", why);
+    return ns == HARK_AUDIO_NORM_INTERNAL ? PS_INTERNAL : PS_INVALID;
   }
   ps_status s = queue_audio(st, x, nx, err, errlen);
   if (s == PS_OK)

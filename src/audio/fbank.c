@@ -30,7 +30,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#define CHUNK 4096u           /* samples taken into the buffer at a time */
+#define CHUNK 1024u           /* samples taken into the buffer at a time */
 #define MAX_WINDOW 65536u     /* samples in a frame (FFT size), at most */
 #define MAX_DFT 8192u         /* ... when it is not a power of two (a DFT) */
 #define MAX_BINS 1024u        /* mel bins */
@@ -45,7 +45,7 @@ struct hark_fbank_bank {
   int pow2;
   size_t m;
   size_t *bitrev;        /* m */
-  double *tw_re, *tw_im; /* m / 2 twiddles of the complex FFT */
+  double *tw_re, *tw_im; /* the complex FFT's twiddles, stage by stage (m - 1) */
   double *sp_re, *sp_im; /* m: the split into a real FFT's bins */
   double *dft_c, *dft_s; /* padded (DFT only) */
   size_t nbins;          /* FFT bins used: padded / 2 */
@@ -134,8 +134,8 @@ static int fft_tables(hark_fbank_bank *b) {
   size_t m = b->m, bits = 0;
   while (((size_t)1 << bits) < m) bits++;
   b->bitrev = malloc(m * sizeof *b->bitrev);
-  b->tw_re = malloc((m / 2 + 1) * sizeof *b->tw_re);
-  b->tw_im = malloc((m / 2 + 1) * sizeof *b->tw_im);
+  b->tw_re = malloc(m * sizeof *b->tw_re);
+  b->tw_im = malloc(m * sizeof *b->tw_im);
   b->sp_re = malloc(m * sizeof *b->sp_re);
   b->sp_im = malloc(m * sizeof *b->sp_im);
   if (!b->bitrev || !b->tw_re || !b->tw_im || !b->sp_re || !b->sp_im) return -1;
@@ -144,10 +144,13 @@ static int fft_tables(hark_fbank_bank *b) {
     for (size_t k = 0; k < bits; k++) r |= ((i >> k) & 1u) << (bits - 1 - k);
     b->bitrev[i] = r;
   }
-  for (size_t j = 0; j <= m / 2; j++) {
-    b->tw_re[j] = cos(-2.0 * M_PI * (double)j / (double)m);
-    b->tw_im[j] = sin(-2.0 * M_PI * (double)j / (double)m);
-  }
+  /* the stage of butterflies `half` apart reads its half twiddles in a
+   * row, from half - 1 */
+  for (size_t half = 1; half < m; half <<= 1)
+    for (size_t j = 0; j < half; j++) {
+      b->tw_re[half - 1 + j] = cos(-M_PI * (double)j / (double)half);
+      b->tw_im[half - 1 + j] = sin(-M_PI * (double)j / (double)half);
+    }
   for (size_t k = 0; k < m; k++) {
     b->sp_re[k] = cos(-2.0 * M_PI * (double)k / (double)b->padded);
     b->sp_im[k] = sin(-2.0 * M_PI * (double)k / (double)b->padded);
@@ -307,11 +310,18 @@ static void fft_complex(const hark_fbank_bank *b, double *re, double *im) {
       im[r] = t;
     }
   }
-  for (size_t len = 2; len <= m; len <<= 1) {
-    size_t half = len / 2, step = m / len;
-    for (size_t i = 0; i < m; i += len) {
+  for (size_t i = 0; i + 1 < m; i += 2) { /* the first stage: no twiddles */
+    double r = re[i + 1], q = im[i + 1];
+    re[i + 1] = re[i] - r;
+    im[i + 1] = im[i] - q;
+    re[i] += r;
+    im[i] += q;
+  }
+  for (size_t half = 2; half < m; half <<= 1) {
+    const double *twr = b->tw_re + half - 1, *twi = b->tw_im + half - 1;
+    for (size_t i = 0; i < m; i += 2 * half) {
       for (size_t j = 0; j < half; j++) {
-        double wr = b->tw_re[j * step], wi = b->tw_im[j * step];
+        double wr = twr[j], wi = twi[j];
         size_t a = i + j, c = a + half;
         double tr = re[c] * wr - im[c] * wi, ti = re[c] * wi + im[c] * wr;
         re[c] = re[a] - tr;
@@ -368,35 +378,31 @@ static void compute_frame(hark_fbank *f, uint64_t i, float *row) {
   size_t wlen = b->wlen;
   double *x = f->work, *pw = x + b->padded, *re = pw + b->nbins + 1, *im = re + b->m + 1;
   int64_t start = first_sample(b, i), n = (int64_t)f->n_in;
+  double sum = 0;
   if (start >= (int64_t)f->base && start + (int64_t)wlen <= n) {
     const float *s = f->buf + (start - (int64_t)f->base);
-    for (size_t t = 0; t < wlen; t++) x[t] = s[t];
+    for (size_t t = 0; t < wlen; t++) sum += x[t] = s[t];
   } else { /* an edge: Kaldi's ExtractWindow reflects the signal about it */
     for (size_t t = 0; t < wlen; t++) {
       int64_t s = start + (int64_t)t;
       while (s < 0 || s >= n) s = s < 0 ? -s - 1 : 2 * n - 1 - s;
       if (s < (int64_t)f->base) s = (int64_t)f->base; /* cannot happen; never read outside */
-      x[t] = f->buf[s - (int64_t)f->base];
+      sum += x[t] = f->buf[s - (int64_t)f->base];
     }
   }
-  if (o->remove_dc_offset) {
-    double sum = 0;
-    for (size_t t = 0; t < wlen; t++) sum += x[t];
-    double mean = sum / (double)wlen;
-    for (size_t t = 0; t < wlen; t++) x[t] -= mean;
-  }
+  double mean = o->remove_dc_offset ? sum / (double)wlen : 0.0;
   double log_energy = 0;
   if (o->use_energy && o->raw_energy) {
     double e = 0;
-    for (size_t t = 0; t < wlen; t++) e += x[t] * x[t];
+    for (size_t t = 0; t < wlen; t++) e += (x[t] - mean) * (x[t] - mean);
     log_energy = log(e > LOG_EPS ? e : LOG_EPS);
   }
-  if (o->preemph != 0.0f) {
-    double c = o->preemph;
-    for (size_t t = wlen - 1; t > 0; t--) x[t] -= c * x[t - 1];
-    x[0] -= c * x[0];
-  }
-  for (size_t t = 0; t < wlen; t++) x[t] *= b->window[t];
+  /* DC offset, pre-emphasis and window in one pass, from the end (each
+   * sample's pre-emphasis reads its predecessor before it changes). */
+  double c = o->preemph;
+  const double *win = b->window;
+  for (size_t t = wlen - 1; t > 0; t--) x[t] = ((x[t] - mean) - c * (x[t - 1] - mean)) * win[t];
+  x[0] = (x[0] - mean) * (1.0 - c) * win[0];
   memset(x + wlen, 0, (b->padded - wlen) * sizeof *x);
   if (o->use_energy && !o->raw_energy) {
     double e = 0;

@@ -157,7 +157,7 @@ int main(int argc, char **argv) {
       fprintf(stderr, "fbank_dump: hark_fbank_accept failed\n");
       return 1;
     }
-    memcpy(all + n_all, pcm, n * sizeof *pcm);
+    if (n) memcpy(all + n_all, pcm, n * sizeof *pcm); /* pcm is NULL when n is 0 */
     n_all += n;
     if (end && hark_fbank_finish(f) != 0) return 1;
     size_t ready = hark_fbank_frames_ready(f);

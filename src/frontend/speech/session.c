@@ -13,17 +13,17 @@
  *
  * VAD-gated models (config parameter vad_model, e.g. asr_silero over
  * silero_vad): the session normalises the stream's audio once to 16 kHz
- * PCM (WAV header stripped, G.711 expanded, resampled), cuts it into
- * 512-sample frames (the partial tail waits for the next chunk; at END it
- * is zero-padded to a whole frame, so the last audio has a probability
- * too), and an item's run has two phases: its frames go to the VAD model
- * as one request ([1, frames, 512]) of a sequence with the stream's
- * correlation id in the sessions' namespace (START on the stream's first
- * request, END on the END item's: its frame is a zero frame whose
- * probability is not used when no tail is left), so that one batched round
- * of the VAD serves a chunk of every live stream; when its probabilities
- * are back, the item's request to the speech model goes with the 16 kHz
- * audio and VAD_PROB (the frames' probabilities). A VAD failure
+ * PCM (hark_audio_norm: WAV header stripped, G.711 expanded, resampled),
+ * cuts it into 512-sample frames (the partial tail waits for the next
+ * chunk; at END it is zero-padded to a whole frame, so the last audio has
+ * a probability too), and an item's run has two phases: its frames go to
+ * the VAD model as one request ([1, frames, 512]) of a sequence with the
+ * stream's correlation id in the sessions' namespace (START on the
+ * stream's first request, END on the END item's: its frame is a zero frame
+ * whose probability is not used when no tail is left), so that one batched
+ * round of the VAD serves a chunk of every live stream; when its
+ * probabilities are back, the item's request to the speech model goes with
+ * the 16 kHz audio and VAD_PROB (the frames' probabilities). A VAD failure
  * fails the item with the VAD's reason; an END still reaches the speech
  * model, so its stream state is freed. A client that vanishes mid-frame:
  * its tail is dropped and the VAD sequence ends on a zero frame.
@@ -83,10 +83,7 @@ struct hark_speech_session {
   hark_model *vad;
   hark_error *vad_unavailable;
   /* audio normalisation, on the codec's thread (submit and close) */
-  hark_resampler *rs;    /* client rate -> 16 kHz; made on the first audio */
-  bool got_audio;        /* the first audio was checked for a WAV header */
-  bool wav_g711;         /* the WAV's data is G.711 */
-  bool wav_alaw;         /* ... A-law (else mu-law) */
+  hark_audio_norm *norm; /* client bytes -> 16 kHz samples; made on the first item */
   float tail[VAD_FRAME]; /* the partial frame waiting for more audio */
   uint32_t n_tail;
   /* guarded by mu */
@@ -255,7 +252,7 @@ static void session_free(hark_speech_session *s) {
   if (s->model) hark_model_release(s->model);
   if (s->vad) hark_model_release(s->vad);
   hark_error_free(s->vad_unavailable);
-  hark_resampler_free(s->rs);
+  hark_audio_norm_free(s->norm);
   hark_speech_settings_fini(&s->st);
   pthread_mutex_destroy(&s->mu);
   free(s);
@@ -502,26 +499,6 @@ static uint32_t stream_rate(const hark_speech_session *s) {
   return r > 0 ? (uint32_t)r : VAD_RATE;
 }
 
-/* The first audio of a stream may be a WAV file: its rate and encoding
- * replace the stream's; *pcm / *n skip the header. */
-static hark_error *strip_wav(hark_speech_session *s, const uint8_t **pcm, size_t *n,
-                             uint32_t *rate) {
-  if (!hark_wav_is_wav(*pcm, *n)) return NULL;
-  hark_wav_info info;
-  char why[128];
-  if (hark_wav_parse(*pcm, *n, &info, why, sizeof why) != HARK_WAV_OK)
-    return hark_error_new(HARK_ERR_INVALID_ARG, "AUDIO: %s", why);
-  if (info.channels != 1)
-    return hark_error_new(HARK_ERR_INVALID_ARG,
-                          "AUDIO: WAV has %u channels; only mono is supported", info.channels);
-  *rate = info.sample_rate;
-  s->wav_g711 = info.encoding != HARK_WAV_PCM16;
-  s->wav_alaw = info.encoding == HARK_WAV_ALAW;
-  *pcm += info.data_offset;
-  *n = s->wav_g711 ? info.data_size : info.data_size & ~(size_t)1;
-  return NULL;
-}
-
 /* Appends samples to the item's frames, the partial frame kept in s->tail;
  * with `end`, the tail zero-padded to a whole frame (a zero frame when the
  * stream's audio ended on a frame boundary: it ends the VAD's sequence, and
@@ -553,16 +530,8 @@ static void cut_frames(hark_speech_session *s, item *it, const int16_t *y, size_
   if (s->n_tail) to_float(s->tail, y + now, s->n_tail); /* y may be NULL (no audio) */
 }
 
-/* 16-bit little-endian PCM to and from samples, on any host (a copy on a
+/* Samples to 16-bit little-endian PCM, on any host (a copy on a
  * little-endian one). */
-static void le16_decode(int16_t *x, const uint8_t *pcm, size_t m) {
-#if defined(__BYTE_ORDER__) && __BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__
-  if (m) memcpy(x, pcm, m * sizeof *x); /* pcm is NULL at an end without audio */
-#else
-  for (size_t i = 0; i < m; i++) x[i] = (int16_t)(uint16_t)(pcm[2 * i] | pcm[2 * i + 1] << 8);
-#endif
-}
-
 static void le16_encode(uint8_t *out, const int16_t *y, size_t n) {
 #if defined(__BYTE_ORDER__) && __BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__
   if (n) memcpy(out, y, n * sizeof *y);
@@ -582,33 +551,19 @@ static void le16_encode(uint8_t *out, const int16_t *y, size_t n) {
  */
 static hark_error *normalise(hark_speech_session *s, item *it, bool end) {
   const uint8_t *pcm = it->mem ? (const uint8_t *)it->mem + HARK_BYTES_PREFIX : NULL;
-  size_t n = it->len;
-  uint32_t rate = stream_rate(s);
-  hark_error *err = NULL;
-  if (!s->got_audio && n > 0) {
-    s->got_audio = true;
-    if ((err = strip_wav(s, &pcm, &n, &rate))) return err;
-  }
-  if (!s->wav_g711 && n % 2)
-    return hark_error_new(HARK_ERR_INVALID_ARG,
-                          "AUDIO: %zu bytes is not a whole number of 16-bit samples", n);
-  size_t m = s->wav_g711 ? n : n / 2;
-  int16_t *x = hark_xmalloc((m ? m : 1) * sizeof *x);
-  if (s->wav_g711)
-    for (size_t i = 0; i < m; i++)
-      x[i] = s->wav_alaw ? hark_audio_alaw_sample(pcm[i]) : hark_audio_mulaw_sample(pcm[i]);
-  else
-    le16_decode(x, pcm, m);
-  char why[160];
-  if (!s->rs && (m || end) && !(s->rs = hark_resampler_new(rate, VAD_RATE, why, sizeof why))) {
-    free(x);
-    return hark_error_new(HARK_ERR_INVALID_ARG, "sample rate %u Hz: %s", rate, why);
-  }
+  /* G.711 streams were expanded to PCM by audio_element already. */
+  if (!s->norm && !(s->norm = hark_audio_norm_new(stream_rate(s), VAD_RATE, HARK_WAV_PCM16)))
+    hark_oom("speech: an audio normaliser", sizeof(void *));
   const int16_t *y = NULL;
   size_t ny = 0;
-  if (s->rs && hark_resampler_process(s->rs, m ? x : NULL, m, end, &y, &ny) != 0) {
-    free(x);
-    return hark_error_new(HARK_ERR_INTERNAL, "resampler failed");
+  char why[192];
+  switch (hark_audio_norm_accept(s->norm, pcm, it->len, end, &y, &ny, why, sizeof why)) {
+  case HARK_AUDIO_NORM_OK: break;
+  case HARK_AUDIO_NORM_BAD_RATE:
+    return hark_error_new(HARK_ERR_INVALID_ARG, "sample rate %u Hz: %s",
+                          hark_audio_norm_in_rate(s->norm), why);
+  case HARK_AUDIO_NORM_INTERNAL: return hark_error_new(HARK_ERR_INTERNAL, "%s", why);
+  default: return hark_error_new(HARK_ERR_INVALID_ARG, "%s", why);
   }
   free(it->mem);
   it->len = ny * 2;
@@ -616,7 +571,6 @@ static hark_error *normalise(hark_speech_session *s, item *it, bool end) {
   hark_bytes_put_len(it->mem, (uint32_t)it->len);
   le16_encode((uint8_t *)it->mem + HARK_BYTES_PREFIX, y, ny);
   cut_frames(s, it, y, ny, end);
-  free(x);
   return NULL;
 }
 
