@@ -63,10 +63,12 @@ typedef struct asr_result {
   size_t text_len;
   asr_word *words;
   uint32_t n_words, cap_words;
-  char **alts; /* the n-best texts of a final, best first */
+  char **alts;     /* the n-best texts of a final, best first */
+  float *alt_conf; /* and each one's share of their probability */
   uint32_t n_alts;
   bool is_final;
   float audio_processed; /* s of the stream's audio taken so far */
+  float stability;       /* a partial's: 0 (its words just changed) .. 1 (settled) */
 } asr_result;
 
 #define ASR_MAX_ALTERNATIVES 32u

@@ -365,11 +365,15 @@ static hark_error *respond(asr_model *m, job *j) {
   if (!err) err = add_f32(resp, m, j->req, "WORD_CONF", vals + 2 * n, n);
   if (!err) err = add_f32(resp, m, j->req, "CONFIDENCE", &conf, 1);
   if (!err) err = add_f32(resp, m, j->req, "AUDIO_PROCESSED", &processed, 1);
+  if (!err && !r->is_final) err = add_f32(resp, m, j->req, "STABILITY", &r->stability, 1);
   if (!err && j->want_alt > 0 && r->is_final) {
     const char *best = text;
     err = r->n_alts
               ? add_bytes(resp, m, j->req, "ALTERNATIVES", (const char *const *)r->alts, r->n_alts)
               : add_bytes(resp, m, j->req, "ALTERNATIVES", &best, 1);
+    if (!err)
+      err = r->n_alts ? add_f32(resp, m, j->req, "ALTERNATIVE_CONFIDENCE", r->alt_conf, r->n_alts)
+                      : add_f32(resp, m, j->req, "ALTERNATIVE_CONFIDENCE", &conf, 1);
   }
   free(words);
   free(vals);

@@ -42,6 +42,10 @@ struct asr_stream {
   asr_endpoint ep;
   uint64_t samples;   /* at the model's rate */
   uint64_t utt_start; /* the open utterance's first encoder frame */
+  /* the last partial's words, and how many partials before it each held */
+  char **held_words;
+  uint32_t *held_for;
+  uint32_t n_held;
 };
 
 asr_stream *asr_stream_new(const asr_shared *sh, asr_net *net, const asr_stream_opts *o, char *err,
@@ -71,8 +75,18 @@ asr_stream *asr_stream_new(const asr_shared *sh, asr_net *net, const asr_stream_
   return s;
 }
 
+static void held_clear(asr_stream *s) {
+  for (uint32_t i = 0; i < s->n_held; i++) free(s->held_words[i]);
+  free(s->held_words);
+  free(s->held_for);
+  s->held_words = NULL;
+  s->held_for = NULL;
+  s->n_held = 0;
+}
+
 void asr_stream_free(asr_stream *s) {
   if (!s) return;
+  held_clear(s);
   hark_audio_norm_free(s->norm);
   hark_fbank_free(s->fb);
   asr_net_stream_free(s->ns);
@@ -198,6 +212,7 @@ void asr_result_free(asr_result *r) {
 }
 
 static void new_utterance(asr_stream *s) {
+  held_clear(s);
   s->utt_start = asr_net_stream_frames(s->ns);
   asr_net_stream_reset_search(s->ns);
 }
@@ -205,7 +220,9 @@ static void new_utterance(asr_stream *s) {
 static void alternatives_free(asr_result *r) {
   for (uint32_t i = 0; i < r->n_alts; i++) free(r->alts[i]);
   free(r->alts);
+  free(r->alt_conf);
   r->alts = NULL;
+  r->alt_conf = NULL;
   r->n_alts = 0;
 }
 
@@ -214,8 +231,13 @@ static void alternatives_free(asr_result *r) {
  * final text. */
 static void alternatives_into(const asr_stream *s, const asr_hyp *hyps, uint32_t n, asr_result *r) {
   alternatives_free(r);
-  if (!n || !(r->alts = calloc(n, sizeof *r->alts))) return;
+  if (!n || !(r->alts = calloc(n, sizeof *r->alts)) || !(r->alt_conf = calloc(n, sizeof(float))))
+    return;
+  /* Each one's share of the n-best's probability. */
+  double total = 0;
+  for (uint32_t i = 0; i < n; i++) total += exp((double)hyps[i].score - hyps[0].score);
   for (uint32_t i = 0; i < n; i++) {
+    r->alt_conf[r->n_alts] = (float)(exp((double)hyps[i].score - hyps[0].score) / total);
     asr_result one = {0};
     words_into(s, &hyps[i], &one);
     text_from_words(&one);
@@ -245,9 +267,44 @@ void asr_stream_close_utterance(asr_stream *s, asr_result *r, uint32_t want_alt)
   new_utterance(s);
 }
 
+/* Riva's stability of a partial: how settled its words are. A word that
+ * stood at its place in the last STABLE_AFTER partials counts fully, one
+ * that just changed not at all; the partial's stability is their mean. */
+#define STABLE_AFTER 3u
+
+static float stability(asr_stream *s, const asr_result *r, uint32_t first) {
+  uint32_t n = r->n_words - first;
+  char **words = calloc(n + 1, sizeof *words);
+  uint32_t *held = calloc(n + 1, sizeof *held);
+  float sum = 0;
+  bool same = true;
+  for (uint32_t i = 0; words && held && i < n; i++) {
+    const char *w = r->words[first + i].text ? r->words[first + i].text : "";
+    same = same && i < s->n_held && !strcmp(s->held_words[i], w);
+    held[i] = same ? s->held_for[i] + 1 : 0;
+    if (!(words[i] = strdup(w))) {
+      n = i;
+      break;
+    }
+    sum += (float)(held[i] < STABLE_AFTER ? held[i] : STABLE_AFTER) / (float)STABLE_AFTER;
+  }
+  held_clear(s);
+  if (!words || !held) {
+    free(words);
+    free(held);
+    return 0.0f;
+  }
+  s->held_words = words;
+  s->held_for = held;
+  s->n_held = n;
+  return n ? sum / (float)n : 0.0f;
+}
+
 void asr_stream_partial(asr_stream *s, asr_result *r) {
   asr_hyp best;
+  uint32_t first = r->n_words;
   if (s->partials && asr_net_stream_hyps(s->ns, 1, &best)) words_into(s, &best, r);
+  r->stability = stability(s, r, first);
   text_from_words(r);
 }
 

@@ -144,7 +144,9 @@ output [
   {{ name: "WORD_CONF" data_type: TYPE_FP32 dims: [ -1 ] }},
   {{ name: "CONFIDENCE" data_type: TYPE_FP32 dims: [ 1 ] }},
   {{ name: "AUDIO_PROCESSED" data_type: TYPE_FP32 dims: [ 1 ] }},
-  {{ name: "ALTERNATIVES" data_type: TYPE_STRING dims: [ -1 ] }}
+  {{ name: "ALTERNATIVES" data_type: TYPE_STRING dims: [ -1 ] }},
+  {{ name: "ALTERNATIVE_CONFIDENCE" data_type: TYPE_FP32 dims: [ -1 ] }},
+  {{ name: "STABILITY" data_type: TYPE_FP32 dims: [ 1 ] }}
 ]
 instance_group [ {{ count: {instances} kind: KIND_CPU }} ]
 sequence_batching {{

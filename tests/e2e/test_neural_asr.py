@@ -221,6 +221,9 @@ class BeamTest(unittest.TestCase):
             texts = [a["text"] for a in alts]
             self.assertEqual(len(set(texts)), 3, (model, texts))
             self.assertTrue(all(t for t in texts), (model, texts))
+            confs = [a["confidence"] for a in alts]
+            self.assertEqual(confs, sorted(confs, reverse=True), (model, confs))
+            self.assertLessEqual(sum(confs), 1.0001, (model, confs))
             # deterministic
             self.assertEqual(self.nbest(model, FILES[2]), doc)
 

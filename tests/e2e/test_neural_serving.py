@@ -62,6 +62,11 @@ class Endpoints(unittest.TestCase):
         ref = self.ref[path]
         responses, _ = self.riva.stream(self.stub, read_pcm(path), chunk=3200)
         finals = [r.results[0] for r in responses if r.results and r.results[0].is_final]
+        interim = [r.results[0] for r in responses if r.results and not r.results[0].is_final]
+        stab = [r.stability for r in interim]
+        self.assertTrue(all(0.0 <= v <= 1.0 for v in stab), stab)
+        self.assertGreater(max(stab), 0.5, "no partial ever settled")
+        self.assertLess(min(stab), 0.5, "a changing partial must not look settled")
         text = " ".join(f.alternatives[0].transcript for f in finals).strip()
         self.assertEqual(text, ref["text"])
         words = [w for f in finals for w in f.alternatives[0].words]

@@ -38,6 +38,7 @@ void hark_asr_result_read(const hark_response *resp, hark_asr_result *r) {
                 ((const unsigned char *)fin->data)[0];
   r->confidence = fp32_at(hark_response_output_by_name(resp, "CONFIDENCE"), 0, 1.0f);
   r->audio_processed = fp32_at(hark_response_output_by_name(resp, "AUDIO_PROCESSED"), 0, 0.0f);
+  r->stability = fp32_at(hark_response_output_by_name(resp, "STABILITY"), 0, 0.0f);
   r->words = hark_response_output_by_name(resp, "WORDS");
   if (r->words && r->words->datatype == HARK_TYPE_BYTES) r->n_words = count_of(r->words, 0);
   r->word_start = hark_response_output_by_name(resp, "WORD_START");

@@ -26,6 +26,7 @@ typedef struct hark_asr_result {
   bool is_final;
   float confidence;      /* 1 when absent */
   float audio_processed; /* 0 when absent */
+  float stability;       /* a partial's STABILITY (0..1); 0 when absent */
   uint32_t n_words;
   uint32_t n_alternatives; /* 0 when the model sent no ALTERNATIVES */
   const hark_tensor *words, *word_start, *word_end, *word_conf, *alts, *alt_conf;

@@ -177,6 +177,7 @@ static void stream_reply(hark_grpc_call *c, riva_job *j, const hark_response *re
     res.alternatives = a.alt_p;
     res.n_alternatives = a.n_alt;
     res.is_final = r.is_final;
+    res.stability = r.is_final ? 0.0f : r.stability; /* Riva's: interim results only */
     res.channel_tag = 1;
     res.audio_processed = r.audio_processed;
     msg.results = &res_p;
