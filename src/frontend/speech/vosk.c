@@ -23,7 +23,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "frontend/kserve/kserve.h"
+#include "frontend/kserve/route.h"
 #include "frontend/speech/asr_result.h"
 #include "frontend/speech/session.h"
 #include "frontend/speech/speech.h"
