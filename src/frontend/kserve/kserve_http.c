@@ -17,8 +17,8 @@
 #include "frontend/http/http.h"
 #include "frontend/kserve/kserve.h"
 #include "frontend/kserve/route.h"
-#include "hark/backend.h"
 #include "hark/config.h"
+#include "hark/model.h"
 #include "util/alloc.h"
 
 #define JSON "application/json"

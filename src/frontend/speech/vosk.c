@@ -29,7 +29,7 @@
 #include "frontend/speech/speech.h"
 #include "frontend/speech/vosk_text.h"
 #include "hark/audio.h"
-#include "hark/backend.h"
+#include "hark/model.h"
 #include "util/alloc.h"
 #include "util/log.h"
 
