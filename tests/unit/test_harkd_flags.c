@@ -48,6 +48,17 @@ static void test_help_lists_every_flag(void **state) {
     snprintf(want, sizeof want, "\n  --%s%s%s", f->name, f->arg ? " " : "", f->arg ? f->arg : "");
     if (!strstr(text, want)) fail_msg("--help does not list --%s", f->name);
     assert_true(f->help && *f->help);
+    /* The stores write exactly the member's width. */
+    switch (f->kind) {
+    case HARK_FLAG_STR: assert_int_equal(f->size, sizeof(const char *)); break;
+    case HARK_FLAG_BOOL:
+    case HARK_FLAG_STRICT_BOOL: assert_int_equal(f->size, sizeof(bool)); break;
+    case HARK_FLAG_INT:
+      assert_true(f->size == 8 || (f->size == 4 && f->min >= INT32_MIN &&
+                                   f->max * (f->scale ? f->scale : 1) <= (long)UINT32_MAX));
+      break;
+    case HARK_FLAG_FN: assert_non_null(f->set); break;
+    }
     for (size_t j = 0; j < i; j++)
       if (!strcmp(harkd_flags[j].name, f->name)) fail_msg("--%s has two rows", f->name);
   }
