@@ -249,18 +249,22 @@ const hark_flag harkd_flags[] = {
          "comma-separated) answer 403 without the header\n"
          "(repeatable; default: none; docs/security.md)"),
     F_FN("grpc-restricted-protocol", "CATEGORIES:HEADER=VALUE", set_restrict, 0, 0,
-         "\nthe same for gRPC methods (PERMISSION_DENIED)"),
+         "\nthe same for gRPC methods (PERMISSION_DENIED;\n"
+         "repeatable; default: none)"),
     F_TLS_BOOL("http-use-ssl", http_ssl, "HTTPS and wss:// on the HTTP port (default false)"),
-    F_STR("http-server-cert", "FILE", http_cert, "its certificate (chain), PEM"),
-    F_STR("http-server-key", "FILE", http_key, "its private key, PEM"),
+    F_STR("http-server-cert", "FILE", http_cert, "its certificate (chain), PEM (default: none)"),
+    F_STR("http-server-key", "FILE", http_key, "its private key, PEM (default: none)"),
     F_TLS_BOOL("grpc-use-ssl", fe.grpc_use_ssl, "TLS on the gRPC port (default false)"),
     F_TLS_BOOL("grpc-use-ssl-mutual", fe.grpc_tls.mutual,
                "TLS, and clients must show a certificate signed\n"
                "by --grpc-root-cert (default false)"),
-    F_STR("grpc-server-cert", "FILE", fe.grpc_tls.cert, "the gRPC port's certificate (chain), PEM"),
-    F_STR("grpc-server-key", "FILE", fe.grpc_tls.key, "its private key, PEM"),
+    F_STR("grpc-server-cert", "FILE", fe.grpc_tls.cert,
+          "the gRPC port's certificate (chain), PEM\n"
+          "(default: none)"),
+    F_STR("grpc-server-key", "FILE", fe.grpc_tls.key, "its private key, PEM (default: none)"),
     F_STR("grpc-root-cert", "FILE", fe.grpc_tls.root,
-          "CA certificates client certificates must chain to"),
+          "CA certificates client certificates must chain to\n"
+          "(default: none)"),
     F_STR("metrics-address", "ADDR", fe.http.metrics_address,
           "metrics bind address (default: --http-address's)"),
     F_STR("http-address", "ADDR", fe.http.address, "bind address (default all interfaces)"),
@@ -268,7 +272,8 @@ const hark_flag harkd_flags[] = {
          "none (load all at start) | explicit | poll\n"
          "(default none)"),
     F_FN("load-model", "NAME", set_load_model, 0, 0,
-         "with explicit: load NAME at start (repeatable; * = all)"),
+         "with explicit: load NAME at start (repeatable; * = all)\n"
+         "(default: none)"),
     F_FN("repository-poll-secs", "N", set_poll_secs, 0, 0,
          "with poll: rescan the repository every N s (15)"),
     F_INT("model-unload-timeout-secs", "N", server.unload_timeout_secs, 1, 86400,

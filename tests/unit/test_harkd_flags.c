@@ -38,6 +38,16 @@ static char *help_text(void) {
   return text;
 }
 
+/* Whether a row's help gives its default: "default ...", "(required)", or
+ * a parenthesised value such as "(1024)", "(60; 0: never)", "(false)". */
+static bool says_default(const char *help) {
+  if (strstr(help, "default") || strstr(help, "(required)")) return true;
+  for (const char *p = strchr(help, '('); p; p = strchr(p + 1, '('))
+    if ((p[1] >= '0' && p[1] <= '9') || !strncmp(p + 1, "false", 5) || !strncmp(p + 1, "true", 4))
+      return true;
+  return false;
+}
+
 static void test_help_lists_every_flag(void **state) {
   (void)state;
   char *text = help_text();
@@ -48,6 +58,7 @@ static void test_help_lists_every_flag(void **state) {
     snprintf(want, sizeof want, "\n  --%s%s%s", f->name, f->arg ? " " : "", f->arg ? f->arg : "");
     if (!strstr(text, want)) fail_msg("--help does not list --%s", f->name);
     assert_true(f->help && *f->help);
+    if (!says_default(f->help)) fail_msg("--%s's help gives no default", f->name);
     /* The stores write exactly the member's width. */
     switch (f->kind) {
     case HARK_FLAG_STR: assert_int_equal(f->size, sizeof(const char *)); break;
