@@ -6,6 +6,7 @@
  */
 #include "util/flags.h"
 
+#include <errno.h>
 #include <getopt.h>
 #include <stdint.h>
 #include <stdlib.h>
@@ -18,8 +19,9 @@
 
 bool hark_flag_int(const hark_flag *f, const char *prog, const char *val, long *out, FILE *err) {
   char *end;
+  errno = 0;
   long v = strtol(val, &end, 10);
-  if (!*val || *end || v < f->min || v > f->max) {
+  if (!*val || *end || errno == ERANGE || v < f->min || v > f->max) {
     fprintf(err, "%s: --%s expects a number in [%ld, %ld], got '%s'\n", prog, f->name, f->min,
             f->max, val);
     return false;

@@ -89,7 +89,7 @@ static void test_bad_value_names_flag_value_range(void **state) {
     if (f->min == 0 && f->max == 0) continue;
     char flag[96], big[32], range[64];
     snprintf(flag, sizeof flag, "--%s", f->name);
-    snprintf(big, sizeof big, "%ld", f->max + 1);
+    snprintf(big, sizeof big, "%lu", (unsigned long)f->max + 1); /* LONG_MAX + 1 too */
     snprintf(range, sizeof range, "[%ld, %ld]", f->min, f->max);
     const char *bad[] = {big, "12x"};
     for (int b = 0; b < 2; b++) {
