@@ -28,6 +28,7 @@
 #define HARK_BACKEND_H
 
 #include "hark/config.h"
+#include "hark/model.h"
 #include "hark/request.h"
 #include "hark/types.h"
 
@@ -76,13 +77,7 @@ const char *hark_backend_name(const hark_backend *backend);
 void hark_backend_set_state(hark_backend *backend, void *state);
 void *hark_backend_state(const hark_backend *backend);
 
-const char *hark_model_name(const hark_model *model);
-int64_t hark_model_version(const hark_model *model);
-/* The model's folder in the repository, e.g. "models/simple". */
-const char *hark_model_path(const hark_model *model);
-const hark_model_config *hark_model_get_config(const hark_model *model);
-/* parameters[key] from config.pbtxt, or NULL. */
-const char *hark_model_parameter(const hark_model *model, const char *key);
+/* The model's name, version, folder and config: hark/model.h. */
 void hark_model_set_state(hark_model *model, void *state);
 void *hark_model_state(const hark_model *model);
 

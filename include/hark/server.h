@@ -1,6 +1,7 @@
 /*
  * hark/server.h — the serving engine, as front ends (HTTP, gRPC, the
- * metrics endpoint) and embedders see it.
+ * metrics endpoint) and embedders see it. A model acquired here is read
+ * through hark/model.h; hark/backend.h is for backends only.
  *
  * The server owns the model repository: it loads models, one hark_model per
  * loaded version, each with its backend instances and scheduler. A front end
@@ -19,7 +20,7 @@
 #ifndef HARK_SERVER_H
 #define HARK_SERVER_H
 
-#include "hark/backend.h"
+#include "hark/model.h"
 #include "hark/request.h"
 #include "hark/types.h"
 

@@ -9,8 +9,11 @@
  * when it is loaded, backend_fini when the server frees the registry,
  * after every model using it is gone. The repository (repository.c) asks
  * for a backend while it builds a model's versions, under its lock.
+ * The backend API's log calls live here too: the core's side of that API,
+ * so that util (the ground floor) knows nothing of backends.
  */
 #include <dlfcn.h>
+#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -124,4 +127,25 @@ void hark_backends_free(hark_backends *b) {
   free(b->list);
   free(b->dir);
   free(b);
+}
+
+/* ---- the backend API's logging (hark/backend.h, since 1.2) ------------------ */
+
+/* The backend API's levels are the server's, by value. */
+_Static_assert((int)HARK_BACKEND_LOG_ERROR == (int)HARK_LOG_ERROR &&
+                   (int)HARK_BACKEND_LOG_WARN == (int)HARK_LOG_WARN &&
+                   (int)HARK_BACKEND_LOG_INFO == (int)HARK_LOG_INFO &&
+                   (int)HARK_BACKEND_LOG_VERBOSE == (int)HARK_LOG_VERBOSE,
+               "hark_backend_log_level mirrors hark_log_level");
+
+bool hark_backend_log_enabled(hark_backend_log_level level) {
+  return hark_log_enabled((hark_log_level)level) != 0;
+}
+
+void hark_backend_log(hark_backend_log_level level, const char *file, int lineno, const char *fmt,
+                      ...) {
+  va_list ap;
+  va_start(ap, fmt);
+  hark_log_atv((hark_log_level)level, file, lineno, fmt, ap);
+  va_end(ap);
 }

@@ -25,56 +25,25 @@
 #include <string.h>
 #include <strings.h>
 
-/* ---- arena ----------------------------------------------------------------- */
+#include "util/arena.h"
 
-typedef struct arena_block {
-  struct arena_block *next;
-  size_t used, cap;
-  max_align_t data[]; /* max_align_t so every allocation is aligned */
-} arena_block;
+/* ---- the document ------------------------------------------------------------- */
 
 struct hark_pbtxt {
-  arena_block *blocks;
+  hark_arena *arena; /* every node and string of the tree */
   hark_pb_field root;
 };
 
-#define ARENA_BLOCK_BYTES 8192
-
 /* Zeroed memory that lives until hark_pbtxt_free; NULL when out of memory. */
-static void *arena_alloc(hark_pbtxt *doc, size_t n) {
-  const size_t align = _Alignof(max_align_t);
-  if (n > SIZE_MAX - 2 * align - ARENA_BLOCK_BYTES) return NULL;
-  n = (n + align - 1) & ~(align - 1);
-  arena_block *b = doc->blocks;
-  if (!b || b->cap - b->used < n) {
-    size_t cap = n > ARENA_BLOCK_BYTES ? n : ARENA_BLOCK_BYTES;
-    b = malloc(sizeof *b + cap);
-    if (!b) return NULL;
-    b->next = doc->blocks;
-    b->used = 0;
-    b->cap = cap;
-    doc->blocks = b;
-  }
-  void *p = (char *)b->data + b->used;
-  b->used += n;
-  memset(p, 0, n);
-  return p;
-}
+static void *arena_alloc(hark_pbtxt *doc, size_t n) { return hark_arena_alloc(doc->arena, n); }
 
 static char *arena_strndup(hark_pbtxt *doc, const char *s, size_t n) {
-  char *d = arena_alloc(doc, n + 1);
-  if (d) memcpy(d, s, n); /* already zeroed, so terminated */
-  return d;
+  return hark_arena_strndup(doc->arena, s, n);
 }
 
 void hark_pbtxt_free(hark_pbtxt *doc) {
   if (!doc) return;
-  arena_block *b = doc->blocks;
-  while (b) {
-    arena_block *next = b->next;
-    free(b);
-    b = next;
-  }
+  hark_arena_free(doc->arena);
   free(doc);
 }
 
@@ -599,6 +568,7 @@ hark_error *hark_pbtxt_parse(const char *text, size_t len, const char *file, har
   }
   ps.doc = calloc(1, sizeof *ps.doc);
   if (!ps.doc) return out_of_memory();
+  ps.doc->arena = hark_arena_new();
   ps.doc->root.name = "";
   ps.doc->root.line = 1;
   ps.doc->root.kind = HARK_PB_MESSAGE;

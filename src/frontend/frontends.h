@@ -3,8 +3,8 @@
  * event loops serving the KServe v2 REST API and Vosk's WebSocket streams
  * on the HTTP port, and the gRPC transport (on the same loops, the gRPC
  * port) serving KServe v2, grpc.health.v1 and Riva's speech recognition.
- * The one place that knows all the services; harkd.c only parses flags
- * and handles signals.
+ * The one place that knows all the services; harkd only reads flags
+ * (harkd_flags.c) and handles signals.
  */
 #ifndef HARK_FRONTEND_FRONTENDS_H
 #define HARK_FRONTEND_FRONTENDS_H

@@ -17,8 +17,6 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "hark/backend.h"
-
 #define LINE_MAX_BYTES 8192
 #define MSG_MAX_BYTES 4096
 
@@ -303,16 +301,6 @@ void hark_log_at(hark_log_level level, const char *file, int lineno, const char 
   va_end(ap);
 }
 
-/* ---- the backend API's view (hark/backend.h, since 1.2) -------------------- */
-
-bool hark_backend_log_enabled(hark_backend_log_level level) {
-  return hark_log_enabled((hark_log_level)level) != 0;
-}
-
-void hark_backend_log(hark_backend_log_level level, const char *file, int lineno, const char *fmt,
-                      ...) {
-  va_list ap;
-  va_start(ap, fmt);
-  logv((hark_log_level)level, file, lineno, fmt, ap);
-  va_end(ap);
+void hark_log_atv(hark_log_level level, const char *file, int lineno, const char *fmt, va_list ap) {
+  logv(level, file, lineno, fmt, ap);
 }

@@ -12,6 +12,7 @@
 #ifndef HARK_LOG_H
 #define HARK_LOG_H
 
+#include <stdarg.h>
 #include <stdbool.h>
 
 typedef enum hark_log_level {
@@ -40,6 +41,10 @@ void hark_log(hark_log_level level, const char *fmt, ...) __attribute__((format(
 /* As hark_log, naming the source line (the macros below pass it). */
 void hark_log_at(hark_log_level level, const char *file, int line, const char *fmt, ...)
     __attribute__((format(printf, 4, 5)));
+/* As hark_log_at, with the arguments in a va_list (the backend API's
+ * hark_backend_log, in core/backends.c, passes its own on). */
+void hark_log_atv(hark_log_level level, const char *file, int line, const char *fmt, va_list ap)
+    __attribute__((format(printf, 4, 0)));
 
 /*
  * The calling thread's log context: ids its lines carry until changed.

@@ -2,9 +2,9 @@
  * transcribe.c — `hark transcribe`: a streaming speech client over the
  * Vosk WebSocket protocol (transcribe_ws.c) or Riva's gRPC
  * StreamingRecognize (transcribe_grpc.c), modelled on Riva's streaming
- * ASR client. This file owns what both share: the options, the files
- * (each read once into memory), the jobs, and what a stream does with a
- * partial or a final result.
+ * ASR client. This file owns the run: the options, the files (each read
+ * once into memory) and the jobs; transcribe_job.c what a stream does with
+ * a partial or a final result, which both drivers share.
  *
  * A run is a list of jobs (one stream each: --iterations passes over
  * max(--parallel, files) streams, cycling through the files) served by
@@ -19,7 +19,10 @@
 
 #include "cli.h"
 #include "hostport.h"
-#include "transcribe.h"
+#include "transcribe_grpc.h"
+#include "transcribe_job.h"
+#include "transcribe_report.h"
+#include "transcribe_ws.h"
 
 enum { EXIT_FAILED = 1, EXIT_USAGE = 2 };
 
@@ -204,76 +207,6 @@ static int load_files(const tr_opts *o, tr_file *files) {
 /* Spreads the silent streams evenly: job j is silent when the running
  * count floor((j+1)·F) steps up at j. */
 static bool job_silent(int j, double f) { return (int)((j + 1) * f + 1e-9) > (int)(j * f + 1e-9); }
-
-/* ---- what every stream shares ------------------------------------------------ */
-
-const char *tr_file_tag(const tr_file *f) {
-  const char *p = strrchr(f->path, '/');
-  return p ? p + 1 : f->path;
-}
-
-size_t tr_chunk_samples(const tr_opts *o, const tr_file *f) {
-  size_t per = (size_t)f->wav.sample_rate * (size_t)o->chunk_ms / 1000;
-  return per ? per : 1;
-}
-
-static void append_final(tr_job *j, const char *text) {
-  size_t old = j->transcript ? strlen(j->transcript) : 0, add = strlen(text);
-  char *p = realloc(j->transcript, old + add + 2);
-  if (!p) return;
-  if (old) p[old++] = ' ';
-  memcpy(p + old, text, add + 1);
-  j->transcript = p;
-}
-
-static void print_words(const cJSON *result) {
-  const cJSON *w;
-  cJSON_ArrayForEach(w, result) {
-    const cJSON *word = cJSON_GetObjectItemCaseSensitive(w, "word"),
-                *start = cJSON_GetObjectItemCaseSensitive(w, "start"),
-                *end = cJSON_GetObjectItemCaseSensitive(w, "end"),
-                *conf = cJSON_GetObjectItemCaseSensitive(w, "conf");
-    printf("    %-16s %7.2f %7.2f  conf %.3f\n", cJSON_IsString(word) ? word->valuestring : "?",
-           cJSON_IsNumber(start) ? start->valuedouble : 0,
-           cJSON_IsNumber(end) ? end->valuedouble : 0,
-           cJSON_IsNumber(conf) ? conf->valuedouble : 0);
-  }
-}
-
-void tr_partial(const tr_opts *o, const tr_file *f, const tr_job *j, const char *text,
-                char **last) {
-  if (!o->interim || o->json || (*last && strcmp(*last, text) == 0)) return;
-  free(*last);
-  *last = strdup(text);
-  if (*text) printf("%s [stream %d] partial: %s\n", tr_file_tag(f), j->id, text);
-}
-
-void tr_final(const tr_opts *o, const tr_file *f, tr_job *j, const cJSON *doc) {
-  const cJSON *text = cJSON_GetObjectItemCaseSensitive(doc, "text");
-  if (!cJSON_IsString(text) || !*text->valuestring) return; /* no words in it */
-  append_final(j, text->valuestring);
-  if (o->json) {
-    if (!j->finals) j->finals = cJSON_CreateArray();
-    cJSON_AddItemToArray(j->finals, cJSON_Duplicate(doc, true));
-    return;
-  }
-  printf("%s [stream %d] final: %s\n", tr_file_tag(f), j->id, text->valuestring);
-  if (o->words) print_words(cJSON_GetObjectItemCaseSensitive(doc, "result"));
-}
-
-void tr_print_end(const tr_file *f, const tr_job *j) {
-  if (j->status == TR_OK) {
-    printf("%s [stream %d] transcript: %s\n", tr_file_tag(f), j->id,
-           j->transcript ? j->transcript : "");
-    return;
-  }
-  printf("%s [stream %d] %s: ", tr_file_tag(f), j->id,
-         j->status == TR_TIMEOUT ? "timeout" : "error");
-  if (j->http_status || j->grpc_status)
-    printf("%s\n", j->reason);
-  else
-    printf("close %d: %s\n", j->close_code, j->reason);
-}
 
 /* ---- main ---------------------------------------------------------------------- */
 

@@ -29,7 +29,7 @@
 
 #include "grpcc.h"
 #include "riva_asr.pb-c.h"
-#include "transcribe.h"
+#include "transcribe_grpc.h"
 
 #define RIVA_STREAMING "/nvidia.riva.asr.RivaSpeechRecognition/StreamingRecognize"
 #define CONNECT_WAIT_MS 5000

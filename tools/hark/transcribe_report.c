@@ -9,7 +9,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "transcribe.h"
+#include "transcribe_report.h"
 
 #define TR_MAX_FAILURES_SHOWN 20
 

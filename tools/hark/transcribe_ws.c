@@ -36,7 +36,7 @@
 #include <ev.h>
 #include <libwebsockets.h>
 
-#include "transcribe.h"
+#include "transcribe_ws.h"
 
 #if defined(__BYTE_ORDER__) && __BYTE_ORDER__ != __ORDER_LITTLE_ENDIAN__
 #error "hark transcribe sends host-order samples as little-endian PCM"

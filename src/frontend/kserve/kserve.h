@@ -1,6 +1,7 @@
 /*
  * kserve.h — the KServe v2 inference protocol (Triton's), independent of
- * any transport: the REST routes, the infer request codec (JSON, or JSON +
+ * any transport: the REST routes (route.h, which it includes), the infer
+ * request codec (JSON, or JSON +
  * binary tensor data, in; a hark_request out; a hark_response in, a
  * response body out), and the other JSON documents. kserve_http.c serves
  * them on the HTTP transport, kserve_grpc*.c serve the same protocol's
@@ -24,6 +25,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "frontend/kserve/route.h"
 #include "frontend/kserve/shm.h"
 #include "hark/config.h"
 #include "hark/request.h"
@@ -39,49 +41,6 @@ typedef struct hark_kserve {
   hark_server *server;
   hark_shm *shm;
 } hark_kserve;
-
-/* ---- routes ------------------------------------------------------------- */
-
-typedef enum hark_kserve_route_kind {
-  HARK_ROUTE_NONE = 0,
-  HARK_ROUTE_SERVER_META,
-  HARK_ROUTE_LIVE,
-  HARK_ROUTE_READY,
-  HARK_ROUTE_MODEL_META,
-  HARK_ROUTE_MODEL_READY,
-  HARK_ROUTE_MODEL_CONFIG,
-  HARK_ROUTE_MODEL_STATS,
-  HARK_ROUTE_ALL_STATS,
-  HARK_ROUTE_INFER,
-  HARK_ROUTE_REPO_INDEX,
-  HARK_ROUTE_REPO_LOAD,
-  HARK_ROUTE_REPO_UNLOAD,
-  HARK_ROUTE_METRICS,
-  HARK_ROUTE_STREAM,         /* /v2/models/{m}[/versions/{v}]/stream: a WebSocket */
-  HARK_ROUTE_SHM_STATUS,     /* /v2/systemsharedmemory[/region/{r}]/status */
-  HARK_ROUTE_SHM_REGISTER,   /* /v2/systemsharedmemory/region/{r}/register */
-  HARK_ROUTE_SHM_UNREGISTER, /* /v2/systemsharedmemory[/region/{r}]/unregister */
-  HARK_ROUTE_CUDA_SHM,       /* /v2/cudasharedmemory/...: not supported */
-} hark_kserve_route_kind;
-
-typedef struct hark_kserve_route {
-  hark_kserve_route_kind kind;
-  char *model;     /* owned; NULL when the route names none */
-  char *region;    /* owned: the shared-memory region named; or NULL */
-  int64_t version; /* -1 when the URL gives none */
-} hark_kserve_route;
-
-/* Finds the route for `path` (on the metrics port or the HTTP port);
- * rt->kind stays NONE when there is none. INVALID_ARG for a malformed
- * model version. Free rt->model with hark_kserve_route_clear. */
-hark_error *hark_kserve_route_parse(const char *path, bool metrics, hark_kserve_route *rt);
-void hark_kserve_route_clear(hark_kserve_route *rt);
-/* A model version as the protocol writes it: digits, or "" for the
- * newest (-1) where `empty_ok`. INVALID_ARG "invalid model version"
- * otherwise. */
-hark_error *hark_kserve_parse_version(const char *s, bool empty_ok, int64_t *out);
-/* The routes that are POSTs (the rest are GETs). */
-bool hark_kserve_route_is_post(hark_kserve_route_kind kind);
 
 /* ---- parsed requests ----------------------------------------------------- */
 
@@ -188,26 +147,6 @@ hark_error *hark_kserve_check_counts(const hark_model *model, size_t n_params, s
  * attaches the body.
  */
 hark_error *hark_kserve_to_request(hark_kserve_request *r, hark_shm *shm, hark_request *req);
-
-/*
- * An input's data in shared memory: checks `byte_size` against the tensor
- * (count elements of `dt`; BYTES: length-prefixed elements filling it) and
- * offset + byte_size against the region `region` of `shm`, holds the region
- * for `req` (released when it is freed), and returns the data's address.
- * INVALID_ARG naming input `name` otherwise. Shared by HTTP and gRPC.
- */
-hark_error *hark_kserve_shm_input(hark_shm *shm, hark_request *req, const char *name,
-                                  hark_datatype dt, int64_t count, const char *region,
-                                  uint64_t offset, uint64_t byte_size, const void **data);
-/* Holds the region of a requested output for `req` after checking that
- * offset + byte_size fits in it; *out is the region. */
-hark_error *hark_kserve_shm_output(hark_shm *shm, hark_request *req, const char *name,
-                                   const char *region, uint64_t offset, uint64_t byte_size,
-                                   hark_shm_region **out);
-/* Copies output `t` into its region (held), checking that it fits in
- * byte_size: INVALID_ARG when the region is too small or was truncated. */
-hark_error *hark_kserve_shm_write(hark_shm_region *r, uint64_t offset, uint64_t byte_size,
-                                  const hark_tensor *t);
 
 /*
  * The body of POST /v2/systemsharedmemory/region/{r}/register, Triton's

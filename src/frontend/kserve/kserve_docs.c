@@ -11,8 +11,8 @@
 
 #include "frontend/kserve/kserve.h"
 #include "frontend/security/restrict.h"
-#include "hark/backend.h"
 #include "hark/config.h"
+#include "hark/model.h"
 #include "util/alloc.h"
 
 /* A version as Triton writes it: a JSON string of digits. */

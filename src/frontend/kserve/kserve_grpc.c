@@ -16,8 +16,8 @@
 
 #include "frontend/kserve/kserve.h"
 #include "frontend/kserve/kserve_grpc.h"
-#include "hark/backend.h"
 #include "hark/config.h"
+#include "hark/model.h"
 #include "health.pb-c.h"
 #include "util/alloc.h"
 

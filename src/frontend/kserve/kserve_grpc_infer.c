@@ -23,7 +23,7 @@
 
 #include "frontend/kserve/kserve.h"
 #include "frontend/kserve/kserve_grpc.h"
-#include "hark/backend.h"
+#include "hark/model.h"
 #include "util/alloc.h"
 
 typedef Inference__ModelInferRequest infer_request;

@@ -1,6 +1,6 @@
 /*
- * kserve_http.c — the KServe v2 REST API as an HTTP service: the routes,
- * and the handlers the transport calls (http/http.h). GETs (health,
+ * kserve_http.c — the KServe v2 REST API as an HTTP service: the handlers
+ * the transport calls (routes are parsed by route.c) (http/http.h). GETs (health,
  * metadata, config, statistics, metrics) answer at once from the engine's
  * public API. An infer request's body is parsed by the KServe codec into a
  * hark_request that owns it, and queued with hark_server_infer(); the
@@ -16,112 +16,14 @@
 
 #include "frontend/http/http.h"
 #include "frontend/kserve/kserve.h"
-#include "hark/backend.h"
+#include "frontend/kserve/route.h"
 #include "hark/config.h"
+#include "hark/model.h"
 #include "util/alloc.h"
 
-#define MAX_PATH_LEN 2048
-#define MAX_SEGMENTS 8
 #define JSON "application/json"
 
-/* ---- routes ------------------------------------------------------------------- */
-
-/* The /v2/models/{m}[/versions/{v}][/action] family. */
-static hark_error *route_model(char **seg, int n, hark_kserve_route *rt) {
-  int i = 2;
-  if (i < n && strcmp(seg[i], "versions") == 0) {
-    if (i + 1 >= n) return NULL;
-    hark_error *err = hark_kserve_parse_version(seg[i + 1], false, &rt->version);
-    if (err) return err;
-    i += 2;
-  }
-  static const struct {
-    const char *name;
-    hark_kserve_route_kind kind;
-  } actions[] = {{"ready", HARK_ROUTE_MODEL_READY},
-                 {"config", HARK_ROUTE_MODEL_CONFIG},
-                 {"stats", HARK_ROUTE_MODEL_STATS},
-                 {"infer", HARK_ROUTE_INFER},
-                 {"stream", HARK_ROUTE_STREAM}};
-  if (i == n) rt->kind = HARK_ROUTE_MODEL_META;
-  for (size_t a = 0; i + 1 == n && a < sizeof actions / sizeof *actions; a++)
-    if (strcmp(seg[i], actions[a].name) == 0) rt->kind = actions[a].kind;
-  if (rt->kind != HARK_ROUTE_NONE) rt->model = hark_xstrdup(seg[1]);
-  return NULL;
-}
-
-/* The /v2/systemsharedmemory[/region/{r}]/{action} family, and any
- * /v2/cudasharedmemory path (not supported). */
-static void route_shm(char **seg, int n, hark_kserve_route *rt) {
-  if (strcmp(seg[0], "cudasharedmemory") == 0) {
-    rt->kind = HARK_ROUTE_CUDA_SHM;
-    return;
-  }
-  const char *action = seg[n - 1];
-  if (n == 2 && strcmp(action, "status") == 0) rt->kind = HARK_ROUTE_SHM_STATUS;
-  if (n == 2 && strcmp(action, "unregister") == 0) rt->kind = HARK_ROUTE_SHM_UNREGISTER;
-  if (n != 4 || strcmp(seg[1], "region") != 0) return;
-  if (strcmp(action, "status") == 0) rt->kind = HARK_ROUTE_SHM_STATUS;
-  if (strcmp(action, "register") == 0) rt->kind = HARK_ROUTE_SHM_REGISTER;
-  if (strcmp(action, "unregister") == 0) rt->kind = HARK_ROUTE_SHM_UNREGISTER;
-  if (rt->kind != HARK_ROUTE_NONE) rt->region = hark_xstrdup(seg[2]);
-}
-
-hark_error *hark_kserve_route_parse(const char *path, bool metrics, hark_kserve_route *rt) {
-  *rt = (hark_kserve_route){.kind = HARK_ROUTE_NONE, .version = -1};
-  char buf[MAX_PATH_LEN], *seg[MAX_SEGMENTS + 1];
-  size_t len = strlen(path);
-  if (len >= sizeof buf || path[0] != '/') return NULL;
-  memcpy(buf, path + 1, len);
-  int n = 0;
-  for (char *s = buf, *slash; n <= MAX_SEGMENTS; s = slash + 1) {
-    seg[n++] = s;
-    if (!(slash = strchr(s, '/'))) break;
-    *slash = '\0';
-  }
-  if (n > MAX_SEGMENTS) return NULL;
-  for (int i = 0; i < n; i++)
-    if (!*seg[i]) return NULL; /* empty segment: "//" or a trailing "/" */
-  if (metrics) {
-    if (n == 1 && strcmp(seg[0], "metrics") == 0) rt->kind = HARK_ROUTE_METRICS;
-    return NULL;
-  }
-  if (strcmp(seg[0], "v2") != 0) return NULL;
-  if (n == 1)
-    rt->kind = HARK_ROUTE_SERVER_META;
-  else if (n == 3 && strcmp(seg[1], "health") == 0 && strcmp(seg[2], "live") == 0)
-    rt->kind = HARK_ROUTE_LIVE;
-  else if (n == 3 && strcmp(seg[1], "health") == 0 && strcmp(seg[2], "ready") == 0)
-    rt->kind = HARK_ROUTE_READY;
-  else if (n == 3 && strcmp(seg[1], "models") == 0 && strcmp(seg[2], "stats") == 0)
-    rt->kind = HARK_ROUTE_ALL_STATS;
-  else if (n >= 3 && strcmp(seg[1], "models") == 0)
-    return route_model(seg + 1, n - 1, rt);
-  else if (n == 3 && strcmp(seg[1], "repository") == 0 && strcmp(seg[2], "index") == 0)
-    rt->kind = HARK_ROUTE_REPO_INDEX;
-  else if (n >= 2 &&
-           (strcmp(seg[1], "systemsharedmemory") == 0 || strcmp(seg[1], "cudasharedmemory") == 0))
-    route_shm(seg + 1, n - 1, rt);
-  else if (n == 5 && strcmp(seg[1], "repository") == 0 && strcmp(seg[2], "models") == 0 &&
-           (strcmp(seg[4], "load") == 0 || strcmp(seg[4], "unload") == 0)) {
-    rt->kind = seg[4][0] == 'l' ? HARK_ROUTE_REPO_LOAD : HARK_ROUTE_REPO_UNLOAD;
-    rt->model = hark_xstrdup(seg[3]);
-  }
-  return NULL;
-}
-
-void hark_kserve_route_clear(hark_kserve_route *rt) {
-  free(rt->model);
-  free(rt->region);
-  rt->model = NULL;
-  rt->region = NULL;
-}
-
-bool hark_kserve_route_is_post(hark_kserve_route_kind k) {
-  return k == HARK_ROUTE_INFER || k == HARK_ROUTE_REPO_INDEX || k == HARK_ROUTE_REPO_LOAD ||
-         k == HARK_ROUTE_REPO_UNLOAD || k == HARK_ROUTE_SHM_REGISTER ||
-         k == HARK_ROUTE_SHM_UNREGISTER;
-}
+/* ---- routes (route.c) ---------------------------------------------------------- */
 
 /* The category of a route (--http-restricted-api); metrics are on their
  * own port, which restrictions do not cover. */

@@ -628,24 +628,6 @@ void hark_kserve_request_clear(hark_kserve_request *r) {
   memset(r, 0, sizeof *r);
 }
 
-/* ---- model versions ---------------------------------------------------------- */
-
-hark_error *hark_kserve_parse_version(const char *s, bool empty_ok, int64_t *out) {
-  *out = -1;
-  if (!s || !*s)
-    return empty_ok
-               ? NULL
-               : hark_error_new(HARK_ERR_INVALID_ARG, "invalid model version '%s'", s ? s : "");
-  int64_t v = 0;
-  for (const char *p = s; *p; p++) {
-    if (*p < '0' || *p > '9' || v > (INT64_MAX - 9) / 10)
-      return hark_error_new(HARK_ERR_INVALID_ARG, "invalid model version '%s'", s);
-    v = v * 10 + (*p - '0');
-  }
-  *out = v;
-  return NULL;
-}
-
 /* ---- building the engine's request ---------------------------------------- */
 
 static hark_error *bad_param(const char *key, const char *want) {
@@ -766,91 +748,5 @@ hark_error *hark_kserve_to_request(hark_kserve_request *r, hark_shm *shm, hark_r
     hark_request_add_requested_output(req, o->name);
   }
   hark_request_attach(req, r->arena, hark_arena_free);
-  return NULL;
-}
-
-/* ---- shared memory (both protocols) ------------------------------------------ */
-
-static hark_error *shm_off(const char *what, const char *name) {
-  return hark_error_new(HARK_ERR_UNSUPPORTED,
-                        "%s '%s': system shared memory is turned off on this server "
-                        "(start harkd with --allow-shared-memory=true)",
-                        what, name);
-}
-
-hark_error *hark_kserve_shm_input(hark_shm *shm, hark_request *req, const char *name,
-                                  hark_datatype dt, int64_t count, const char *region,
-                                  uint64_t offset, uint64_t byte_size, const void **data) {
-  *data = NULL;
-  if (!shm) return shm_off("input", name);
-  size_t esize = hark_datatype_size(dt);
-  if (dt != HARK_TYPE_BYTES &&
-      (count < 0 || (uint64_t)count > SIZE_MAX / esize || (uint64_t)count * esize != byte_size))
-    return hark_error_new(HARK_ERR_INVALID_ARG,
-                          "input '%s': shared_memory_byte_size %llu does not match %lld %s "
-                          "elements (%llu bytes)",
-                          name, (unsigned long long)byte_size, (long long)count,
-                          hark_datatype_name(dt), (unsigned long long)count * esize);
-  hark_shm_region *r;
-  hark_error *err = hark_shm_acquire(shm, region, &r);
-  if (err) return err;
-  hark_request_attach(req, r, hark_shm_release);
-  char what[200];
-  snprintf(what, sizeof what, "input '%.150s'", name);
-  void *p;
-  if ((err = hark_shm_span(r, offset, byte_size, what, &p))) return err;
-  /* BYTES in shared memory are laid out as in the binary extension:
-   * each element a 4-byte little-endian length and its bytes. */
-  if (dt == HARK_TYPE_BYTES && !hark_bytes_check(p, (size_t)byte_size, count))
-    return hark_error_new(HARK_ERR_INVALID_ARG,
-                          "input '%s': shared memory region '%s' does not hold %lld "
-                          "length-prefixed BYTES elements filling shared_memory_byte_size %llu",
-                          name, region, (long long)count, (unsigned long long)byte_size);
-  /* The backend reads it in place (no copy): the client must leave the
-   * region alone until the response arrives, as with Triton. Typed
-   * elements must be aligned for that; an odd offset costs a copy. */
-  if (esize > 1 && (uintptr_t)p % esize) {
-    void *copy = malloc(byte_size ? (size_t)byte_size : 1); /* client-sized */
-    if (!copy)
-      return hark_error_new(HARK_ERR_RESOURCE_EXHAUSTED, "out of memory for input '%s'", name);
-    memcpy(copy, p, (size_t)byte_size);
-    hark_request_attach(req, copy, free);
-    p = copy;
-  }
-  *data = p;
-  return NULL;
-}
-
-hark_error *hark_kserve_shm_output(hark_shm *shm, hark_request *req, const char *name,
-                                   const char *region, uint64_t offset, uint64_t byte_size,
-                                   hark_shm_region **out) {
-  *out = NULL;
-  if (!shm) return shm_off("output", name);
-  hark_shm_region *r;
-  hark_error *err = hark_shm_acquire(shm, region, &r);
-  if (err) return err;
-  hark_request_attach(req, r, hark_shm_release);
-  char what[200];
-  snprintf(what, sizeof what, "output '%.150s'", name);
-  void *p;
-  if ((err = hark_shm_span(r, offset, byte_size, what, &p))) return err;
-  *out = r;
-  return NULL;
-}
-
-hark_error *hark_kserve_shm_write(hark_shm_region *r, uint64_t offset, uint64_t byte_size,
-                                  const hark_tensor *t) {
-  if (t->byte_size > byte_size)
-    return hark_error_new(HARK_ERR_INVALID_ARG,
-                          "output '%s' of %zu bytes does not fit in its shared_memory_byte_size "
-                          "%llu (shared memory region '%s')",
-                          t->name, t->byte_size, (unsigned long long)byte_size,
-                          hark_shm_region_name(r));
-  char what[200];
-  snprintf(what, sizeof what, "output '%.150s'", t->name);
-  void *p;
-  hark_error *err = hark_shm_span(r, offset, t->byte_size, what, &p);
-  if (err) return err;
-  if (t->byte_size) memcpy(p, t->data, t->byte_size);
   return NULL;
 }

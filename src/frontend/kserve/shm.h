@@ -22,6 +22,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "hark/request.h"
 #include "hark/types.h"
 
 typedef struct hark_shm hark_shm;
@@ -82,5 +83,27 @@ uint64_t hark_shm_region_size(const hark_shm_region *r);
  */
 hark_error *hark_shm_span(hark_shm_region *r, uint64_t offset, uint64_t size, const char *what,
                           void **out);
+
+/* ---- binding tensors to regions (both protocols, and the response writer) ------ */
+
+/*
+ * An input's data in shared memory: checks `byte_size` against the tensor
+ * (count elements of `dt`; BYTES: length-prefixed elements filling it) and
+ * offset + byte_size against the region `region` of `shm`, holds the region
+ * for `req` (released when it is freed), and returns the data's address.
+ * INVALID_ARG naming input `name` otherwise. Shared by HTTP and gRPC.
+ */
+hark_error *hark_kserve_shm_input(hark_shm *shm, hark_request *req, const char *name,
+                                  hark_datatype dt, int64_t count, const char *region,
+                                  uint64_t offset, uint64_t byte_size, const void **data);
+/* Holds the region of a requested output for `req` after checking that
+ * offset + byte_size fits in it; *out is the region. */
+hark_error *hark_kserve_shm_output(hark_shm *shm, hark_request *req, const char *name,
+                                   const char *region, uint64_t offset, uint64_t byte_size,
+                                   hark_shm_region **out);
+/* Copies output `t` into its region (held), checking that it fits in
+ * byte_size: INVALID_ARG when the region is too small or was truncated. */
+hark_error *hark_kserve_shm_write(hark_shm_region *r, uint64_t offset, uint64_t byte_size,
+                                  const hark_tensor *t);
 
 #endif

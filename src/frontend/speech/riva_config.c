@@ -13,7 +13,7 @@
 #include <string.h>
 #include <strings.h>
 
-#include "hark/backend.h"
+#include "hark/model.h"
 #include "util/alloc.h"
 
 typedef Nvidia__Riva__Asr__RecognitionConfig recognition_config;

@@ -39,8 +39,8 @@
 
 #include "frontend/http/http.h"
 #include "hark/audio.h"
-#include "hark/backend.h"
 #include "hark/config.h"
+#include "hark/model.h"
 #include "util/alloc.h"
 #include "util/log.h"
 

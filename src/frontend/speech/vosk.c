@@ -23,13 +23,13 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "frontend/kserve/kserve.h"
+#include "frontend/kserve/route.h"
 #include "frontend/speech/asr_result.h"
 #include "frontend/speech/session.h"
 #include "frontend/speech/speech.h"
 #include "frontend/speech/vosk_text.h"
 #include "hark/audio.h"
-#include "hark/backend.h"
+#include "hark/model.h"
 #include "util/alloc.h"
 #include "util/log.h"
 

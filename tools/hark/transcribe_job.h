@@ -1,14 +1,15 @@
 /*
- * transcribe.h — what `hark transcribe` shares between its files:
- * transcribe.c parses the options and reads the files; transcribe_ws.c
- * runs the streams over Vosk's WebSocket protocol (one libwebsockets
- * context), transcribe_grpc.c over Riva's StreamingRecognize (one
- * completion queue); both fill one tr_job per stream, and
+ * transcribe_job.h — `hark transcribe`'s run and its jobs, as every part
+ * of it sees them: transcribe.c parses the options, reads the files and
+ * makes the jobs; a driver (transcribe_ws.c over Vosk's WebSocket
+ * protocol, transcribe_grpc.c over Riva's StreamingRecognize) runs them,
+ * handing each result to the helpers below (transcribe_job.c); and
  * transcribe_report.c turns the jobs and the latency series into the
- * human report or the --json document.
+ * human report or the --json document. The drivers depend on this file,
+ * not on transcribe.c that calls them.
  */
-#ifndef HARK_TOOLS_TRANSCRIBE_H
-#define HARK_TOOLS_TRANSCRIBE_H
+#ifndef HARK_TOOLS_TRANSCRIBE_JOB_H
+#define HARK_TOOLS_TRANSCRIBE_JOB_H
 
 #include <stdbool.h>
 #include <stddef.h>
@@ -63,10 +64,7 @@ typedef struct tr_run {
   double audio_seconds; /* of the streams that finished ok */
 } tr_run;
 
-/* Prints the end-of-run report (text) or the one JSON object (--json). */
-void tr_report(tr_run *r);
-
-/* ---- shared by both protocols (transcribe.c) ---- */
+/* ---- what a stream does with its results (transcribe_job.c) ---- */
 
 /* The file's name without its folder, to tag printed lines. */
 const char *tr_file_tag(const tr_file *f);
@@ -81,19 +79,5 @@ void tr_partial(const tr_opts *o, const tr_file *f, const tr_job *j, const char 
 void tr_final(const tr_opts *o, const tr_file *f, tr_job *j, const cJSON *doc);
 /* The stream's one line when it ends (text mode). */
 void tr_print_end(const tr_file *f, const tr_job *j);
-
-/* ---- WebSocket (transcribe_ws.c) ---- */
-
-/* Runs every job of `run` over WebSocket. Returns 0 when the jobs ran
- * (each has its status), -1 (with a message) when the server cannot be
- * reached or memory ran out. */
-int tr_ws_run(tr_run *run);
-
-/* ---- gRPC (transcribe_grpc.c) ---- */
-
-/* Runs every job of `run` over gRPC. Returns 0 when the jobs ran (each
- * has its status), -1 (with a message) when the server cannot be reached
- * or memory ran out. */
-int tr_grpc_run(tr_run *run, const tr_file *files);
 
 #endif
