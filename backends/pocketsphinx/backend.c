@@ -28,7 +28,7 @@
  * with audio also carries VAD_PROB, the VAD model's speech probability of
  * each 32 ms of the stream's audio (the speech front ends compute it with
  * the model vad_model names, batched across streams), and the stream's
- * gate (gate.c) opens and closes utterances on it. Request parameters
+ * gate (hark_vad_gate) opens and closes utterances on it. Request parameters
  * start_threshold / stop_threshold join silence_ms / startspeech_ms (the
  * stop and start histories) as the stream's endpointing.
  */

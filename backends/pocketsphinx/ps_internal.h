@@ -3,7 +3,6 @@
  *   settings.c  model parameters -> pocketsphinx arguments + hark settings
  *   pool.c      the model's bounded pool of decoders
  *   stream.c    one stream's recognition (front end, endpointing, results)
- *   gate.c      utterances opened by a neural VAD's probabilities (VAD_PROB)
  *   backend.c   the hark backend API glue
  *
  * The central idea (stream.c): every stream owns a sphinxbase front end
@@ -27,6 +26,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "hark/audio.h"
+
 /* ---- settings.c ---------------------------------------------------------- */
 
 #define PS_MAX_ARGS 128
@@ -46,19 +47,13 @@ typedef struct ps_degrade_settings {
   uint32_t breaker_ms; /* breaker_ms: one reply this late switches its stream */
 } ps_degrade_settings;
 
-/* A neural VAD's gate (gate.c): parameter vad_model names the VAD whose
- * per-frame speech probabilities (input VAD_PROB, one per 32 ms) open and
- * close utterances in place of the front end's energy detector. */
-#define PS_GATE_FRAME_MS 32u
+/* A neural VAD's gate (hark_vad_gate, src/audio/vad_gate.c): parameter
+ * vad_model names the VAD whose per-frame speech probabilities (input
+ * VAD_PROB, one per 32 ms) open and close utterances in place of the front
+ * end's energy detector. */
 typedef struct ps_gate_settings {
-  int on;                  /* vad_model is set */
-  float speech_threshold;  /* a frame at least this probable is speech (0.5) */
-  float silence_threshold; /* below this it is silence (0.35) */
-  uint32_t start_history_ms;
-  float start_threshold; /* of start_history_ms speech opens an utterance */
-  uint32_t stop_history_ms;
-  float stop_threshold;  /* of stop_history_ms silence closes it */
-  uint32_t prespeech_ms; /* audio kept before the opening window */
+  int on; /* vad_model is set */
+  hark_vad_gate_settings g;
 } ps_gate_settings;
 
 typedef struct ps_settings {
@@ -207,7 +202,7 @@ void ps_result_fini(ps_result *r);
 ps_stream *ps_stream_new(ps_pool *pool, uint32_t client_rate, const ps_endpointing *ep, char *err,
                          size_t errlen);
 /* Gated streams (the model has a vad_model): the speech probabilities of
- * the next frames of the stream's audio, one per PS_GATE_FRAME_MS of it at
+ * the next frames of the stream's audio, one per HARK_VAD_FRAME_MS of it at
  * the model rate, in order. Audio waits (bounded by max_buffered_ms) until
  * its frame's probability is there; at END or flush, audio no probability
  * covers belongs to the utterance if one is open, else is dropped. PS_FULL
@@ -257,32 +252,6 @@ double ps_stream_audio_processed(const ps_stream *st);
 /* The profile the stream's next utterance decodes with (the current one
  * keeps its own: a search cannot change inside an utterance). */
 void ps_stream_set_profile(ps_stream *st, ps_profile p);
-
-/* ---- gate.c --------------------------------------------------------------- */
-
-typedef enum ps_gate_event {
-  PS_GATE_IDLE = 0, /* outside an utterance */
-  PS_GATE_OPEN,     /* this frame opens one */
-  PS_GATE_SPEECH,   /* inside one */
-  PS_GATE_CLOSE,    /* this frame (the last of its trailing silence) closes it */
-} ps_gate_event;
-
-typedef struct ps_gate {
-  ps_gate_settings set;               /* the model's, with the stream's endpointing over it */
-  uint32_t start_window, stop_window; /* frames */
-  uint32_t start_need, stop_need;     /* frames of the window that decide */
-  uint8_t *start_ring, *stop_ring;    /* speech / silence flags of the windows */
-  uint32_t start_pos, stop_pos, start_count, stop_count;
-  bool in_speech;
-} ps_gate;
-
-/* 0, or -1 out of memory. ep: the stream's endpointing (NULL: the model's). */
-int ps_gate_init(ps_gate *g, const ps_gate_settings *set, const ps_endpointing *ep);
-void ps_gate_fini(ps_gate *g);
-/* Back outside an utterance, with empty windows. */
-void ps_gate_reset(ps_gate *g);
-/* One frame's probability. */
-ps_gate_event ps_gate_step(ps_gate *g, float prob);
 
 /* ---- degrade.c ------------------------------------------------------------ */
 

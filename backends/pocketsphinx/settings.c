@@ -32,7 +32,7 @@
  *   language_code            informational (e.g. "en-US"): what the model recognises
  *   verbose                  "true": keep the library's log
  *   vad_model                a VAD model whose per-frame speech probabilities
- *                            (input VAD_PROB) open and close utterances (gate.c);
+ *                            (input VAD_PROB) open and close utterances (hark_vad_gate);
  *                            the speech front ends run it, this backend gates:
  *   speech_threshold, silence_threshold   a frame's probability class (0.5, 0.35)
  *   start_history_ms, start_threshold     speech that opens an utterance (96, 0.6)
@@ -137,7 +137,8 @@ int ps_settings_init(ps_settings *s, ps_param_fn get, void *ctx, char *err, size
   s->max_alternatives = 10;
   s->default_sample_rate = 16000;
   s->degrade = (ps_degrade_settings){0, 10000, 200, 3, 1000};
-  s->gate = (ps_gate_settings){0, 0.5f, 0.35f, 96, 0.6f, 512, 0.95f, 200};
+  s->gate.on = 0;
+  hark_vad_gate_settings_default(&s->gate.g);
   for (size_t i = 0; i < PS_FAST_PROFILE_ARGC; i++)
     if (set_in(s->fast_argv, &s->fast_argc, ps_fast_profile_args[i][0], ps_fast_profile_args[i][1]))
       goto oom;
@@ -182,22 +183,22 @@ int ps_settings_init(ps_settings *s, ps_param_fn get, void *ctx, char *err, size
     } else if (!strcmp(key, "silence_ms")) {
       bad = set_frames_arg(s, "-vad_postspeech", v);
     } else if (!strcmp(key, "prespeech_ms")) {
-      bad =
-          set_frames_arg(s, "-vad_prespeech", v) || parse_u32(v, 0, 600000, &s->gate.prespeech_ms);
+      bad = set_frames_arg(s, "-vad_prespeech", v) ||
+            parse_u32(v, 0, 600000, &s->gate.g.prespeech_ms);
     } else if (!strcmp(key, "vad_model")) {
       s->gate.on = *v != '\0';
     } else if (!strcmp(key, "speech_threshold")) {
-      bad = parse_unit(v, &s->gate.speech_threshold);
+      bad = parse_unit(v, &s->gate.g.speech_threshold);
     } else if (!strcmp(key, "silence_threshold")) {
-      bad = parse_unit(v, &s->gate.silence_threshold);
+      bad = parse_unit(v, &s->gate.g.silence_threshold);
     } else if (!strcmp(key, "start_threshold")) {
-      bad = parse_unit(v, &s->gate.start_threshold);
+      bad = parse_unit(v, &s->gate.g.start_threshold);
     } else if (!strcmp(key, "stop_threshold")) {
-      bad = parse_unit(v, &s->gate.stop_threshold);
+      bad = parse_unit(v, &s->gate.g.stop_threshold);
     } else if (!strcmp(key, "start_history_ms")) {
-      bad = parse_u32(v, 1, 60000, &s->gate.start_history_ms);
+      bad = parse_u32(v, 1, 60000, &s->gate.g.start_history_ms);
     } else if (!strcmp(key, "stop_history_ms")) {
-      bad = parse_u32(v, 1, 60000, &s->gate.stop_history_ms);
+      bad = parse_u32(v, 1, 60000, &s->gate.g.stop_history_ms);
     } else if (!strcmp(key, "startspeech_ms")) {
       bad = set_frames_arg(s, "-vad_startspeech", v);
     } else if (!strcmp(key, "decoder_pool_size")) {

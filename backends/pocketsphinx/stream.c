@@ -47,9 +47,9 @@
  * other speakers wait, and a client that resumes at real time loses no
  * audio.
  *
- * Gated streams (the model names a vad_model, gate.c) have a front end
+ * Gated streams (the model names a vad_model, hark_vad_gate) have a front end
  * without its detector, and audio reaches it only inside utterances: each
- * 32 ms frame waits in the fifo for its probability (VAD_PROB), gate.c
+ * 32 ms frame waits in the fifo for its probability (VAD_PROB), the gate
  * judges it, and outside an utterance it is kept only as pre-roll (the
  * opening window plus prespeech_ms), so a silent stream costs a few
  * comparisons and no MFCC, no decoder.
@@ -119,7 +119,7 @@ struct ps_stream {
   uint64_t utt_start_sample; /* where this utterance's first cepstrum starts */
   /* gated streams: probabilities waiting for their audio, probs[p_head..n_probs) */
   bool gated;
-  ps_gate gate;
+  hark_vad_gate gate;
   float *probs;
   size_t p_head, n_probs, cap_probs, max_probs;
   size_t judged;          /* fifo[head..judged): pre-roll; [judged..len): not yet judged */
@@ -456,7 +456,7 @@ static ps_status end_utterance(ps_stream *st, ps_result *r, char *err, size_t er
     st->ps = NULL;
   }
   fe_start_utt(st->fe);
-  if (st->gated) ps_gate_reset(&st->gate);
+  if (st->gated) hark_vad_gate_reset(&st->gate);
   st->fe_utt_base = st->samples_fed;
   st->utt_started = 0;
   st->end_pending = 0;
@@ -488,7 +488,7 @@ static ps_status end_utterance_async(ps_stream *st, ps_result *r, char *err, siz
   st->ps = NULL;
   if (ps_pool_run(st->pool, finish_job, st) != 0) finish_job(st); /* here, then */
   fe_start_utt(st->fe);
-  if (st->gated) ps_gate_reset(&st->gate);
+  if (st->gated) hark_vad_gate_reset(&st->gate);
   st->fe_utt_base = st->samples_fed;
   st->utt_started = 0;
   st->end_pending = 0;
@@ -574,15 +574,20 @@ ps_stream *ps_stream_new(ps_pool *pool, uint32_t client_rate, const ps_endpointi
   if (!st->norm) snprintf(err, errlen, "pocketsphinx: out of memory");
   st->gated = st->set->gate.on != 0;
   if (st->gated && st->norm) {
-    if (ps_gate_init(&st->gate, &st->set->gate, ep) != 0) {
+    hark_vad_gate_settings gs = st->set->gate.g; /* the stream's endpointing over the model's */
+    if (ep && ep->startspeech_ms) gs.start_history_ms = ep->startspeech_ms;
+    if (ep && ep->silence_ms) gs.stop_history_ms = ep->silence_ms;
+    if (ep && ep->start_threshold > 0) gs.start_threshold = ep->start_threshold;
+    if (ep && ep->stop_threshold > 0) gs.stop_threshold = ep->stop_threshold;
+    if (hark_vad_gate_init(&st->gate, &gs) != 0) {
       snprintf(err, errlen, "pocketsphinx: out of memory");
       ps_stream_free(st);
       return NULL;
     }
-    st->frame_samples = (size_t)st->model_rate * PS_GATE_FRAME_MS / 1000;
+    st->frame_samples = (size_t)st->model_rate * HARK_VAD_FRAME_MS / 1000;
     st->preroll_samples = st->gate.start_window * st->frame_samples +
                           (size_t)st->model_rate * st->gate.set.prespeech_ms / 1000;
-    st->max_probs = st->set->max_buffered_ms / PS_GATE_FRAME_MS + 64;
+    st->max_probs = st->set->max_buffered_ms / HARK_VAD_FRAME_MS + 64;
   }
   st->fe = st->norm ? ps_pool_fe_new(pool, ep, st->gated) : NULL;
   if (!st->fe) {
@@ -615,7 +620,7 @@ void ps_stream_free(ps_stream *st) {
   free(st->fifo);
   free(st->cep);
   free(st->cep_rows);
-  if (st->gated) ps_gate_fini(&st->gate);
+  if (st->gated) hark_vad_gate_fini(&st->gate);
   free(st->probs);
   free(st);
 }
@@ -739,18 +744,18 @@ static ps_status run_gated(ps_stream *st, unsigned flags, ps_result *r, char *er
     size_t avail = st->len - st->judged;
     if (avail == 0 || (avail < st->frame_samples && !closing)) break;
     size_t a = st->judged, b = a + (avail < st->frame_samples ? avail : st->frame_samples);
-    ps_gate_event ev = ps_gate_step(&st->gate, st->probs[st->p_head++]);
+    hark_vad_gate_event ev = hark_vad_gate_step(&st->gate, st->probs[st->p_head++]);
     st->judged = b;
-    if (ev == PS_GATE_OPEN) {
+    if (ev == HARK_VAD_GATE_OPEN) {
       a = b - st->head > st->preroll_samples ? b - st->preroll_samples : st->head;
       st->utt_start_sample = stream_index(st, a);
       st->utt_has_frames = 1;
     }
     s = PS_OK;
-    if (ev != PS_GATE_IDLE) {
+    if (ev != HARK_VAD_GATE_IDLE) {
       s = fe_block(st, st->fifo + a, b - a, err, errlen);
       st->head = b;
-      if (ev == PS_GATE_CLOSE) st->end_pending = 1;
+      if (ev == HARK_VAD_GATE_CLOSE) st->end_pending = 1;
     } else if (b - st->head > st->preroll_samples) {
       st->head = b - st->preroll_samples;
     }
@@ -766,7 +771,7 @@ static ps_status run_gated(ps_stream *st, unsigned flags, ps_result *r, char *er
   st->samples_fed = st->samples_in;
   if (s != PS_OK || (s = drain(st, err, errlen)) != PS_OK) return s;
   if (st->gate.in_speech || st->ps) return end_utterance(st, r, err, errlen);
-  ps_gate_reset(&st->gate);
+  hark_vad_gate_reset(&st->gate);
   return PS_OK;
 }
 

@@ -276,6 +276,55 @@ const float *hark_fbank_frames(const hark_fbank *f);
 size_t hark_fbank_read(const hark_fbank *f, size_t i, size_t k, float *out);
 void hark_fbank_pop(hark_fbank *f, size_t n);
 
+/* ---- VAD gate: utterances from a VAD's speech probabilities ------------- */
+
+/*
+ * A neural VAD (silero_vad) gives one speech probability per 32 ms frame;
+ * the gate opens an utterance once start_threshold of the last
+ * start_history_ms are speech (probability >= speech_threshold) and closes
+ * it once stop_threshold of the last stop_history_ms are silence
+ * (probability < silence_threshold): Riva's endpointing_config. Pure logic,
+ * one per stream; the caller moves the audio (prespeech_ms before the
+ * opening window belongs to the utterance).
+ */
+#define HARK_VAD_FRAME_MS 32u
+
+typedef struct hark_vad_gate_settings {
+  float speech_threshold;    /* 0.5 */
+  float silence_threshold;   /* 0.35 */
+  uint32_t start_history_ms; /* 96 */
+  float start_threshold;     /* 0.6 */
+  uint32_t stop_history_ms;  /* 512 */
+  float stop_threshold;      /* 0.95 */
+  uint32_t prespeech_ms;     /* 200 */
+} hark_vad_gate_settings;
+
+typedef enum hark_vad_gate_event {
+  HARK_VAD_GATE_IDLE = 0, /* outside an utterance */
+  HARK_VAD_GATE_OPEN,     /* this frame opens one */
+  HARK_VAD_GATE_SPEECH,   /* inside one */
+  HARK_VAD_GATE_CLOSE,    /* this frame (the last of its trailing silence) closes it */
+} hark_vad_gate_event;
+
+typedef struct hark_vad_gate {
+  hark_vad_gate_settings set;
+  uint32_t start_window, stop_window; /* frames */
+  uint32_t start_need, stop_need;     /* frames of the window that decide */
+  uint8_t *start_ring, *stop_ring;    /* speech / silence flags of the windows */
+  uint32_t start_pos, stop_pos, start_count, stop_count;
+  int in_speech;
+} hark_vad_gate;
+
+/* The defaults above (silero's hysteresis, Riva's histories). */
+void hark_vad_gate_settings_default(hark_vad_gate_settings *s);
+/* 0, or -1 out of memory. Free with hark_vad_gate_fini. */
+int hark_vad_gate_init(hark_vad_gate *g, const hark_vad_gate_settings *set);
+void hark_vad_gate_fini(hark_vad_gate *g);
+/* Back outside an utterance, with empty windows. */
+void hark_vad_gate_reset(hark_vad_gate *g);
+/* One frame's probability. */
+hark_vad_gate_event hark_vad_gate_step(hark_vad_gate *g, float prob);
+
 #ifdef __cplusplus
 }
 #endif

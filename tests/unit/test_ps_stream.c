@@ -4,8 +4,8 @@
  * chunks must give exactly what pocketsphinx_continuous prints for them
  * (run by the test itself), whatever decoder a stream gets; plus decoder
  * reuse, flush, pool exhaustion, odd lengths, bad rates, resampled input
- * and the WER of both against the reference transcription; and gate.c's
- * rule (VAD-gated models).
+ * and the WER of both against the reference transcription. (The VAD gate's
+ * rule is tests/unit/test_vad_gate.c.)
  */
 #include <ctype.h>
 #include <pthread.h>
@@ -922,49 +922,8 @@ static void test_memory(void **state) {
   ps_pool_free(pool);
 }
 
-/* gate.c: Riva's rule over per-frame probabilities, and a stream's own
- * endpointing over the model's. */
-static void test_gate_rule(void **state) {
-  (void)state;
-  ps_gate_settings set = {1, 0.5f, 0.35f, 96, 0.6f, 128, 1.0f, 200};
-  ps_gate g;
-  assert_int_equal(ps_gate_init(&g, &set, NULL), 0);
-  assert_int_equal(g.start_window, 3); /* 96 ms: 3 frames, 2 of them speech */
-  assert_int_equal(g.start_need, 2);
-  assert_int_equal(g.stop_window, 4);
-  assert_int_equal(g.stop_need, 4);
-  assert_int_equal(ps_gate_step(&g, 0.9f), PS_GATE_IDLE);
-  assert_int_equal(ps_gate_step(&g, 0.1f), PS_GATE_IDLE);
-  assert_int_equal(ps_gate_step(&g, 0.5f), PS_GATE_OPEN); /* 2 of the last 3 */
-  /* between the thresholds is neither: it does not count as silence */
-  for (int i = 0; i < 10; i++) assert_int_equal(ps_gate_step(&g, 0.4f), PS_GATE_SPEECH);
-  assert_int_equal(ps_gate_step(&g, 0.1f), PS_GATE_SPEECH);
-  assert_int_equal(ps_gate_step(&g, 0.1f), PS_GATE_SPEECH);
-  assert_int_equal(ps_gate_step(&g, 0.9f), PS_GATE_SPEECH); /* breaks the run */
-  for (int i = 0; i < 3; i++) assert_int_equal(ps_gate_step(&g, 0.34f), PS_GATE_SPEECH);
-  assert_int_equal(ps_gate_step(&g, 0.34f), PS_GATE_CLOSE);
-  /* a closed gate starts its window afresh */
-  assert_int_equal(ps_gate_step(&g, 0.9f), PS_GATE_IDLE);
-  ps_gate_reset(&g);
-  assert_false(g.in_speech);
-  ps_gate_fini(&g);
-  /* the stream's endpointing: histories and fractions over the model's */
-  ps_endpointing ep = {256, 32, 1.0f, 0.25f};
-  assert_int_equal(ps_gate_init(&g, &set, &ep), 0);
-  assert_int_equal(g.start_window, 1);
-  assert_int_equal(g.start_need, 1);
-  assert_int_equal(g.stop_window, 8);
-  assert_int_equal(g.stop_need, 2);
-  assert_int_equal(ps_gate_step(&g, 0.7f), PS_GATE_OPEN);
-  assert_int_equal(ps_gate_step(&g, 0.1f), PS_GATE_SPEECH);
-  assert_int_equal(ps_gate_step(&g, 0.9f), PS_GATE_SPEECH);
-  assert_int_equal(ps_gate_step(&g, 0.1f), PS_GATE_CLOSE); /* 2 of 8 */
-  ps_gate_fini(&g);
-}
-
 int main(void) {
   const struct CMUnitTest tests[] = {
-      cmocka_unit_test(test_gate_rule),
       cmocka_unit_test(test_matches_continuous),
       cmocka_unit_test(test_single_pass_setting),
       cmocka_unit_test(test_latency_profiles),

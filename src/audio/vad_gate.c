@@ -1,7 +1,7 @@
 /*
- * gate.c — utterances opened and closed by a neural VAD's per-frame speech
- * probabilities (model parameter vad_model; input VAD_PROB), instead of the
- * front end's energy detector.
+ * vad_gate.c — utterances opened and closed by a neural VAD's per-frame
+ * speech probabilities (a speech model's parameter vad_model; its input
+ * VAD_PROB), for every recogniser that is gated (pocketsphinx, neural_asr).
  *
  * The rule is Riva's endpointing_config: a frame (32 ms) counts as speech
  * when its probability is at least speech_threshold, as silence when it is
@@ -10,16 +10,17 @@
  * speech, one opens (its audio starts with that window and prespeech_ms
  * before it); inside, once stop_threshold of the last stop_history ms are
  * silence, it closes (that silence is its trailing padding). Pure logic:
- * stream.c moves the audio.
+ * the recogniser moves the audio.
  */
 #include <math.h>
+#include <stdbool.h>
 #include <stdlib.h>
 #include <string.h>
 
-#include "ps_internal.h"
+#include "hark/audio.h"
 
 static uint32_t frames_of(uint32_t ms) {
-  uint32_t n = (ms + PS_GATE_FRAME_MS - 1) / PS_GATE_FRAME_MS;
+  uint32_t n = (ms + HARK_VAD_FRAME_MS - 1) / HARK_VAD_FRAME_MS;
   return n ? n : 1;
 }
 
@@ -28,13 +29,13 @@ static uint32_t needed(float threshold, uint32_t window) {
   return n < 1 ? 1 : n > window ? window : (uint32_t)n;
 }
 
-int ps_gate_init(ps_gate *g, const ps_gate_settings *set, const ps_endpointing *ep) {
+void hark_vad_gate_settings_default(hark_vad_gate_settings *s) {
+  *s = (hark_vad_gate_settings){0.5f, 0.35f, 96, 0.6f, 512, 0.95f, 200};
+}
+
+int hark_vad_gate_init(hark_vad_gate *g, const hark_vad_gate_settings *set) {
   memset(g, 0, sizeof *g);
   g->set = *set;
-  if (ep && ep->startspeech_ms) g->set.start_history_ms = ep->startspeech_ms;
-  if (ep && ep->silence_ms) g->set.stop_history_ms = ep->silence_ms;
-  if (ep && ep->start_threshold > 0) g->set.start_threshold = ep->start_threshold;
-  if (ep && ep->stop_threshold > 0) g->set.stop_threshold = ep->stop_threshold;
   g->start_window = frames_of(g->set.start_history_ms);
   g->stop_window = frames_of(g->set.stop_history_ms);
   g->start_need = needed(g->set.start_threshold, g->start_window);
@@ -44,7 +45,7 @@ int ps_gate_init(ps_gate *g, const ps_gate_settings *set, const ps_endpointing *
   return g->start_ring && g->stop_ring ? 0 : -1;
 }
 
-void ps_gate_fini(ps_gate *g) {
+void hark_vad_gate_fini(hark_vad_gate *g) {
   free(g->start_ring);
   free(g->stop_ring);
   memset(g, 0, sizeof *g);
@@ -56,7 +57,7 @@ static void ring_clear(uint8_t *ring, uint32_t n, uint32_t *pos, uint32_t *count
   *count = 0;
 }
 
-void ps_gate_reset(ps_gate *g) {
+void hark_vad_gate_reset(hark_vad_gate *g) {
   g->in_speech = false;
   ring_clear(g->start_ring, g->start_window, &g->start_pos, &g->start_count);
   ring_clear(g->stop_ring, g->stop_window, &g->stop_pos, &g->stop_count);
@@ -71,20 +72,20 @@ static uint32_t push(uint8_t *ring, uint32_t n, uint32_t *pos, uint32_t *count, 
   return *count;
 }
 
-ps_gate_event ps_gate_step(ps_gate *g, float prob) {
+hark_vad_gate_event hark_vad_gate_step(hark_vad_gate *g, float prob) {
   if (!g->in_speech) {
     bool speech = prob >= g->set.speech_threshold;
     if (push(g->start_ring, g->start_window, &g->start_pos, &g->start_count, speech) <
         g->start_need)
-      return PS_GATE_IDLE;
+      return HARK_VAD_GATE_IDLE;
     g->in_speech = true;
     ring_clear(g->stop_ring, g->stop_window, &g->stop_pos, &g->stop_count);
-    return PS_GATE_OPEN;
+    return HARK_VAD_GATE_OPEN;
   }
   bool silence = prob < g->set.silence_threshold;
   if (push(g->stop_ring, g->stop_window, &g->stop_pos, &g->stop_count, silence) < g->stop_need)
-    return PS_GATE_SPEECH;
+    return HARK_VAD_GATE_SPEECH;
   g->in_speech = false;
   ring_clear(g->start_ring, g->start_window, &g->start_pos, &g->start_count);
-  return PS_GATE_CLOSE;
+  return HARK_VAD_GATE_CLOSE;
 }
