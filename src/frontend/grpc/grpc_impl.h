@@ -110,6 +110,10 @@ hark_grpc_out *hark_grpc_pack(const ProtobufCMessage *msg, size_t max, size_t *s
 /* Asks for what the call has to send to be written: at once on its loop's
  * thread, else from the loop soon. Any thread; c->mu not held. */
 void hark_grpc_kick(hark_grpc_call *c);
+/* Posts the kick even from the loop's own thread: for h2.c's data
+ * provider, which runs inside nghttp2 where no handler may run, to have
+ * the loop read a stream again once it is below its mark. */
+void hark_grpc_kick_later(hark_grpc_call *c);
 /*
  * Unpacking costs the loop a little per message nested in a request (a
  * map entry, a parameter, an input): a request may hold at most this many,

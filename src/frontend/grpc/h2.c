@@ -156,14 +156,17 @@ static int submit_status(h2conn *h, hark_grpc_call *c, bool head) {
 }
 
 /* Frees the slots at the head that are done and have nothing left to
- * write (c->mu held): they let later ones, and reading, go on. */
-static void pop_done_locked(hark_grpc_call *c) {
+ * write (c->mu held): they let later ones, and reading, go on. True when
+ * that took a paused stream below its mark: what waits must be read. */
+static bool pop_done_locked(hark_grpc_call *c) {
+  bool was_paused = c->n_slots >= HARK_GRPC_STREAM_MAX_PENDING;
   while (c->head && c->head->done && !c->head->out_head) {
     hark_grpc_slot *slot = c->head;
     if (!(c->head = slot->next)) c->tail = NULL;
     c->n_slots--;
     slot->free_fn(slot);
   }
+  return was_paused && c->n_slots < HARK_GRPC_STREAM_MAX_PENDING;
 }
 
 /* nghttp2 wants the stream's next bytes: the messages in order, then the
@@ -174,6 +177,7 @@ static ssize_t read_body(nghttp2_session *s, int32_t id, uint8_t *buf, size_t le
   h2conn *h = user;
   hark_grpc_call *c = src->ptr;
   size_t done = 0;
+  bool unpaused = false;
   while (done < length) {
     if (!c->wout) {
       pthread_mutex_lock(&c->mu);
@@ -181,7 +185,7 @@ static ssize_t read_body(nghttp2_session *s, int32_t id, uint8_t *buf, size_t le
         c->wout = c->uout;
         c->uout = NULL;
       }
-      if (!c->forced && !c->wout) pop_done_locked(c);
+      if (!c->forced && !c->wout && pop_done_locked(c)) unpaused = true;
       if (!c->forced && !c->wout && c->head && c->head->out_head) {
         hark_grpc_slot *slot = c->head;
         c->wout = slot->out_head;
@@ -195,6 +199,7 @@ static ssize_t read_body(nghttp2_session *s, int32_t id, uint8_t *buf, size_t le
           submit_status(h, c, false);
         } else if (!done) {
           c->deferred = true;
+          if (unpaused) hark_grpc_kick_later(c);
           return NGHTTP2_ERR_DEFERRED;
         }
         break;
@@ -211,6 +216,11 @@ static ssize_t read_body(nghttp2_session *s, int32_t id, uint8_t *buf, size_t le
       c->wout = NULL;
     }
   }
+  /* Writing the replies freed slots of a stream that had stopped reading
+   * at its mark: nothing else may come to read what waits (its client
+   * sent it all, or is held back by flow control), so the loop is asked
+   * to, once nghttp2 is done here. */
+  if (unpaused) hark_grpc_kick_later(c);
   return (ssize_t)done;
 }
 
@@ -532,6 +542,12 @@ static void stream_gone(h2conn *h, hark_grpc_call *c) {
   if (c->next) c->next->prev = c->prev;
   c->prev = c->next = NULL;
   c->conn = NULL;
+  /* DATA the stream received and never read (it was paused, or a message
+   * was half in) still holds the connection's window: give it back, or
+   * every such stream cancelled shrinks the window for good, until the
+   * whole connection stalls. */
+  if (c->unconsumed) nghttp2_session_consume_connection(h->s, c->unconsumed);
+  c->unconsumed = 0;
   if (c->began) h->n_bidi--;
   if (!h->calls) h->idle_since_ns = hark_now_ns();
   hark_http_timer_free(c->deadline);
