@@ -92,6 +92,12 @@ static void usage(FILE *f) {
           "                              --max-streams, 512; 0: no cap)\n"
           "  --grpc-stream-idle-timeout-secs N  end a gRPC stream that sends nothing this\n"
           "                              long, DEADLINE_EXCEEDED (60; 0: never)\n"
+          "  --grpc-message-timeout-secs N  end a gRPC call whose request message gets no\n"
+          "                              byte this long, DEADLINE_EXCEEDED (30; 0: never)\n"
+          "  --grpc-max-declared-bytes-per-connection N  bytes of gRPC messages one\n"
+          "                              connection may have declared and not yet sent;\n"
+          "                              more are refused, RESOURCE_EXHAUSTED (default:\n"
+          "                              4 x --grpc-max-message-bytes; 0: that default)\n"
           "  --grpc-keepalive-time MS    ping a gRPC client silent this long (7200000)\n"
           "  --grpc-keepalive-timeout MS close it if the ping is unanswered this long (20000)\n"
           "  --grpc-keepalive-permit-without-calls BOOL  keepalive pings both ways on a\n"
@@ -317,6 +323,8 @@ int main(int argc, char **argv) {
     O_GRPC_MAX_CONC,
     O_GRPC_STREAMS_CONN,
     O_GRPC_STREAM_IDLE,
+    O_GRPC_MSG_TIMEOUT,
+    O_GRPC_DECLARED,
     O_GRPC_KA_TIME,
     O_GRPC_KA_TIMEOUT,
     O_GRPC_KA_PERMIT,
@@ -380,6 +388,8 @@ int main(int argc, char **argv) {
       {"grpc-max-concurrent-streams", required_argument, 0, O_GRPC_MAX_CONC},
       {"grpc-max-streams-per-connection", required_argument, 0, O_GRPC_STREAMS_CONN},
       {"grpc-stream-idle-timeout-secs", required_argument, 0, O_GRPC_STREAM_IDLE},
+      {"grpc-message-timeout-secs", required_argument, 0, O_GRPC_MSG_TIMEOUT},
+      {"grpc-max-declared-bytes-per-connection", required_argument, 0, O_GRPC_DECLARED},
       {"grpc-keepalive-time", required_argument, 0, O_GRPC_KA_TIME},
       {"grpc-keepalive-timeout", required_argument, 0, O_GRPC_KA_TIMEOUT},
       {"grpc-keepalive-permit-without-calls", required_argument, 0, O_GRPC_KA_PERMIT},
@@ -417,6 +427,7 @@ int main(int argc, char **argv) {
       .grpc = {.max_message_bytes = 64u << 20,
                .max_concurrent_streams = 1024,
                .stream_idle_timeout_ms = 60000,
+               .message_timeout_ms = 30000,
                .keepalive_time_ms = 7200000,
                .keepalive_timeout_ms = 20000,
                .max_pings_without_data = 2,
@@ -521,6 +532,14 @@ int main(int argc, char **argv) {
     case O_GRPC_STREAM_IDLE:
       go->stream_idle_timeout_ms =
           1000u * (uint64_t)parse_num("--grpc-stream-idle-timeout-secs", optarg, 0, 86400);
+      break;
+    case O_GRPC_MSG_TIMEOUT:
+      go->message_timeout_ms =
+          1000u * (uint64_t)parse_num("--grpc-message-timeout-secs", optarg, 0, 86400);
+      break;
+    case O_GRPC_DECLARED:
+      go->max_declared_bytes_per_connection =
+          (size_t)parse_num("--grpc-max-declared-bytes-per-connection", optarg, 0, LONG_MAX);
       break;
     case O_GRPC_KA_TIME:
       go->keepalive_time_ms = (uint64_t)parse_num("--grpc-keepalive-time", optarg, 0, INT_MAX);

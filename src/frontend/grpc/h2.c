@@ -22,11 +22,15 @@
  * call: the service hears of it (closed) and what it sends later is
  * dropped.
  *
+ * Memory: a message's bytes are charged to the in-flight budget as they
+ * arrive, never as its prefix declares; what a connection's messages
+ * declared and have not sent is bounded (RESOURCE_EXHAUSTED past it).
+ *
  * Time and count limits (grpc.h's options), checked by a per-connection
  * tick: calls per connection (SETTINGS_MAX_CONCURRENT_STREAMS, enforced
  * by nghttp2 with REFUSED_STREAM) and bidirectional streams per
- * connection (RESOURCE_EXHAUSTED); a stream idle too long
- * (DEADLINE_EXCEEDED); a connection idle or old (GOAWAY NO_ERROR, then
+ * connection (RESOURCE_EXHAUSTED); a stream idle too long, or a request
+ * message that stops coming (DEADLINE_EXCEEDED); a connection idle or old (GOAWAY NO_ERROR, then
  * close); keepalive PINGs and their timeout; the client's pings policed as
  * gRPC core does (GOAWAY ENHANCE_YOUR_CALM "too_many_pings").
  */
@@ -82,6 +86,7 @@ struct h2conn {
   uint32_t ping_strikes;       /* the client's pings too soon */
   uint32_t pings_without_data; /* our PINGs since our last HEADERS/DATA */
   uint32_t n_bidi;             /* bidirectional streams begun and open */
+  size_t declared;             /* its calls' messages: declared bytes not yet in */
   bool goaway, terminating;    /* GOAWAY sent; close once it is out */
 };
 
@@ -261,7 +266,10 @@ static void flush(hark_grpc_call *c) {
   if (conn_write(h) < 0) hark_raw_close(h->raw);
 }
 
-/* Ends the call with a status now (loop thread), as if replied. */
+static void message_drop(hark_grpc_call *c);
+
+/* Ends the call with a status now (loop thread), as if replied; what it
+ * was receiving is dropped. */
 static void finish(hark_grpc_call *c, hark_grpc_code code, const char *details) {
   pthread_mutex_lock(&c->mu);
   if (c->code == HARK_GRPC_OK) {
@@ -271,6 +279,11 @@ static void finish(hark_grpc_call *c, hark_grpc_code code, const char *details) 
   c->replied = true;
   c->read_done = true;
   pthread_mutex_unlock(&c->mu);
+  message_drop(c); /* a message half in holds nothing once the call is over */
+  if (!c->reading) {
+    hark_buf_free(&c->in);
+    c->in_off = c->skip = 0;
+  }
   flush(c);
 }
 
@@ -338,14 +351,33 @@ static void half_close(hark_grpc_call *c) {
   flush(c);
 }
 
-/* Takes a message of `n` bytes from the in-flight budget and, for a
- * stream, from its own share, before any of it is held; false (with the
- * client's text in c->refuse_text) when either would pass its bound. */
-static bool message_take(hark_grpc_call *c, size_t n) {
+/*
+ * A message's bytes are charged to the in-flight budget as they arrive
+ * (as HTTP bodies are), never as declared: a prefix that declares 64 MiB
+ * and sends nothing holds nothing. What is declared and not yet sent is
+ * bounded per connection instead (--grpc-max-declared-bytes-per-connection),
+ * and a message that stops coming ends with the message timeout.
+ */
+
+/* The message being received is done with, whole or not: what it
+ * declared and did not send leaves the connection's count. */
+static void message_close(hark_grpc_call *c) {
+  if (!c->msg_open) return;
+  if (c->conn) c->conn->declared -= c->msg_unsent;
+  c->msg_unsent = 0;
+  c->msg_open = false;
+}
+
+/* The prefix of a message of `n` bytes is in: the bounds on its declared
+ * size, before a byte of it is held; false (with the client's text in
+ * c->refuse_text) when it passes one. */
+static bool message_open(hark_grpc_call *c, size_t n) {
+  h2conn *h = c->conn;
   size_t cap = c->g->max_message_bytes > HARK_GRPC_STREAM_MAX_INFLIGHT
                    ? c->g->max_message_bytes
                    : HARK_GRPC_STREAM_MAX_INFLIGHT;
   size_t held = atomic_load_explicit(&c->held, memory_order_relaxed);
+  unsigned long long max = hark_inflight_max();
   if (is_streaming(c) && n > cap - held) {
     hark_limit_hit(HARK_LIMIT_INFLIGHT_BYTES,
                    "grpc: a message of %zu bytes refused: its stream holds %zu bytes in flight, "
@@ -357,21 +389,67 @@ static bool message_take(hark_grpc_call *c, size_t n) {
              n, held, cap);
     return false;
   }
-  if (!hark_inflight_take(n)) {
+  if (max && n > max) { /* could never fit: refused before its bytes come */
+    hark_limit_hit(HARK_LIMIT_INFLIGHT_BYTES,
+                   "grpc: a message of %zu bytes refused: larger than --max-inflight-bytes "
+                   "(%llu): RESOURCE_EXHAUSTED",
+                   n, max);
+    snprintf(c->refuse_text, sizeof c->refuse_text,
+             "message of %zu bytes is larger than the server's whole in-flight memory budget "
+             "(%llu bytes; --max-inflight-bytes)",
+             n, max);
+    return false;
+  }
+  size_t limit = c->g->max_declared_bytes;
+  if (n > limit - h->declared) {
+    hark_limit_hit(HARK_LIMIT_GRPC_DECLARED_BYTES,
+                   "grpc: a message of %zu bytes refused: its connection has %zu bytes of "
+                   "messages declared and not yet sent, at most %zu "
+                   "(--grpc-max-declared-bytes-per-connection): RESOURCE_EXHAUSTED",
+                   n, h->declared, limit);
+    snprintf(c->refuse_text, sizeof c->refuse_text,
+             "message of %zu bytes refused: this connection has %zu bytes of messages declared "
+             "and not yet sent, at most %zu (--grpc-max-declared-bytes-per-connection); send "
+             "them first, or open another connection",
+             n, h->declared, limit);
+    return false;
+  }
+  c->msg_open = true;
+  c->msg_unsent = n;
+  h->declared += n;
+  return true;
+}
+
+/* Charges the message being received up to the `upto` of its bytes that
+ * are in; false (with the client's text) when the in-flight budget
+ * cannot take them. */
+static bool message_charge(hark_grpc_call *c, size_t upto) {
+  if (upto <= c->msg_charge) return true;
+  size_t more = upto - c->msg_charge;
+  if (!hark_inflight_take(more)) {
     unsigned long long now = hark_inflight_bytes(), max = hark_inflight_max();
     hark_limit_hit(HARK_LIMIT_INFLIGHT_BYTES,
                    "grpc: a message of %zu bytes refused: %llu of %llu bytes in flight "
                    "(--max-inflight-bytes): RESOURCE_EXHAUSTED",
-                   n, now, max);
+                   c->msg_charge + c->msg_unsent, now, max);
     snprintf(c->refuse_text, sizeof c->refuse_text,
              "message of %zu bytes does not fit in the server's in-flight memory budget now "
              "(%llu of %llu bytes held; --max-inflight-bytes); try again later",
-             n, now, max);
+             c->msg_charge + c->msg_unsent, now, max);
     return false;
   }
-  atomic_fetch_add_explicit(&c->held, n, memory_order_relaxed);
-  c->msg_charge = n;
+  atomic_fetch_add_explicit(&c->held, more, memory_order_relaxed);
+  c->msg_charge += more;
+  c->msg_unsent -= more;
+  c->conn->declared -= more;
   return true;
+}
+
+/* The message being received will not be: what it took goes back. */
+static void message_drop(hark_grpc_call *c) {
+  message_close(c);
+  hark_grpc_message_give(c, c->msg_charge);
+  c->msg_charge = 0;
 }
 
 /* A refused message of a stream whose first bytes are in: the method
@@ -404,8 +482,7 @@ static void read_messages(hark_grpc_call *c) {
       c->in_off = c->in.len;
       c->skip = 0;
       c->refusing = false;
-      hark_grpc_message_give(c, c->msg_charge); /* the one being assembled */
-      c->msg_charge = 0;
+      message_drop(c); /* the one being assembled */
       break;
     }
     if (c->skip) { /* the rest of a refused message */
@@ -431,7 +508,9 @@ static void read_messages(hark_grpc_call *c) {
       finish(c, HARK_GRPC_UNIMPLEMENTED, text);
       continue;
     }
-    if (!c->refusing && !c->msg_charge && n && !message_take(c, n)) {
+    if (!c->refusing &&
+        ((!c->msg_open && !message_open(c, n)) || !message_charge(c, have < n ? have : n))) {
+      message_drop(c);
       if (!is_streaming(c)) {
         finish(c, HARK_GRPC_RESOURCE_EXHAUSTED, c->refuse_text);
         continue;
@@ -443,11 +522,9 @@ static void read_messages(hark_grpc_call *c) {
       refuse_message(c, p, n, have);
       continue;
     }
-    if (have < n) {
-      if (!hark_buf_reserve(&c->in, 5 + n - (c->in.len - c->in_off)))
-        finish(c, HARK_GRPC_RESOURCE_EXHAUSTED, "out of memory for the message");
-      break;
-    }
+    /* Not set aside as declared: the buffer grows with what arrives. */
+    if (have < n) break;
+    message_close(c);
     c->in_off += 5 + n;
     on_message(c, p + 5, n);
     hark_grpc_message_give(c, c->msg_charge); /* unless the handler kept the message */
@@ -541,6 +618,7 @@ static void stream_gone(h2conn *h, hark_grpc_call *c) {
     h->calls = c->next;
   if (c->next) c->next->prev = c->prev;
   c->prev = c->next = NULL;
+  message_close(c);
   c->conn = NULL;
   /* DATA the stream received and never read (it was paused, or a message
    * was half in) still holds the connection's window: give it back, or
@@ -588,6 +666,7 @@ static int on_begin_headers(nghttp2_session *s, const nghttp2_frame *f, void *us
   hark_grpc_call *c = hark_grpc_call_new(h->g, h->loop, flush);
   c->conn = h;
   c->stream_id = f->hd.stream_id;
+  c->last_rx_ns = hark_now_ns();
   c->next = h->calls;
   if (c->next) c->next->prev = c;
   h->calls = c;
@@ -711,28 +790,59 @@ static void on_ping(h2conn *h, const nghttp2_frame *f) {
   goaway(h, NGHTTP2_ENHANCE_YOUR_CALM, "too_many_pings", true);
 }
 
-/* The streams idle past the bound, with nothing of theirs in the works,
- * end DEADLINE_EXCEEDED. */
+/* A stream idle past its bound, with nothing of it in the works: the
+ * text to end it with (DEADLINE_EXCEEDED); false when it is not. */
+static bool stream_idle(hark_grpc_call *c, uint64_t now, char *text, size_t cap) {
+  uint64_t ms = c->g->opts.stream_idle_timeout_ms;
+  if (!ms || !c->began || now - c->last_rx_ns < ms * NS_PER_MS) return false;
+  pthread_mutex_lock(&c->mu);
+  bool busy = c->head != NULL;
+  pthread_mutex_unlock(&c->mu);
+  if (busy) return false;
+  hark_limit_hit(HARK_LIMIT_GRPC_STREAM_IDLE,
+                 "grpc: a stream sent nothing for %llu ms (--grpc-stream-idle-timeout-secs): "
+                 "DEADLINE_EXCEEDED",
+                 (unsigned long long)ms);
+  snprintf(text, cap,
+           "stream idle timeout: the client sent nothing for %llu ms "
+           "(--grpc-stream-idle-timeout-secs)",
+           (unsigned long long)ms);
+  return true;
+}
+
+/* A request message that stopped coming: a unary call still waiting for
+ * its request (from its HEADERS on), or a message of a stream whose
+ * prefix is in, with no byte from the client for the message timeout. */
+static bool message_stalled(hark_grpc_call *c, uint64_t now, char *text, size_t cap) {
+  uint64_t ms = c->g->opts.message_timeout_ms;
+  if (!ms || now - c->last_rx_ns < ms * NS_PER_MS) return false;
+  bool waiting = c->msg_open || c->refusing || c->skip ||
+                 (!is_streaming(c) && !c->got_message && !c->half_closed);
+  if (!waiting) return false;
+  hark_limit_hit(HARK_LIMIT_GRPC_MESSAGE_TIMEOUT,
+                 "grpc: a request message got no byte for %llu ms (--grpc-message-timeout-secs): "
+                 "DEADLINE_EXCEEDED",
+                 (unsigned long long)ms);
+  snprintf(text, cap,
+           "request message timeout: the client sent no byte of its message for %llu ms "
+           "(--grpc-message-timeout-secs)",
+           (unsigned long long)ms);
+  return true;
+}
+
+/* The calls idle past a bound end DEADLINE_EXCEEDED. Ending one writes,
+ * and writing may close other streams (and free their calls): the walk
+ * starts over after each; those ended are deaf and skipped. */
 static void check_streams(h2conn *h, uint64_t now) {
-  uint64_t limit = h->g->opts.stream_idle_timeout_ms * NS_PER_MS;
-  if (!limit) return;
-  for (hark_grpc_call *c = h->calls, *next; c; c = next) {
-    next = c->next;
-    if (!c->began || now - c->last_rx_ns < limit || deaf(c)) continue;
-    pthread_mutex_lock(&c->mu);
-    bool busy = c->head != NULL;
-    pthread_mutex_unlock(&c->mu);
-    if (busy) continue;
-    hark_limit_hit(HARK_LIMIT_GRPC_STREAM_IDLE,
-                   "grpc: a stream sent nothing for %llu ms (--grpc-stream-idle-timeout-secs): "
-                   "DEADLINE_EXCEEDED",
-                   (unsigned long long)h->g->opts.stream_idle_timeout_ms);
-    char text[160];
-    snprintf(text, sizeof text,
-             "stream idle timeout: the client sent nothing for %llu ms "
-             "(--grpc-stream-idle-timeout-secs)",
-             (unsigned long long)h->g->opts.stream_idle_timeout_ms);
-    finish(c, HARK_GRPC_DEADLINE_EXCEEDED, text);
+  char text[200];
+  for (hark_grpc_call *c = h->calls; c;) {
+    if (!deaf(c) &&
+        (stream_idle(c, now, text, sizeof text) || message_stalled(c, now, text, sizeof text))) {
+      finish(c, HARK_GRPC_DEADLINE_EXCEEDED, text);
+      c = h->calls;
+      continue;
+    }
+    c = c->next;
   }
 }
 
@@ -783,9 +893,10 @@ static int check_conn(h2conn *h) {
 
 /* The shortest bound in use, a quarter of it: how often check_conn runs. */
 static uint64_t tick_us(const hark_grpc_options *o) {
-  uint64_t b[] = {o->stream_idle_timeout_ms, o->keepalive_time_ms,
-                  o->keepalive_timeout_ms,   o->max_connection_idle_ms,
-                  o->max_connection_age_ms,  o->max_connection_age_grace_ms};
+  uint64_t b[] = {o->stream_idle_timeout_ms,     o->message_timeout_ms,
+                  o->keepalive_time_ms,          o->keepalive_timeout_ms,
+                  o->max_connection_idle_ms,     o->max_connection_age_ms,
+                  o->max_connection_age_grace_ms};
   uint64_t ms = TICK_MAX_MS;
   for (size_t i = 0; i < sizeof b / sizeof b[0]; i++)
     if (b[i] && b[i] / 4 < ms) ms = b[i] / 4;
