@@ -562,7 +562,7 @@ class TestUnderPressure(GrpcTest):
         ch, stub = self.own_channel()
         errors = []
         try:
-            for rnd in range(6):
+            for rnd in range(12):
                 # one alone, then four at once on the same connection
                 self.run_stream(stub, 300, errors, f"r{rnd}")
                 threads = [threading.Thread(target=self.run_stream,

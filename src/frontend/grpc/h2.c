@@ -75,6 +75,7 @@ struct h2conn {
   nghttp2_session *s;
   hark_grpc_call *calls; /* its open streams' calls */
   bool in_recv;          /* inside nghttp2_session_mem_recv: no sending now */
+  bool in_send;          /* inside conn_write: no writing again */
   hark_buf out;          /* frames gathered for one write, after the headroom */
   /* limits (loop thread) */
   hark_http_timer *tick;
@@ -100,8 +101,7 @@ const hark_grpc_reg *hark_grpc_find(const hark_grpc *g, const char *path, size_t
 
 /* Sends what nghttp2 has to send, gathered; -1 when the connection is
  * done (failed, or both sides said goodbye). */
-static int conn_write(h2conn *h) {
-  if (h->in_recv) return 0; /* conn_rx writes once nghttp2 is done reading */
+static int conn_write_now(h2conn *h) {
   for (;;) {
     if (hark_raw_choked(h->raw)) {
       hark_raw_want_write(h->raw);
@@ -123,6 +123,21 @@ static int conn_write(h2conn *h) {
   if (h->terminating && !nghttp2_session_want_write(h->s)) return -1; /* the GOAWAY is out */
   if (!nghttp2_session_want_read(h->s) && !nghttp2_session_want_write(h->s)) return -1;
   return 0;
+}
+
+/* Not while nghttp2 is reading (conn_rx writes once it is done), nor
+ * while it is writing: a stream closed from inside nghttp2_session_mem_send
+ * tells its service, whose answer on another call of this loop flushes
+ * that call at once. nghttp2 must not be re-entered, and a nested write
+ * would overwrite the frames gathered in h->out; what the nested call
+ * submitted goes out with the write under way, which asks nghttp2 again
+ * until it has nothing. */
+static int conn_write(h2conn *h) {
+  if (h->in_recv || h->in_send) return 0;
+  h->in_send = true;
+  int rc = conn_write_now(h);
+  h->in_send = false;
+  return rc;
 }
 
 /* grpc-message: percent-encoded, as gRPC asks, bytes outside printable
