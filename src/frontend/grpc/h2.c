@@ -111,17 +111,26 @@ static int conn_write_now(h2conn *h) {
     for (;;) {
       const uint8_t *p;
       ssize_t n = nghttp2_session_mem_send(h->s, &p);
-      if (n < 0) return -1;
+      if (n < 0) {
+        HARK_VERBOSE("grpc: closing a connection: %s", nghttp2_strerror((int)n));
+        return -1;
+      }
       if (n == 0) break;
       hark_buf_put(&h->out, p, (size_t)n);
       if (h->out.len >= WRITE_GATHER) break;
     }
     size_t len = h->out.len - HARK_RAW_HEADROOM;
     if (!len) break;
-    if (hark_raw_write(h->raw, (uint8_t *)h->out.data + HARK_RAW_HEADROOM, len) < 0) return -1;
+    if (hark_raw_write(h->raw, (uint8_t *)h->out.data + HARK_RAW_HEADROOM, len) < 0) {
+      HARK_VERBOSE("grpc: closing a connection: the write failed");
+      return -1;
+    }
   }
   if (h->terminating && !nghttp2_session_want_write(h->s)) return -1; /* the GOAWAY is out */
-  if (!nghttp2_session_want_read(h->s) && !nghttp2_session_want_write(h->s)) return -1;
+  if (!nghttp2_session_want_read(h->s) && !nghttp2_session_want_write(h->s)) {
+    HARK_VERBOSE("grpc: closing a connection: HTTP/2 is done both ways");
+    return -1;
+  }
   return 0;
 }
 
@@ -716,6 +725,9 @@ static void on_ping(h2conn *h, const nghttp2_frame *f);
 static int on_frame_recv(nghttp2_session *s, const nghttp2_frame *f, void *user) {
   h2conn *h = user;
   if (f->hd.type == NGHTTP2_PING) on_ping(h, f);
+  if (f->hd.type == NGHTTP2_GOAWAY)
+    HARK_VERBOSE("grpc: GOAWAY received, error %u, last stream %d", f->goaway.error_code,
+                 f->goaway.last_stream_id);
   if (f->hd.type != NGHTTP2_HEADERS && f->hd.type != NGHTTP2_DATA) return 0;
   hark_grpc_call *c = nghttp2_session_get_stream_user_data(s, f->hd.stream_id);
   if (!c) return 0;
@@ -749,6 +761,9 @@ static int on_data(nghttp2_session *s, uint8_t flags, int32_t id, const uint8_t 
  * is reset (NO_ERROR): it has nothing left to say to us. */
 static int on_frame_send(nghttp2_session *s, const nghttp2_frame *f, void *user) {
   h2conn *h = user;
+  if (f->hd.type == NGHTTP2_GOAWAY)
+    HARK_VERBOSE("grpc: GOAWAY sent, error %u, last stream %d", f->goaway.error_code,
+                 f->goaway.last_stream_id);
   if (f->hd.type == NGHTTP2_HEADERS || f->hd.type == NGHTTP2_DATA) {
     /* Data flows: the client's pings are welcome again (gRPC core's
      * rule), and our keepalive may ping again. */
@@ -760,6 +775,15 @@ static int on_frame_send(nghttp2_session *s, const nghttp2_frame *f, void *user)
       (f->hd.flags & NGHTTP2_FLAG_END_STREAM) &&
       !nghttp2_session_get_stream_remote_close(s, f->hd.stream_id))
     nghttp2_submit_rst_stream(s, NGHTTP2_FLAG_NONE, f->hd.stream_id, NGHTTP2_NO_ERROR);
+  return 0;
+}
+
+/* nghttp2 found the client at fault (it answers by itself: RST_STREAM,
+ * or GOAWAY and the end of the connection): say why, for whoever looks. */
+static int on_error(nghttp2_session *s, int code, const char *msg, size_t len, void *user) {
+  (void)s, (void)user;
+  HARK_VERBOSE("grpc: HTTP/2 error from a client (%s): %.*s", nghttp2_strerror(code), (int)len,
+               msg);
   return 0;
 }
 
@@ -1003,6 +1027,7 @@ void hark_grpc_h2_setup(hark_grpc *g) {
   nghttp2_session_callbacks_set_on_data_chunk_recv_callback(cbs, on_data);
   nghttp2_session_callbacks_set_on_frame_send_callback(cbs, on_frame_send);
   nghttp2_session_callbacks_set_on_stream_close_callback(cbs, on_stream_close);
+  nghttp2_session_callbacks_set_error_callback2(cbs, on_error);
   g->cbs = cbs;
   nghttp2_option *opt;
   nghttp2_option_new(&opt);
