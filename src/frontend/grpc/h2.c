@@ -787,6 +787,13 @@ static int on_error(nghttp2_session *s, int code, const char *msg, size_t len, v
   return 0;
 }
 
+static int on_invalid_frame(nghttp2_session *s, const nghttp2_frame *f, int code, void *user) {
+  (void)s, (void)user;
+  HARK_VERBOSE("grpc: HTTP/2 frame of type %u on stream %d refused: %s", f->hd.type,
+               f->hd.stream_id, nghttp2_strerror(code));
+  return 0;
+}
+
 static int on_stream_close(nghttp2_session *s, int32_t id, uint32_t error, void *user) {
   (void)error;
   hark_grpc_call *c = nghttp2_session_get_stream_user_data(s, id);
@@ -1028,6 +1035,7 @@ void hark_grpc_h2_setup(hark_grpc *g) {
   nghttp2_session_callbacks_set_on_frame_send_callback(cbs, on_frame_send);
   nghttp2_session_callbacks_set_on_stream_close_callback(cbs, on_stream_close);
   nghttp2_session_callbacks_set_error_callback2(cbs, on_error);
+  nghttp2_session_callbacks_set_on_invalid_frame_recv_callback(cbs, on_invalid_frame);
   g->cbs = cbs;
   nghttp2_option *opt;
   nghttp2_option_new(&opt);
