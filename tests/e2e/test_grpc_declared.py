@@ -348,5 +348,48 @@ class DeclaredFlood(unittest.TestCase):
         self.victim_grpc()
 
 
+class IdleReset(unittest.TestCase):
+    """Issue 24, item 1: grpcio sometimes sends RST_STREAM for a call it
+    cancelled before its HEADERS went out. RFC 9113 makes that a
+    connection error, and nghttp2 closed the connection, taking the live
+    calls on it ("Socket closed"); harkd drops such a reset instead, as
+    gRPC core's own server does."""
+
+    @classmethod
+    def setUpClass(cls):
+        cls.server = Harkd(MODELS, (), grpc=True)
+
+    @classmethod
+    def tearDownClass(cls):
+        cls.server.stop()
+
+    def test_reset_of_a_stream_never_opened_is_ignored(self):
+        a = Attacker(self.server.grpc_port)
+        a.start_reading(time.monotonic() + 30)
+        try:
+            req = pb.ModelInferRequest(model_name="simple")
+            for name in ("INPUT0", "INPUT1"):
+                req.inputs.add(name=name, datatype="INT32", shape=[1, 16]) \
+                    .contents.int_contents.extend([4] * 16)
+            body = req.SerializeToString()
+            live = a.declare(None)  # HEADERS: a call in flight
+            with a.lock:
+                # resets of streams above any the client opened, one split
+                # across two writes
+                rst = frame(RST_STREAM, 0, live + 100, struct.pack(">I", 8))
+                a.sock.sendall(rst + frame(RST_STREAM, 0, live + 102, struct.pack(">I", 8))[:5])
+                time.sleep(0.1)
+                a.sock.sendall(frame(RST_STREAM, 0, live + 102, struct.pack(">I", 8))[5:])
+                a.sock.sendall(frame(DATA, END_STREAM, live,
+                                     b"\0" + struct.pack(">I", len(body)) + body))
+            a.wait()
+        finally:
+            a.done_sending = True
+            a.reader.join()
+            a.close()
+        headers, _ = a.final[live]
+        self.assertEqual(headers.get("grpc-status"), "0", headers)
+
+
 if __name__ == "__main__":
     unittest.main(verbosity=2)

@@ -88,7 +88,13 @@ struct h2conn {
   uint32_t pings_without_data; /* our PINGs since our last HEADERS/DATA */
   uint32_t n_bidi;             /* bidirectional streams begun and open */
   size_t declared;             /* its calls' messages: declared bytes not yet in */
-  bool goaway, terminating;    /* GOAWAY sent; close once it is out */
+  /* The frame filter in front of nghttp2 (idle_reset): the preface still
+   * to pass, the frame header being read, what is left of the frame,
+   * whether it is dropped, and the highest stream the client opened. */
+  uint32_t preface_left, hdr_have, frame_left, max_opened;
+  uint8_t hdr[9];
+  bool dropping;
+  bool goaway, terminating; /* GOAWAY sent; close once it is out */
 };
 
 const hark_grpc_reg *hark_grpc_find(const hark_grpc *g, const char *path, size_t len) {
@@ -985,22 +991,79 @@ static void *conn_open(void *userp, hark_raw *raw) {
     return NULL;
   }
   h->opened_ns = h->last_rx_ns = h->idle_since_ns = hark_now_ns();
+  h->preface_left = NGHTTP2_CLIENT_MAGIC_LEN;
   h->tick = hark_http_timer_new(h->loop, on_tick, h);
   hark_http_timer_arm(h->tick, tick_us(&g->opts));
   return h;
 }
 
+/* Hands [p, p + n) to nghttp2; -1 when the connection must close. */
+static int feed(h2conn *h, const uint8_t *p, size_t n) {
+  if (!n) return 0;
+  h->in_recv = true;
+  ssize_t rc = nghttp2_session_mem_recv(h->s, p, n);
+  h->in_recv = false;
+  if (rc < 0) {
+    HARK_VERBOSE("grpc: closing a connection: %s", nghttp2_strerror((int)rc));
+    return -1;
+  }
+  return 0;
+}
+
+/*
+ * gRPC core clients (grpcio 1.51) that cancel a call as they make it now
+ * and then send RST_STREAM for a stream whose HEADERS never went out. To
+ * nghttp2 that stream is idle, and RFC 9113 6.4 makes it a connection
+ * error: GOAWAY PROTOCOL_ERROR, and every live call on the connection is
+ * lost ("Socket closed"). gRPC core's own server ignores such a reset, and
+ * so do we: frames are followed on their way in (headers only, nothing is
+ * copied), and an RST_STREAM for a client stream above the highest one
+ * the client opened is dropped before nghttp2 sees it.
+ */
 static int conn_rx(void *p, const uint8_t *data, size_t len) {
   h2conn *h = p;
   h->last_rx_ns = hark_now_ns();
-  h->ping_sent_ns = 0; /* the client is there */
-  h->in_recv = true;
-  ssize_t n = nghttp2_session_mem_recv(h->s, data, len);
-  h->in_recv = false;
-  if (n < 0) {
-    HARK_VERBOSE("grpc: closing a connection: %s", nghttp2_strerror((int)n));
-    return -1;
+  h->ping_sent_ns = 0;              /* the client is there */
+  size_t i = 0, pass = 0, held = 0; /* [pass, i) goes to nghttp2 */
+  while (i < len) {
+    size_t avail = len - i;
+    if (h->preface_left) { /* the client magic: nghttp2 checks it */
+      size_t k = avail < h->preface_left ? avail : h->preface_left;
+      h->preface_left -= (uint32_t)k;
+      i += k;
+    } else if (h->frame_left) { /* a payload: passed on, or dropped */
+      size_t k = avail < h->frame_left ? avail : h->frame_left;
+      h->frame_left -= (uint32_t)k;
+      i += k;
+      if (h->dropping) pass = i;
+    } else { /* a frame header, held back until whole */
+      size_t had = h->hdr_have, k = 9 - had < avail ? 9 - had : avail;
+      memcpy(h->hdr + had, data + i, k);
+      h->hdr_have += (uint32_t)k;
+      i += k;
+      if (h->hdr_have < 9) {
+        held = k;
+        break;
+      }
+      h->hdr_have = 0;
+      h->frame_left = (uint32_t)h->hdr[0] << 16 | (uint32_t)h->hdr[1] << 8 | h->hdr[2];
+      uint32_t id = ((uint32_t)h->hdr[5] << 24 | (uint32_t)h->hdr[6] << 16 |
+                     (uint32_t)h->hdr[7] << 8 | h->hdr[8]) &
+                    0x7fffffffu;
+      uint8_t type = h->hdr[3];
+      if (type == NGHTTP2_HEADERS && (id & 1) && id > h->max_opened) h->max_opened = id;
+      h->dropping = type == NGHTTP2_RST_STREAM && (id & 1) && id > h->max_opened;
+      if (h->dropping) { /* what precedes it goes in; it does not */
+        if (feed(h, data + pass, i - k - pass) < 0) return -1;
+        pass = i;
+        HARK_VERBOSE("grpc: dropped an RST_STREAM for stream %u, which the client never opened",
+                     id);
+      } else if (had && feed(h, h->hdr, had) < 0) { /* its start came in an earlier read */
+        return -1;
+      }
+    }
   }
+  if (feed(h, data + pass, len - held - pass) < 0) return -1;
   return conn_write(h);
 }
 
