@@ -51,6 +51,7 @@ void harkd_options_init(harkd_options *o) {
               .grpc = {.max_message_bytes = 64u << 20,
                        .max_concurrent_streams = 1024,
                        .stream_idle_timeout_ms = 60000,
+                       .message_timeout_ms = 30000,
                        .keepalive_time_ms = 7200000,
                        .keepalive_timeout_ms = 20000,
                        .max_pings_without_data = 2,
@@ -216,6 +217,15 @@ const hark_flag harkd_flags[] = {
     F_SECS_MS("grpc-stream-idle-timeout-secs", fe.grpc.stream_idle_timeout_ms, 0, 86400,
               "end a gRPC stream that sends nothing this\n"
               "long, DEADLINE_EXCEEDED (60; 0: never)"),
+    F_SECS_MS("grpc-message-timeout-secs", fe.grpc.message_timeout_ms, 0, 86400,
+              "end a gRPC call whose request message gets no\n"
+              "byte this long, DEADLINE_EXCEEDED (30; 0: never)"),
+    F_INT("grpc-max-declared-bytes-per-connection", "N", fe.grpc.max_declared_bytes_per_connection,
+          0, LONG_MAX,
+          "bytes of gRPC messages one connection may have\n"
+          "declared and not yet sent; more are refused,\n"
+          "RESOURCE_EXHAUSTED (default: 4 x\n"
+          "--grpc-max-message-bytes; 0: that default)"),
     F_INT("grpc-keepalive-time", "MS", fe.grpc.keepalive_time_ms, 0, INT_MAX,
           "ping a gRPC client silent this long (7200000)"),
     F_INT("grpc-keepalive-timeout", "MS", fe.grpc.keepalive_timeout_ms, 1, INT_MAX,

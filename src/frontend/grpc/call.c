@@ -267,6 +267,10 @@ void hark_grpc_kick(hark_grpc_call *c) {
     c->flush(c);
     return;
   }
+  hark_grpc_kick_later(c);
+}
+
+void hark_grpc_kick_later(hark_grpc_call *c) {
   pthread_mutex_lock(&c->mu);
   bool post = !c->ev_posted && !c->closed;
   if (post) c->ev_posted = true;

@@ -21,6 +21,9 @@ hark_error *hark_grpc_new(const hark_grpc_options *opts, hark_grpc **out) {
   g->opts = *opts;
   g->max_message_bytes = opts->max_message_bytes ? opts->max_message_bytes : DEFAULT_MAX_MESSAGE;
   if (g->max_message_bytes > INT_MAX) g->max_message_bytes = INT_MAX;
+  size_t declared = opts->max_declared_bytes_per_connection;
+  if (!declared) declared = 4 * g->max_message_bytes;
+  g->max_declared_bytes = declared < g->max_message_bytes ? g->max_message_bytes : declared;
   atomic_init(&g->draining, false);
   atomic_init(&g->live_calls, 0);
   atomic_init(&g->open_streams, 0);

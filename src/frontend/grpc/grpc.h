@@ -102,6 +102,17 @@ typedef struct hark_grpc_options {
   /* A stream the client sends nothing on this long while nothing of it is
    * in the works ends DEADLINE_EXCEEDED. */
   uint64_t stream_idle_timeout_ms;
+  /* A request message being received (a unary call's, from its HEADERS
+   * until the whole message is in; a stream's, once its prefix is in)
+   * that gets no byte for this long ends DEADLINE_EXCEEDED: a declared
+   * message that never comes holds nothing for ever. */
+  uint64_t message_timeout_ms;
+  /* Bytes of messages one connection may have declared (in their 5-byte
+   * prefixes) and not yet sent: a message past it is refused at once,
+   * RESOURCE_EXHAUSTED. 0: four times max_message_bytes; never below
+   * max_message_bytes. Bytes are charged to the in-flight budget as they
+   * arrive, not as declared. */
+  size_t max_declared_bytes_per_connection;
   /* Keepalive: a PING after this long without a byte from the client (on
    * a connection with calls open, or any with permit_without_calls); no
    * answer within keepalive_timeout closes the connection; at most

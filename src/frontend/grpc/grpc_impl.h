@@ -27,6 +27,7 @@ typedef struct hark_grpc_reg {
 struct hark_grpc {
   hark_grpc_options opts;
   size_t max_message_bytes;
+  size_t max_declared_bytes; /* per connection, not yet sent (opts' resolved) */
   hark_grpc_reg *regs;
   size_t n_regs, cap_regs;
   atomic_bool draining;
@@ -70,12 +71,17 @@ struct hark_grpc_call {
    * stream, read only for its first bytes (refusing) and then dropped
    * (skip bytes of it still to come). */
   size_t msg_charge;
+  /* The message whose prefix is read and whose bytes are still coming:
+   * msg_unsent of its declared size are not in yet (counted in the
+   * connection's declared bytes, h2.c). */
+  bool msg_open;
+  size_t msg_unsent;
   bool refusing;
   size_t skip;
   char refuse_text[240];
   _Atomic size_t held; /* streams: bytes of its messages still held (any thread) */
   bool response_started, deferred, trailers_sent;
-  uint64_t last_rx_ns; /* streams: the client last sent a byte (the idle bound) */
+  uint64_t last_rx_ns; /* the client last sent a byte on it (the idle bounds) */
   hark_grpc_out *wout; /* the message being written, and how far */
   size_t woff;
   /* any thread, under mu */
@@ -110,6 +116,10 @@ hark_grpc_out *hark_grpc_pack(const ProtobufCMessage *msg, size_t max, size_t *s
 /* Asks for what the call has to send to be written: at once on its loop's
  * thread, else from the loop soon. Any thread; c->mu not held. */
 void hark_grpc_kick(hark_grpc_call *c);
+/* Posts the kick even from the loop's own thread: for h2.c's data
+ * provider, which runs inside nghttp2 where no handler may run, to have
+ * the loop read a stream again once it is below its mark. */
+void hark_grpc_kick_later(hark_grpc_call *c);
 /*
  * Unpacking costs the loop a little per message nested in a request (a
  * map entry, a parameter, an input): a request may hold at most this many,

@@ -22,11 +22,15 @@
  * call: the service hears of it (closed) and what it sends later is
  * dropped.
  *
+ * Memory: a message's bytes are charged to the in-flight budget as they
+ * arrive, never as its prefix declares; what a connection's messages
+ * declared and have not sent is bounded (RESOURCE_EXHAUSTED past it).
+ *
  * Time and count limits (grpc.h's options), checked by a per-connection
  * tick: calls per connection (SETTINGS_MAX_CONCURRENT_STREAMS, enforced
  * by nghttp2 with REFUSED_STREAM) and bidirectional streams per
- * connection (RESOURCE_EXHAUSTED); a stream idle too long
- * (DEADLINE_EXCEEDED); a connection idle or old (GOAWAY NO_ERROR, then
+ * connection (RESOURCE_EXHAUSTED); a stream idle too long, or a request
+ * message that stops coming (DEADLINE_EXCEEDED); a connection idle or old (GOAWAY NO_ERROR, then
  * close); keepalive PINGs and their timeout; the client's pings policed as
  * gRPC core does (GOAWAY ENHANCE_YOUR_CALM "too_many_pings").
  */
@@ -71,6 +75,7 @@ struct h2conn {
   nghttp2_session *s;
   hark_grpc_call *calls; /* its open streams' calls */
   bool in_recv;          /* inside nghttp2_session_mem_recv: no sending now */
+  bool in_send;          /* inside conn_write: no writing again */
   hark_buf out;          /* frames gathered for one write, after the headroom */
   /* limits (loop thread) */
   hark_http_timer *tick;
@@ -82,7 +87,14 @@ struct h2conn {
   uint32_t ping_strikes;       /* the client's pings too soon */
   uint32_t pings_without_data; /* our PINGs since our last HEADERS/DATA */
   uint32_t n_bidi;             /* bidirectional streams begun and open */
-  bool goaway, terminating;    /* GOAWAY sent; close once it is out */
+  size_t declared;             /* its calls' messages: declared bytes not yet in */
+  /* The frame filter in front of nghttp2 (idle_reset): the preface still
+   * to pass, the frame header being read, what is left of the frame,
+   * whether it is dropped, and the highest stream the client opened. */
+  uint32_t preface_left, hdr_have, frame_left, max_opened;
+  uint8_t hdr[9];
+  bool dropping;
+  bool goaway, terminating; /* GOAWAY sent; close once it is out */
 };
 
 const hark_grpc_reg *hark_grpc_find(const hark_grpc *g, const char *path, size_t len) {
@@ -95,8 +107,7 @@ const hark_grpc_reg *hark_grpc_find(const hark_grpc *g, const char *path, size_t
 
 /* Sends what nghttp2 has to send, gathered; -1 when the connection is
  * done (failed, or both sides said goodbye). */
-static int conn_write(h2conn *h) {
-  if (h->in_recv) return 0; /* conn_rx writes once nghttp2 is done reading */
+static int conn_write_now(h2conn *h) {
   for (;;) {
     if (hark_raw_choked(h->raw)) {
       hark_raw_want_write(h->raw);
@@ -106,18 +117,42 @@ static int conn_write(h2conn *h) {
     for (;;) {
       const uint8_t *p;
       ssize_t n = nghttp2_session_mem_send(h->s, &p);
-      if (n < 0) return -1;
+      if (n < 0) {
+        HARK_VERBOSE("grpc: closing a connection: %s", nghttp2_strerror((int)n));
+        return -1;
+      }
       if (n == 0) break;
       hark_buf_put(&h->out, p, (size_t)n);
       if (h->out.len >= WRITE_GATHER) break;
     }
     size_t len = h->out.len - HARK_RAW_HEADROOM;
     if (!len) break;
-    if (hark_raw_write(h->raw, (uint8_t *)h->out.data + HARK_RAW_HEADROOM, len) < 0) return -1;
+    if (hark_raw_write(h->raw, (uint8_t *)h->out.data + HARK_RAW_HEADROOM, len) < 0) {
+      HARK_VERBOSE("grpc: closing a connection: the write failed");
+      return -1;
+    }
   }
   if (h->terminating && !nghttp2_session_want_write(h->s)) return -1; /* the GOAWAY is out */
-  if (!nghttp2_session_want_read(h->s) && !nghttp2_session_want_write(h->s)) return -1;
+  if (!nghttp2_session_want_read(h->s) && !nghttp2_session_want_write(h->s)) {
+    HARK_VERBOSE("grpc: closing a connection: HTTP/2 is done both ways");
+    return -1;
+  }
   return 0;
+}
+
+/* Not while nghttp2 is reading (conn_rx writes once it is done), nor
+ * while it is writing: a stream closed from inside nghttp2_session_mem_send
+ * tells its service, whose answer on another call of this loop flushes
+ * that call at once. nghttp2 must not be re-entered, and a nested write
+ * would overwrite the frames gathered in h->out; what the nested call
+ * submitted goes out with the write under way, which asks nghttp2 again
+ * until it has nothing. */
+static int conn_write(h2conn *h) {
+  if (h->in_recv || h->in_send) return 0;
+  h->in_send = true;
+  int rc = conn_write_now(h);
+  h->in_send = false;
+  return rc;
 }
 
 /* grpc-message: percent-encoded, as gRPC asks, bytes outside printable
@@ -156,14 +191,17 @@ static int submit_status(h2conn *h, hark_grpc_call *c, bool head) {
 }
 
 /* Frees the slots at the head that are done and have nothing left to
- * write (c->mu held): they let later ones, and reading, go on. */
-static void pop_done_locked(hark_grpc_call *c) {
+ * write (c->mu held): they let later ones, and reading, go on. True when
+ * that took a paused stream below its mark: what waits must be read. */
+static bool pop_done_locked(hark_grpc_call *c) {
+  bool was_paused = c->n_slots >= HARK_GRPC_STREAM_MAX_PENDING;
   while (c->head && c->head->done && !c->head->out_head) {
     hark_grpc_slot *slot = c->head;
     if (!(c->head = slot->next)) c->tail = NULL;
     c->n_slots--;
     slot->free_fn(slot);
   }
+  return was_paused && c->n_slots < HARK_GRPC_STREAM_MAX_PENDING;
 }
 
 /* nghttp2 wants the stream's next bytes: the messages in order, then the
@@ -174,6 +212,7 @@ static ssize_t read_body(nghttp2_session *s, int32_t id, uint8_t *buf, size_t le
   h2conn *h = user;
   hark_grpc_call *c = src->ptr;
   size_t done = 0;
+  bool unpaused = false;
   while (done < length) {
     if (!c->wout) {
       pthread_mutex_lock(&c->mu);
@@ -181,7 +220,7 @@ static ssize_t read_body(nghttp2_session *s, int32_t id, uint8_t *buf, size_t le
         c->wout = c->uout;
         c->uout = NULL;
       }
-      if (!c->forced && !c->wout) pop_done_locked(c);
+      if (!c->forced && !c->wout && pop_done_locked(c)) unpaused = true;
       if (!c->forced && !c->wout && c->head && c->head->out_head) {
         hark_grpc_slot *slot = c->head;
         c->wout = slot->out_head;
@@ -195,6 +234,7 @@ static ssize_t read_body(nghttp2_session *s, int32_t id, uint8_t *buf, size_t le
           submit_status(h, c, false);
         } else if (!done) {
           c->deferred = true;
+          if (unpaused) hark_grpc_kick_later(c);
           return NGHTTP2_ERR_DEFERRED;
         }
         break;
@@ -211,6 +251,11 @@ static ssize_t read_body(nghttp2_session *s, int32_t id, uint8_t *buf, size_t le
       c->wout = NULL;
     }
   }
+  /* Writing the replies freed slots of a stream that had stopped reading
+   * at its mark: nothing else may come to read what waits (its client
+   * sent it all, or is held back by flow control), so the loop is asked
+   * to, once nghttp2 is done here. */
+  if (unpaused) hark_grpc_kick_later(c);
   return (ssize_t)done;
 }
 
@@ -251,7 +296,10 @@ static void flush(hark_grpc_call *c) {
   if (conn_write(h) < 0) hark_raw_close(h->raw);
 }
 
-/* Ends the call with a status now (loop thread), as if replied. */
+static void message_drop(hark_grpc_call *c);
+
+/* Ends the call with a status now (loop thread), as if replied; what it
+ * was receiving is dropped. */
 static void finish(hark_grpc_call *c, hark_grpc_code code, const char *details) {
   pthread_mutex_lock(&c->mu);
   if (c->code == HARK_GRPC_OK) {
@@ -261,6 +309,11 @@ static void finish(hark_grpc_call *c, hark_grpc_code code, const char *details) 
   c->replied = true;
   c->read_done = true;
   pthread_mutex_unlock(&c->mu);
+  message_drop(c); /* a message half in holds nothing once the call is over */
+  if (!c->reading) {
+    hark_buf_free(&c->in);
+    c->in_off = c->skip = 0;
+  }
   flush(c);
 }
 
@@ -328,14 +381,33 @@ static void half_close(hark_grpc_call *c) {
   flush(c);
 }
 
-/* Takes a message of `n` bytes from the in-flight budget and, for a
- * stream, from its own share, before any of it is held; false (with the
- * client's text in c->refuse_text) when either would pass its bound. */
-static bool message_take(hark_grpc_call *c, size_t n) {
+/*
+ * A message's bytes are charged to the in-flight budget as they arrive
+ * (as HTTP bodies are), never as declared: a prefix that declares 64 MiB
+ * and sends nothing holds nothing. What is declared and not yet sent is
+ * bounded per connection instead (--grpc-max-declared-bytes-per-connection),
+ * and a message that stops coming ends with the message timeout.
+ */
+
+/* The message being received is done with, whole or not: what it
+ * declared and did not send leaves the connection's count. */
+static void message_close(hark_grpc_call *c) {
+  if (!c->msg_open) return;
+  if (c->conn) c->conn->declared -= c->msg_unsent;
+  c->msg_unsent = 0;
+  c->msg_open = false;
+}
+
+/* The prefix of a message of `n` bytes is in: the bounds on its declared
+ * size, before a byte of it is held; false (with the client's text in
+ * c->refuse_text) when it passes one. */
+static bool message_open(hark_grpc_call *c, size_t n) {
+  h2conn *h = c->conn;
   size_t cap = c->g->max_message_bytes > HARK_GRPC_STREAM_MAX_INFLIGHT
                    ? c->g->max_message_bytes
                    : HARK_GRPC_STREAM_MAX_INFLIGHT;
   size_t held = atomic_load_explicit(&c->held, memory_order_relaxed);
+  unsigned long long max = hark_inflight_max();
   if (is_streaming(c) && n > cap - held) {
     hark_limit_hit(HARK_LIMIT_INFLIGHT_BYTES,
                    "grpc: a message of %zu bytes refused: its stream holds %zu bytes in flight, "
@@ -347,21 +419,67 @@ static bool message_take(hark_grpc_call *c, size_t n) {
              n, held, cap);
     return false;
   }
-  if (!hark_inflight_take(n)) {
+  if (max && n > max) { /* could never fit: refused before its bytes come */
+    hark_limit_hit(HARK_LIMIT_INFLIGHT_BYTES,
+                   "grpc: a message of %zu bytes refused: larger than --max-inflight-bytes "
+                   "(%llu): RESOURCE_EXHAUSTED",
+                   n, max);
+    snprintf(c->refuse_text, sizeof c->refuse_text,
+             "message of %zu bytes is larger than the server's whole in-flight memory budget "
+             "(%llu bytes; --max-inflight-bytes)",
+             n, max);
+    return false;
+  }
+  size_t limit = c->g->max_declared_bytes;
+  if (n > limit - h->declared) {
+    hark_limit_hit(HARK_LIMIT_GRPC_DECLARED_BYTES,
+                   "grpc: a message of %zu bytes refused: its connection has %zu bytes of "
+                   "messages declared and not yet sent, at most %zu "
+                   "(--grpc-max-declared-bytes-per-connection): RESOURCE_EXHAUSTED",
+                   n, h->declared, limit);
+    snprintf(c->refuse_text, sizeof c->refuse_text,
+             "message of %zu bytes refused: this connection has %zu bytes of messages declared "
+             "and not yet sent, at most %zu (--grpc-max-declared-bytes-per-connection); send "
+             "them first, or open another connection",
+             n, h->declared, limit);
+    return false;
+  }
+  c->msg_open = true;
+  c->msg_unsent = n;
+  h->declared += n;
+  return true;
+}
+
+/* Charges the message being received up to the `upto` of its bytes that
+ * are in; false (with the client's text) when the in-flight budget
+ * cannot take them. */
+static bool message_charge(hark_grpc_call *c, size_t upto) {
+  if (upto <= c->msg_charge) return true;
+  size_t more = upto - c->msg_charge;
+  if (!hark_inflight_take(more)) {
     unsigned long long now = hark_inflight_bytes(), max = hark_inflight_max();
     hark_limit_hit(HARK_LIMIT_INFLIGHT_BYTES,
                    "grpc: a message of %zu bytes refused: %llu of %llu bytes in flight "
                    "(--max-inflight-bytes): RESOURCE_EXHAUSTED",
-                   n, now, max);
+                   c->msg_charge + c->msg_unsent, now, max);
     snprintf(c->refuse_text, sizeof c->refuse_text,
              "message of %zu bytes does not fit in the server's in-flight memory budget now "
              "(%llu of %llu bytes held; --max-inflight-bytes); try again later",
-             n, now, max);
+             c->msg_charge + c->msg_unsent, now, max);
     return false;
   }
-  atomic_fetch_add_explicit(&c->held, n, memory_order_relaxed);
-  c->msg_charge = n;
+  atomic_fetch_add_explicit(&c->held, more, memory_order_relaxed);
+  c->msg_charge += more;
+  c->msg_unsent -= more;
+  c->conn->declared -= more;
   return true;
+}
+
+/* The message being received will not be: what it took goes back. */
+static void message_drop(hark_grpc_call *c) {
+  message_close(c);
+  hark_grpc_message_give(c, c->msg_charge);
+  c->msg_charge = 0;
 }
 
 /* A refused message of a stream whose first bytes are in: the method
@@ -394,8 +512,7 @@ static void read_messages(hark_grpc_call *c) {
       c->in_off = c->in.len;
       c->skip = 0;
       c->refusing = false;
-      hark_grpc_message_give(c, c->msg_charge); /* the one being assembled */
-      c->msg_charge = 0;
+      message_drop(c); /* the one being assembled */
       break;
     }
     if (c->skip) { /* the rest of a refused message */
@@ -421,7 +538,9 @@ static void read_messages(hark_grpc_call *c) {
       finish(c, HARK_GRPC_UNIMPLEMENTED, text);
       continue;
     }
-    if (!c->refusing && !c->msg_charge && n && !message_take(c, n)) {
+    if (!c->refusing &&
+        ((!c->msg_open && !message_open(c, n)) || !message_charge(c, have < n ? have : n))) {
+      message_drop(c);
       if (!is_streaming(c)) {
         finish(c, HARK_GRPC_RESOURCE_EXHAUSTED, c->refuse_text);
         continue;
@@ -433,11 +552,9 @@ static void read_messages(hark_grpc_call *c) {
       refuse_message(c, p, n, have);
       continue;
     }
-    if (have < n) {
-      if (!hark_buf_reserve(&c->in, 5 + n - (c->in.len - c->in_off)))
-        finish(c, HARK_GRPC_RESOURCE_EXHAUSTED, "out of memory for the message");
-      break;
-    }
+    /* Not set aside as declared: the buffer grows with what arrives. */
+    if (have < n) break;
+    message_close(c);
     c->in_off += 5 + n;
     on_message(c, p + 5, n);
     hark_grpc_message_give(c, c->msg_charge); /* unless the handler kept the message */
@@ -531,7 +648,14 @@ static void stream_gone(h2conn *h, hark_grpc_call *c) {
     h->calls = c->next;
   if (c->next) c->next->prev = c->prev;
   c->prev = c->next = NULL;
+  message_close(c);
   c->conn = NULL;
+  /* DATA the stream received and never read (it was paused, or a message
+   * was half in) still holds the connection's window: give it back, or
+   * every such stream cancelled shrinks the window for good, until the
+   * whole connection stalls. */
+  if (c->unconsumed) nghttp2_session_consume_connection(h->s, c->unconsumed);
+  c->unconsumed = 0;
   if (c->began) h->n_bidi--;
   if (!h->calls) h->idle_since_ns = hark_now_ns();
   hark_http_timer_free(c->deadline);
@@ -572,6 +696,7 @@ static int on_begin_headers(nghttp2_session *s, const nghttp2_frame *f, void *us
   hark_grpc_call *c = hark_grpc_call_new(h->g, h->loop, flush);
   c->conn = h;
   c->stream_id = f->hd.stream_id;
+  c->last_rx_ns = hark_now_ns();
   c->next = h->calls;
   if (c->next) c->next->prev = c;
   h->calls = c;
@@ -606,6 +731,9 @@ static void on_ping(h2conn *h, const nghttp2_frame *f);
 static int on_frame_recv(nghttp2_session *s, const nghttp2_frame *f, void *user) {
   h2conn *h = user;
   if (f->hd.type == NGHTTP2_PING) on_ping(h, f);
+  if (f->hd.type == NGHTTP2_GOAWAY)
+    HARK_VERBOSE("grpc: GOAWAY received, error %u, last stream %d", f->goaway.error_code,
+                 f->goaway.last_stream_id);
   if (f->hd.type != NGHTTP2_HEADERS && f->hd.type != NGHTTP2_DATA) return 0;
   hark_grpc_call *c = nghttp2_session_get_stream_user_data(s, f->hd.stream_id);
   if (!c) return 0;
@@ -639,6 +767,9 @@ static int on_data(nghttp2_session *s, uint8_t flags, int32_t id, const uint8_t 
  * is reset (NO_ERROR): it has nothing left to say to us. */
 static int on_frame_send(nghttp2_session *s, const nghttp2_frame *f, void *user) {
   h2conn *h = user;
+  if (f->hd.type == NGHTTP2_GOAWAY)
+    HARK_VERBOSE("grpc: GOAWAY sent, error %u, last stream %d", f->goaway.error_code,
+                 f->goaway.last_stream_id);
   if (f->hd.type == NGHTTP2_HEADERS || f->hd.type == NGHTTP2_DATA) {
     /* Data flows: the client's pings are welcome again (gRPC core's
      * rule), and our keepalive may ping again. */
@@ -650,6 +781,22 @@ static int on_frame_send(nghttp2_session *s, const nghttp2_frame *f, void *user)
       (f->hd.flags & NGHTTP2_FLAG_END_STREAM) &&
       !nghttp2_session_get_stream_remote_close(s, f->hd.stream_id))
     nghttp2_submit_rst_stream(s, NGHTTP2_FLAG_NONE, f->hd.stream_id, NGHTTP2_NO_ERROR);
+  return 0;
+}
+
+/* nghttp2 found the client at fault (it answers by itself: RST_STREAM,
+ * or GOAWAY and the end of the connection): say why, for whoever looks. */
+static int on_error(nghttp2_session *s, int code, const char *msg, size_t len, void *user) {
+  (void)s, (void)user;
+  HARK_VERBOSE("grpc: HTTP/2 error from a client (%s): %.*s", nghttp2_strerror(code), (int)len,
+               msg);
+  return 0;
+}
+
+static int on_invalid_frame(nghttp2_session *s, const nghttp2_frame *f, int code, void *user) {
+  (void)s, (void)user;
+  HARK_VERBOSE("grpc: HTTP/2 frame of type %u on stream %d refused: %s", f->hd.type,
+               f->hd.stream_id, nghttp2_strerror(code));
   return 0;
 }
 
@@ -695,28 +842,59 @@ static void on_ping(h2conn *h, const nghttp2_frame *f) {
   goaway(h, NGHTTP2_ENHANCE_YOUR_CALM, "too_many_pings", true);
 }
 
-/* The streams idle past the bound, with nothing of theirs in the works,
- * end DEADLINE_EXCEEDED. */
+/* A stream idle past its bound, with nothing of it in the works: the
+ * text to end it with (DEADLINE_EXCEEDED); false when it is not. */
+static bool stream_idle(hark_grpc_call *c, uint64_t now, char *text, size_t cap) {
+  uint64_t ms = c->g->opts.stream_idle_timeout_ms;
+  if (!ms || !c->began || now - c->last_rx_ns < ms * NS_PER_MS) return false;
+  pthread_mutex_lock(&c->mu);
+  bool busy = c->head != NULL;
+  pthread_mutex_unlock(&c->mu);
+  if (busy) return false;
+  hark_limit_hit(HARK_LIMIT_GRPC_STREAM_IDLE,
+                 "grpc: a stream sent nothing for %llu ms (--grpc-stream-idle-timeout-secs): "
+                 "DEADLINE_EXCEEDED",
+                 (unsigned long long)ms);
+  snprintf(text, cap,
+           "stream idle timeout: the client sent nothing for %llu ms "
+           "(--grpc-stream-idle-timeout-secs)",
+           (unsigned long long)ms);
+  return true;
+}
+
+/* A request message that stopped coming: a unary call still waiting for
+ * its request (from its HEADERS on), or a message of a stream whose
+ * prefix is in, with no byte from the client for the message timeout. */
+static bool message_stalled(hark_grpc_call *c, uint64_t now, char *text, size_t cap) {
+  uint64_t ms = c->g->opts.message_timeout_ms;
+  if (!ms || now - c->last_rx_ns < ms * NS_PER_MS) return false;
+  bool waiting = c->msg_open || c->refusing || c->skip ||
+                 (!is_streaming(c) && !c->got_message && !c->half_closed);
+  if (!waiting) return false;
+  hark_limit_hit(HARK_LIMIT_GRPC_MESSAGE_TIMEOUT,
+                 "grpc: a request message got no byte for %llu ms (--grpc-message-timeout-secs): "
+                 "DEADLINE_EXCEEDED",
+                 (unsigned long long)ms);
+  snprintf(text, cap,
+           "request message timeout: the client sent no byte of its message for %llu ms "
+           "(--grpc-message-timeout-secs)",
+           (unsigned long long)ms);
+  return true;
+}
+
+/* The calls idle past a bound end DEADLINE_EXCEEDED. Ending one writes,
+ * and writing may close other streams (and free their calls): the walk
+ * starts over after each; those ended are deaf and skipped. */
 static void check_streams(h2conn *h, uint64_t now) {
-  uint64_t limit = h->g->opts.stream_idle_timeout_ms * NS_PER_MS;
-  if (!limit) return;
-  for (hark_grpc_call *c = h->calls, *next; c; c = next) {
-    next = c->next;
-    if (!c->began || now - c->last_rx_ns < limit || deaf(c)) continue;
-    pthread_mutex_lock(&c->mu);
-    bool busy = c->head != NULL;
-    pthread_mutex_unlock(&c->mu);
-    if (busy) continue;
-    hark_limit_hit(HARK_LIMIT_GRPC_STREAM_IDLE,
-                   "grpc: a stream sent nothing for %llu ms (--grpc-stream-idle-timeout-secs): "
-                   "DEADLINE_EXCEEDED",
-                   (unsigned long long)h->g->opts.stream_idle_timeout_ms);
-    char text[160];
-    snprintf(text, sizeof text,
-             "stream idle timeout: the client sent nothing for %llu ms "
-             "(--grpc-stream-idle-timeout-secs)",
-             (unsigned long long)h->g->opts.stream_idle_timeout_ms);
-    finish(c, HARK_GRPC_DEADLINE_EXCEEDED, text);
+  char text[200];
+  for (hark_grpc_call *c = h->calls; c;) {
+    if (!deaf(c) &&
+        (stream_idle(c, now, text, sizeof text) || message_stalled(c, now, text, sizeof text))) {
+      finish(c, HARK_GRPC_DEADLINE_EXCEEDED, text);
+      c = h->calls;
+      continue;
+    }
+    c = c->next;
   }
 }
 
@@ -767,9 +945,10 @@ static int check_conn(h2conn *h) {
 
 /* The shortest bound in use, a quarter of it: how often check_conn runs. */
 static uint64_t tick_us(const hark_grpc_options *o) {
-  uint64_t b[] = {o->stream_idle_timeout_ms, o->keepalive_time_ms,
-                  o->keepalive_timeout_ms,   o->max_connection_idle_ms,
-                  o->max_connection_age_ms,  o->max_connection_age_grace_ms};
+  uint64_t b[] = {o->stream_idle_timeout_ms,     o->message_timeout_ms,
+                  o->keepalive_time_ms,          o->keepalive_timeout_ms,
+                  o->max_connection_idle_ms,     o->max_connection_age_ms,
+                  o->max_connection_age_grace_ms};
   uint64_t ms = TICK_MAX_MS;
   for (size_t i = 0; i < sizeof b / sizeof b[0]; i++)
     if (b[i] && b[i] / 4 < ms) ms = b[i] / 4;
@@ -812,22 +991,79 @@ static void *conn_open(void *userp, hark_raw *raw) {
     return NULL;
   }
   h->opened_ns = h->last_rx_ns = h->idle_since_ns = hark_now_ns();
+  h->preface_left = NGHTTP2_CLIENT_MAGIC_LEN;
   h->tick = hark_http_timer_new(h->loop, on_tick, h);
   hark_http_timer_arm(h->tick, tick_us(&g->opts));
   return h;
 }
 
+/* Hands [p, p + n) to nghttp2; -1 when the connection must close. */
+static int feed(h2conn *h, const uint8_t *p, size_t n) {
+  if (!n) return 0;
+  h->in_recv = true;
+  ssize_t rc = nghttp2_session_mem_recv(h->s, p, n);
+  h->in_recv = false;
+  if (rc < 0) {
+    HARK_VERBOSE("grpc: closing a connection: %s", nghttp2_strerror((int)rc));
+    return -1;
+  }
+  return 0;
+}
+
+/*
+ * gRPC core clients (grpcio 1.51) that cancel a call as they make it now
+ * and then send RST_STREAM for a stream whose HEADERS never went out. To
+ * nghttp2 that stream is idle, and RFC 9113 6.4 makes it a connection
+ * error: GOAWAY PROTOCOL_ERROR, and every live call on the connection is
+ * lost ("Socket closed"). gRPC core's own server ignores such a reset, and
+ * so do we: frames are followed on their way in (headers only, nothing is
+ * copied), and an RST_STREAM for a client stream above the highest one
+ * the client opened is dropped before nghttp2 sees it.
+ */
 static int conn_rx(void *p, const uint8_t *data, size_t len) {
   h2conn *h = p;
   h->last_rx_ns = hark_now_ns();
-  h->ping_sent_ns = 0; /* the client is there */
-  h->in_recv = true;
-  ssize_t n = nghttp2_session_mem_recv(h->s, data, len);
-  h->in_recv = false;
-  if (n < 0) {
-    HARK_VERBOSE("grpc: closing a connection: %s", nghttp2_strerror((int)n));
-    return -1;
+  h->ping_sent_ns = 0;              /* the client is there */
+  size_t i = 0, pass = 0, held = 0; /* [pass, i) goes to nghttp2 */
+  while (i < len) {
+    size_t avail = len - i;
+    if (h->preface_left) { /* the client magic: nghttp2 checks it */
+      size_t k = avail < h->preface_left ? avail : h->preface_left;
+      h->preface_left -= (uint32_t)k;
+      i += k;
+    } else if (h->frame_left) { /* a payload: passed on, or dropped */
+      size_t k = avail < h->frame_left ? avail : h->frame_left;
+      h->frame_left -= (uint32_t)k;
+      i += k;
+      if (h->dropping) pass = i;
+    } else { /* a frame header, held back until whole */
+      size_t had = h->hdr_have, k = 9 - had < avail ? 9 - had : avail;
+      memcpy(h->hdr + had, data + i, k);
+      h->hdr_have += (uint32_t)k;
+      i += k;
+      if (h->hdr_have < 9) {
+        held = k;
+        break;
+      }
+      h->hdr_have = 0;
+      h->frame_left = (uint32_t)h->hdr[0] << 16 | (uint32_t)h->hdr[1] << 8 | h->hdr[2];
+      uint32_t id = ((uint32_t)h->hdr[5] << 24 | (uint32_t)h->hdr[6] << 16 |
+                     (uint32_t)h->hdr[7] << 8 | h->hdr[8]) &
+                    0x7fffffffu;
+      uint8_t type = h->hdr[3];
+      if (type == NGHTTP2_HEADERS && (id & 1) && id > h->max_opened) h->max_opened = id;
+      h->dropping = type == NGHTTP2_RST_STREAM && (id & 1) && id > h->max_opened;
+      if (h->dropping) { /* what precedes it goes in; it does not */
+        if (feed(h, data + pass, i - k - pass) < 0) return -1;
+        pass = i;
+        HARK_VERBOSE("grpc: dropped an RST_STREAM for stream %u, which the client never opened",
+                     id);
+      } else if (had && feed(h, h->hdr, had) < 0) { /* its start came in an earlier read */
+        return -1;
+      }
+    }
   }
+  if (feed(h, data + pass, len - held - pass) < 0) return -1;
   return conn_write(h);
 }
 
@@ -861,6 +1097,8 @@ void hark_grpc_h2_setup(hark_grpc *g) {
   nghttp2_session_callbacks_set_on_data_chunk_recv_callback(cbs, on_data);
   nghttp2_session_callbacks_set_on_frame_send_callback(cbs, on_frame_send);
   nghttp2_session_callbacks_set_on_stream_close_callback(cbs, on_stream_close);
+  nghttp2_session_callbacks_set_error_callback2(cbs, on_error);
+  nghttp2_session_callbacks_set_on_invalid_frame_recv_callback(cbs, on_invalid_frame);
   g->cbs = cbs;
   nghttp2_option *opt;
   nghttp2_option_new(&opt);

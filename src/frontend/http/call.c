@@ -110,11 +110,19 @@ static void complete(hark_http_call *call) {
   if (held) hark_http_loop_release(loop);
 }
 
-/* Loop thread: every finished call's done handler. */
+/* Loop thread: every finished call's done handler, including those the
+ * handlers post to this loop meanwhile: posted from the loop's own thread
+ * they wake nobody, and while the list is not empty a worker's post wakes
+ * nobody either (it takes the wake-up to be on its way), so a call left
+ * on the list here would wait for an unrelated event. */
 void hark_http_drain_calls(hark_http_loop *loop) {
-  for (hark_http_call *call = take_completions(loop), *next; call; call = next) {
-    next = call->next;
-    complete(call);
+  hark_http_call *call;
+  while ((call = take_completions(loop))) {
+    loop->drain_soon = false;
+    for (hark_http_call *next; call; call = next) {
+      next = call->next;
+      complete(call);
+    }
   }
 }
 

@@ -74,7 +74,10 @@ static int tls_rx(hark_raw *raw, const hark_raw_handler *h, const void *in, size
 
 bool hark_raw_choked(hark_raw *raw) {
   bool choked = lws_send_pipe_choked(raw->wsi) || lws_partial_buffered(raw->wsi);
-  if (choked && !raw->choked_ns) raw->choked_ns = hark_now_ns(); /* the send timeout runs */
+  if (!choked)
+    raw->choked_ns = 0; /* the client read: a choke long ago is no reason to close */
+  else if (!raw->choked_ns)
+    raw->choked_ns = hark_now_ns(); /* the send timeout runs */
   return choked;
 }
 
@@ -171,6 +174,7 @@ struct hark_http_timer {
 static void on_timer(lws_sorted_usec_list_t *sul) {
   hark_http_timer *t = (hark_http_timer *)sul;
   t->fn(t->arg);
+  hark_http_drain_soon(); /* what it posted to this loop (an lws event does the same) */
 }
 
 hark_http_timer *hark_http_timer_new(hark_http_loop *loop, void (*fn)(void *arg), void *arg) {

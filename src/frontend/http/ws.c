@@ -648,6 +648,7 @@ static void on_sweep(lws_sorted_usec_list_t *sul) {
   }
   hark_raw_sweep(loop);
   lws_sul_schedule(loop->ctx, 0, &loop->ws_sweep, on_sweep, SWEEP_US);
+  hark_http_drain_soon(); /* what the closes posted to this loop */
 }
 
 void hark_ws_sweep_start(hark_http_loop *loop) {
