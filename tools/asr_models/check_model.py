@@ -15,7 +15,8 @@ Checks, for each model:
     cache empty, partly filled, full) run as one batch for 6 chunks (states
     gathered with torch.cat along the discovered axes, scattered back with
     narrow) give the same encoder outputs and states as each run alone
-    (within 1e-5);
+    (within 1e-5, times max|output|/10 where that is over 1: a trained
+    model's outputs run to ~100);
  3. masking: garbage in the cache positions a stream has not filled yet
     (all of a fresh stream's) changes nothing;
  4. decoder/joiner (or ctc_output) rows are independent of the batch;
@@ -117,7 +118,7 @@ def check_encoder(model, expected_axes):
     print(f"  {len(axes)} states; batch axes {axes}")
     for i, (sh, dt, ax) in enumerate(zip(shapes, dtypes, axes)):
         print(f"    state {i:2d}: {dt:7s} {sh} batch axis {ax}")
-    if axes != expected_axes:
+    if expected_axes is not None and axes != expected_axes:
         fail(f"batch axes {axes}, expected {expected_axes}")
     if dtypes[-1] != "int64" or axes[-1] != 0:
         fail("last state is not processed_lens [N] int64")
@@ -139,6 +140,8 @@ def check_encoder(model, expected_axes):
     states = gather(warm, axes)
     lens = torch.full((3,), 45, dtype=torch.int64)
     worst = 0.0
+    scale = max(float(o.abs().max()) for k in alone_out for o in k)
+    tol = TOL * max(1.0, scale / 10)
     for j in range(steps):
         x = torch.stack([chunk_of(f, s + j) for f, s in zip(feats, starts)])
         o, olens, states = enc(x, lens, states)
@@ -151,13 +154,23 @@ def check_encoder(model, expected_axes):
             d = maxdiff(a, b)
             worst = max(worst, d)
     print(f"  batched (fresh, 3, 10 chunks in) vs alone, {steps} chunks: "
-          f"max |diff| {worst:.3g}")
-    if worst > TOL:
+          f"max |diff| {worst:.3g} (outputs up to {scale:.3g}; tolerance "
+          f"{tol:.3g})")
+    if worst > tol:
         fail("batched output differs from alone")
     pl = states[-1].tolist()
     if pl != [8 * (s + steps) for s in starts]:
         fail(f"processed_lens {pl}")
 
+    if int(enc.left_context_len) > 0:
+        check_masking(enc, axes, feats, starts, warm)
+    else:
+        print("  no attention cache (left_context_len 0): masking check "
+              "skipped")
+    return feats, alone_out
+
+
+def check_masking(enc, axes, feats, starts, warm):
     # masking: garbage in unfilled cache positions changes nothing
     g = torch.Generator().manual_seed(1)
     worst = 0.0
@@ -195,7 +208,7 @@ def check_encoder(model, expected_axes):
         fail("unfilled cache positions are not masked")
     if control < 1e-3:
         fail("control: cache contents never matter")
-    return feats, alone_out
+
 
 
 def check_heads(model, family, toks, enc_out):
@@ -252,6 +265,8 @@ def expected_axes(model):
     processed_lens (0)."""
     axes = []
     st = model.encoder.get_init_states(1, torch.device("cpu"))
+    if not any(x.dim() == 4 for x in st):
+        return None  # not make_model.py's layout (train_digits.py's)
     # count stacks from the rank-4 states (one per stack)
     i = 0
     while i < len(st) - 2:

@@ -33,7 +33,6 @@ import argparse
 import json
 import math
 import os
-import sys
 import wave
 from typing import List
 

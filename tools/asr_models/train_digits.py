@@ -4,7 +4,7 @@ digit strings ("one two three", "zero" / "oh") and commands (yes no stop go
 left right up down on off), word-level tokens (▁ONE ...).
 
   /usr/bin/python3 tools/asr_models/train_digits.py --out DIR \
-      [--seed 1] [--train-utts 1000] [--test-utts 100] [--epochs 12] \
+      [--seed 1] [--train-utts 2000] [--test-utts 100] [--epochs 10] \
       [--threads 1] [--jobs 2]
 
 Writes DIR/model.pt (TorchScript, the same streaming encoder contract as
@@ -329,9 +329,9 @@ def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--out", required=True)
     ap.add_argument("--seed", type=int, default=1)
-    ap.add_argument("--train-utts", type=int, default=1000)
+    ap.add_argument("--train-utts", type=int, default=2000)
     ap.add_argument("--test-utts", type=int, default=100)
-    ap.add_argument("--epochs", type=int, default=12)
+    ap.add_argument("--epochs", type=int, default=10)
     ap.add_argument("--hidden", type=int, default=192)
     ap.add_argument("--threads", type=int, default=1,
                     help="torch threads (on a loaded machine OpenMP's "
