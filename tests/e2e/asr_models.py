@@ -178,3 +178,12 @@ def make_model_folder(repo, name, model, cfg, tokens=None, module=None):
     elif tokens is not False:
         with open(os.path.join(d, "tokens.txt"), "w") as f:
             f.write(tokens)
+
+
+if __name__ == "__main__":
+    # scripts/setup.sh: train the digits model ahead of the tests (minutes
+    # once per machine; the tests would otherwise train it inside ctest's
+    # time limit), and make the random test models.
+    print("asr_models: digits", trained_dir())
+    for fam in ("transducer", "ctc"):
+        print("asr_models:", fam, model_dir(fam, "tiny", 1))
