@@ -128,7 +128,10 @@ def reference(model, family, wavs, chunk=32, pad=13):
 def config(name, max_batch=64, instances=1, params=None, delay_us=2000, extra=""):
     """A config.pbtxt for a neural_asr model with the speech outputs
     (chunks of 32 + 13 frames unless params say otherwise)."""
-    params = dict({"decode_chunk_len": "32", "pad_length": "13"}, **(params or {}))
+    # One libtorch thread: a second one's OpenMP worker is more than a
+    # 2-core machine running two tests at once can feed.
+    params = dict({"decode_chunk_len": "32", "pad_length": "13", "INTRA_OP_THREAD_COUNT": "1"},
+                  **(params or {}))
     plines = ",\n".join(f'  {{ key: "{k}" value: {{ string_value: "{v}" }} }}'
                         for k, v in params.items())
     return f'''name: "{name}"

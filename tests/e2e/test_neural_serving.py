@@ -167,7 +167,8 @@ class Endpoints(unittest.TestCase):
         run(many(10000), timeout=900)
         self.wait_streams(0)
         grown = self.server.rss_kib() - base
-        self.assertLess(grown, 40 * 1024, f"RSS grew {grown} KiB over 10,000 streams")
+        if not self.server.sanitized():  # ASan's quarantine holds freed memory; LSan checks at exit
+            self.assertLess(grown, 40 * 1024, f"RSS grew {grown} KiB over 10,000 streams")
 
 
 # ---- modules that break the contract ------------------------------------------------------

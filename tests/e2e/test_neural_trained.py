@@ -9,6 +9,7 @@ word's time lies within the utterance's speech.
 import array
 import asyncio
 import json
+import sys
 import shutil
 import tempfile
 import unittest
@@ -88,6 +89,7 @@ class Trained(unittest.TestCase):
                     self.assertGreaterEqual(w["start"], start - 0.25, (path, w, start, end))
                     self.assertLessEqual(w["end"], end + 0.35, (path, w, start, end))
                     self.assertLess(w["start"], w["end"], (path, w))
+        print(f"\nVosk: WER {errors}/{words} = {100 * errors / words:.2f}%", file=sys.stderr)
         self.assertLessEqual(errors / words, MAX_WER, f"WER {errors}/{words}")
 
     def test_riva_wer(self):
@@ -112,6 +114,7 @@ class Trained(unittest.TestCase):
                 words += len(ref)
         finally:
             channel.close()
+        print(f"\nRiva: WER {errors}/{words} = {100 * errors / words:.2f}%", file=sys.stderr)
         self.assertLessEqual(errors / words, MAX_WER, f"WER {errors}/{words}")
 
 
