@@ -176,13 +176,15 @@ client() {
     --timeout-secs $((MAX_REPLY_MS / 1000)) --json "${FILES[@]}" >"$1" 2>"$1.log" || true
 }
 
-# snapshot FILE: every harkd thread's "tid comm ticks" (utime + stime), then
-# the model's counters from /metrics.
+# snapshot FILE: every harkd thread's "tid comm ticks" (utime + stime), the
+# process's ticks, then the model's counters from /metrics.
 snapshot() {
   awk '{ o = index($0, "("); c = index($0, ") "); comm = substr($0, o + 1, c - o - 1)
          n = split(substr($0, c + 2), f, " "); gsub(/ /, "_", comm)
          split(FILENAME, p, "/"); print "thread", p[5], comm, f[12] + f[13] }' \
     "/proc/$HARKD_PID"/task/*/stat >"$1" 2>/dev/null || true
+  awk '{ c = index($0, ") "); split(substr($0, c + 2), f, " "); print "process", f[12] + f[13] }' \
+    "/proc/$HARKD_PID/stat" >>"$1" 2>/dev/null || true
   curl -s --max-time 2 "http://127.0.0.1:$HARKD_METRICS_PORT/metrics" |
     grep -E '^(hark_audio_seconds_total|hark_asr_encoder_calls_total|hark_asr_encoder_chunks_total)\{model="nasr"' |
     sed 's/{[^}]*}//; s/^/metric /' >>"$1" || true
@@ -231,6 +233,8 @@ def snap(path):
             th[f[1]] = (f[2], int(f[3]))
         elif f[0] == "metric" and len(f) == 3:
             m[f[1]] = m.get(f[1], 0.0) + float(f[2])
+        elif f[0] == "process" and len(f) == 2:
+            m["process"] = int(f[1])
     return th, m
 (t0, m0), (t1, m1) = snap(out + ".before"), snap(out + ".after")
 wall = w1 - w0
@@ -240,7 +244,8 @@ groups = {}
 for tid, (comm, ticks) in t1.items():
     dt = (ticks - t0.get(tid, (comm, 0))[1]) / 100.0
     groups.setdefault(comm, []).append(dt)
-cpu = sum(sum(v) for v in groups.values())
+# The total from /proc/PID/stat: it keeps the CPU of threads that ended.
+cpu = (m1.get("process", 0) - m0.get("process", 0)) / 100.0
 times = open(out + ".times").read().split("\n")[1]
 client = sum(int(a) * 60 + float(b) for a, b in re.findall(r"(\d+)m([\d.]+)s", times))
 audio = m1.get("hark_audio_seconds_total", 0) - m0.get("hark_audio_seconds_total", 0)
@@ -325,13 +330,17 @@ PY
 }
 
 # ---- the bare loop's estimate: where the searches start ---------------------
-bench_log "bare loop: batch 1 and 32 at $CORES threads (where the searches start)"
-bare "$BENCH_TMP/bare-est.jsonl" "$CORES" 3 1 32
-EST_B=$(awk -v c="$CORES" -v x="$(bare_get "$BENCH_TMP/bare-est.jsonl" 32 cpu_per_stream_s)" \
-  'BEGIN { printf "%d\n", c / x * 0.5 }')
-EST_1=$(awk -v c="$CORES" -v x="$(bare_get "$BENCH_TMP/bare-est.jsonl" 1 cpu_per_stream_s)" \
-  'BEGIN { printf "%d\n", c / x * 0.5 }')
-bench_log "estimates: batched from $EST_B streams, max_batch_size 1 from $EST_1"
+# Half the streams the loop's CPU per stream-second would fit on the cores.
+if [[ -z ${START_N}${NS} || -z ${START_N_B1}${NS_B1} ]] && has streams; then
+  bench_log "bare loop: batch 1 and 32 at $CORES threads (where the searches start)"
+  bare "$BENCH_TMP/bare-est.jsonl" "$CORES" 3 1 32
+  EST_B=$(awk -v c="$CORES" -v x="$(bare_get "$BENCH_TMP/bare-est.jsonl" 32 cpu_per_stream_s)" \
+    'BEGIN { printf "%d\n", c / x * 0.5 }')
+  EST_1=$(awk -v c="$CORES" -v x="$(bare_get "$BENCH_TMP/bare-est.jsonl" 1 cpu_per_stream_s)" \
+    'BEGIN { printf "%d\n", c / x * 0.5 }')
+  bench_log "estimates: batched from $EST_B streams, max_batch_size 1 from $EST_1"
+fi
+EST_B=${EST_B:-$EFF_N} EST_1=${EST_1:-4}
 
 # ---- (1) streams ----------------------------------------------------------
 B_CAP='' B_HI='' B1_BEST=0 B1_BEST_CFG='' B1_LINES=()
