@@ -45,7 +45,8 @@
 # strategy's max_queue_delay_microseconds), INSTANCES (1) and INTRA (the
 # batched model's instances and INTRA_OP_THREAD_COUNT; empty: harkd's
 # default, cores / instances), B1_CONFIGS, NS and NS_B1 (stream counts to
-# try instead of searching: "40 60"), START_N / START_N_B1 (where a search
+# try instead of searching: "40 60"; NS=0 skips the batched search, to
+# try more max_batch_size 1 configurations alone), START_N / START_N_B1 (where a search
 # starts instead of the bare estimate), MAX_N (400), RESOLUTION (10),
 # BARE_SECONDS (8), FBANK_SECONDS (5), AUDIO_DIR, P99_CHUNK_MS,
 # P99_FINAL_MS, MAX_REPLY_MS, HARKD_ARGS (more harkd flags), PROFILE
@@ -64,7 +65,7 @@ MAX_BATCH=${MAX_BATCH:-64}
 DELAY_US=${DELAY_US:-2000}
 INSTANCES=${INSTANCES:-1}
 INTRA=${INTRA:-}
-B1_CONFIGS=${B1_CONFIGS:-1x1 1x2 2x1 2x2}
+B1_CONFIGS=${B1_CONFIGS-1x1 1x2 2x1 2x2}
 NS=${NS:-}
 NS_B1=${NS_B1:-}
 START_N=${START_N:-}
@@ -331,7 +332,7 @@ PY
 
 # ---- the bare loop's estimate: where the searches start ---------------------
 # Half the streams the loop's CPU per stream-second would fit on the cores.
-if [[ -z ${START_N}${NS} || -z ${START_N_B1}${NS_B1} ]] && has streams; then
+if [[ -z ${START_N}${NS} || ( -n ${B1_CONFIGS// /} && -z ${START_N_B1}${NS_B1} ) ]] && has streams; then
   bench_log "bare loop: batch 1 and 32 at $CORES threads (where the searches start)"
   bare "$BENCH_TMP/bare-est.jsonl" "$CORES" 3 1 32
   EST_B=$(awk -v c="$CORES" -v x="$(bare_get "$BENCH_TMP/bare-est.jsonl" 32 cpu_per_stream_s)" \
@@ -346,7 +347,7 @@ EST_B=${EST_B:-$EFF_N} EST_1=${EST_1:-4}
 B_CAP='' B_HI='' B1_BEST=0 B1_BEST_CFG='' B1_LINES=()
 serve batched "$MAX_BATCH" "$INSTANCES" "$INTRA" "${START_N:-$EST_B}"
 B_THREADS=$THREADS_GIVEN
-if has streams; then
+if has streams && [[ $NS != 0 ]]; then
   bench_log "streams, batched (max_batch_size $MAX_BATCH, $INSTANCES instance(s), $B_THREADS threads)"
   NS_LIST=$NS search batched "${START_N:-$EST_B}"
   B_CAP=$CAP B_HI=$HI
