@@ -10,7 +10,7 @@
 #     --timeout-secs, and both maxima) and no errors; for the batched model
 #     (max_batch_size MAX_BATCH, 64) and for the same server with
 #     max_batch_size 1 in each of B1_CONFIGS (instances x
-#     INTRA_OP_THREAD_COUNT: "1x1 1x2 2x1 2x2"); goal batched >= 3x the best
+#     INTRA_OP_THREAD_COUNT: "1x1 1x2 2x1 2x2"; empty: none); goal batched >= 3x the best
 #     max_batch_size 1. The search starts from the bare loop's estimate
 #     (cores / its CPU s per stream-second), doubles or halves until it
 #     brackets N, then bisects to within RESOLUTION percent (10). Each N
@@ -37,6 +37,11 @@
 # admission by backlog would refuse streams while the replies are still in
 # time: it counts one request per 100 ms chunk, not encoder work) and
 # --max-streams well above N.
+#
+# On a host whose cores other work shares, use INTRA=1: libtorch's default
+# of cores / instances threads (2 on 2 cores) waits at every OpenMP barrier
+# for a thread the scheduler has not run, and failed at 3 streams where 1
+# thread kept 16-20 (bench/RESULTS.md, 2026-11-28).
 #
 # Env: BUILD_DIR, FIGURES ("streams efficiency features"; efficiency and
 # features use the batched streams figure's N, or EFF_N (32) without it),
