@@ -24,11 +24,9 @@
  */
 #include <errno.h>
 #include <math.h>
-#include <sched.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <unistd.h>
 
 #include "asr.h"
 
@@ -72,13 +70,6 @@ static hark_error *param_uint(hark_model *hm, const asr_settings *set, const cha
                           set->label, key, hark_model_parameter(hm, key));
   *out = (uint32_t)d;
   return NULL;
-}
-
-static int cores(void) {
-  cpu_set_t s;
-  if (sched_getaffinity(0, sizeof s, &s) == 0 && CPU_COUNT(&s) > 0) return CPU_COUNT(&s);
-  long n = sysconf(_SC_NPROCESSORS_ONLN);
-  return n > 0 ? (int)n : 1;
 }
 
 /* The feature options: Kaldi's fbank as icefall computes it, unless the
@@ -207,11 +198,12 @@ static hark_error *model_init(hark_model *hm) {
   if (!err) {
     const char *file = *cfg->default_model_filename ? cfg->default_model_filename : "model.pt";
     snprintf(path, sizeof path, "%s/%s", dir, file);
-    uint32_t instances = 0;
-    for (uint32_t i = 0; i < cfg->n_instance_groups; i++)
-      instances += cfg->instance_groups[i].count;
     uint32_t threads;
-    int dflt = cores() / (int)(instances ? instances : 1);
+    /* One thread a call unless asked: the workers, the event loops and the
+     * other models share the cores, and a second intra-op thread's OpenMP
+     * barrier waits out whoever holds its core (bench/RESULTS.md,
+     * 2026-11-28: 3 streams at 2 threads, 16 at 1, on a shared host). */
+    int dflt = 1;
     err = param_uint(hm, &m->set, "INTRA_OP_THREAD_COUNT", 0, 4096, 0, &threads);
     const char *family = hark_model_parameter(hm, "family");
     if (!err && family && strcmp(family, "transducer") && strcmp(family, "ctc"))
@@ -231,7 +223,7 @@ static hark_error *model_init(hark_model *hm) {
                       .vocab_size = m->tokens.n,
                       .search = m->set.search,
                       .beam = m->set.beam,
-                      .intra_threads = threads ? (int)threads : (dflt > 0 ? dflt : 1)};
+                      .intra_threads = threads ? (int)threads : dflt};
     if (!err && !(m->net = asr_net_load(&o, why, sizeof why)))
       err = hark_error_new(HARK_ERR_INVALID_ARG, "%s", why);
   }
