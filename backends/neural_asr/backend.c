@@ -547,6 +547,9 @@ static hark_error *instance_execute(hark_instance *hi, hark_request **reqs, uint
     uint32_t k = 0;
     for (uint32_t i = 0; i < n; i++) {
       job *j = &jobs[i];
+      if (!j->answered && hark_request_is_cancelled(j->req)) /* its client went: stop here */
+        fail(m, j,
+             hark_error_new(HARK_ERR_CANCELLED, "neural_asr: request cancelled by its client"));
       if (j->answered || !feed_job(m, j)) continue;
       const float *f = asr_stream_chunk(j->st);
       if (!f) {

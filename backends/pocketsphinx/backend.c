@@ -448,6 +448,7 @@ static hark_code status_code(ps_status s) {
   case PS_BUSY:
   case PS_FULL: return HARK_ERR_UNAVAILABLE;
   case PS_INVALID: return HARK_ERR_INVALID_ARG;
+  case PS_CANCELLED: return HARK_ERR_CANCELLED;
   default: return HARK_ERR_INTERNAL;
   }
 }
@@ -511,6 +512,8 @@ static void settle_stream(asr_model *m, hark_request *req, asr_stream *as, int e
   }
 }
 
+static bool request_cancelled(const void *req) { return hark_request_is_cancelled(req); }
+
 /* Feeds and answers; returns an error to fail the request with, or NULL
  * once its FINAL has been sent. Either way the stream's state is settled
  * first, and an async job has touched the model for the last time: once
@@ -527,7 +530,9 @@ static hark_error *feed(const feed_job *j) {
   double before = ps_stream_audio_processed(st), cpu = thread_cpu_seconds();
   uint32_t stalls = ps_stream_stalls(st);
   ps_stream_set_arrival(st, hark_request_received_ns(req) / 1000000u);
+  ps_stream_set_cancel(st, request_cancelled, req); /* a gone client stops the decode */
   ps_status s = ps_stream_feed(st, j->pcm, j->len, j->ff, &r, why, sizeof why);
+  ps_stream_set_cancel(st, NULL, NULL);
   if (ps_stream_stalls(st) != stalls) {
     hark_metric_add(m->decoder_stalls, 1);
     HARK_BACKEND_LOG(HARK_BACKEND_LOG_VERBOSE,

@@ -165,11 +165,12 @@ typedef struct ps_stream ps_stream;
 
 typedef enum ps_status {
   PS_OK = 0,
-  PS_BUSY,     /* no decoder within decoder_wait_ms: retry later */
-  PS_WAIT,     /* (inside stream.c) no decoder free yet, still within the wait */
-  PS_FULL,     /* the stream's audio buffer bound was reached */
-  PS_INVALID,  /* bad input (odd byte count, bad rate, bad WAV) */
-  PS_INTERNAL, /* the library failed */
+  PS_BUSY,      /* no decoder within decoder_wait_ms: retry later */
+  PS_WAIT,      /* (inside stream.c) no decoder free yet, still within the wait */
+  PS_FULL,      /* the stream's audio buffer bound was reached */
+  PS_INVALID,   /* bad input (odd byte count, bad rate, bad WAV) */
+  PS_INTERNAL,  /* the library failed */
+  PS_CANCELLED, /* the request's client cancelled or went (ps_stream_set_cancel) */
 } ps_status;
 
 #define PS_FEED_END 1u     /* the stream ends after this audio */
@@ -228,6 +229,10 @@ void ps_stream_set_alternatives(ps_stream *st, uint32_t n);
  */
 ps_status ps_stream_feed(ps_stream *st, const uint8_t *pcm, size_t len, unsigned flags,
                          ps_result *res, char *err, size_t errlen);
+/* What the next ps_stream_feed asks between blocks whether to stop:
+ * `cancelled(arg)` true ends it PS_CANCELLED (the audio left is dropped,
+ * the utterance stays open for the caller to free). NULL: never. */
+void ps_stream_set_cancel(ps_stream *st, bool (*cancelled)(const void *arg), const void *arg);
 /* True while the stream holds a decoder (inside an utterance). */
 int ps_stream_has_decoder(const ps_stream *st);
 /* True when the stream's next feed may decode: it holds a decoder, or (gated)

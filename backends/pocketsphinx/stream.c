@@ -74,6 +74,8 @@
 
 struct ps_stream {
   ps_pool *pool;
+  bool (*cancelled)(const void *arg); /* asked between blocks; NULL: never */
+  const void *cancel_arg;
   const ps_settings *set;
   uint32_t model_rate;
   uint32_t alternatives; /* n-best count of the stream's results */
@@ -703,6 +705,7 @@ static ps_status run_blocks(ps_stream *st, unsigned flags, ps_result *r, char *e
   for (;;) {
     size_t queued = st->len - st->head;
     if (queued == 0 || (queued < st->set->block_samples && !closing)) break;
+    if (st->cancelled && st->cancelled(st->cancel_arg)) return PS_CANCELLED;
     size_t n = queued < st->set->block_samples ? queued : st->set->block_samples;
     s = fe_block(st, st->fifo + st->head, n, err, errlen);
     st->head += n;
@@ -879,7 +882,9 @@ ps_status ps_stream_feed(ps_stream *st, const uint8_t *pcm, size_t len, unsigned
     s = feed_slice(st, pcm + off * bps, k, f, r, err, errlen);
     off += k;
     if (last) break;
+    if (s != PS_CANCELLED && st->cancelled && st->cancelled(st->cancel_arg)) s = PS_CANCELLED;
   }
+  if (s == PS_CANCELLED) snprintf(err, errlen, "request cancelled by its client");
   if ((s == PS_OK || s == PS_WAIT) && !r->is_final) { /* a final that came meanwhile */
     ps_status t = take_final(st, r, false, err, errlen);
     if (t != PS_OK) s = t;
@@ -901,6 +906,11 @@ ps_status ps_stream_feed(ps_stream *st, const uint8_t *pcm, size_t len, unsigned
 }
 
 void ps_stream_set_arrival(ps_stream *st, uint64_t arrival_ms) { st->arrival_ms = arrival_ms; }
+
+void ps_stream_set_cancel(ps_stream *st, bool (*cancelled)(const void *arg), const void *arg) {
+  st->cancelled = cancelled;
+  st->cancel_arg = arg;
+}
 
 /* n samples of the client's bytes: converted, resampled, queued, and
  * recognised block by block. */

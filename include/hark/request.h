@@ -91,6 +91,28 @@ void hark_request_add_requested_output(hark_request *req, const char *name);
 /* Where responses go. Must be set before hark_server_infer. */
 void hark_request_set_callback(hark_request *req, hark_response_fn fn, void *userp);
 
+/*
+ * Cancellation. A front end cannot touch a request once the server owns
+ * it, so it cancels through a token: a refcounted flag it creates per
+ * client call (or connection), hands to each request it builds, and sets
+ * when the client cancels or goes away. The server completes a request
+ * still queued with CANCELLED without running it; a backend polls
+ * hark_request_is_cancelled between units of work (Triton's
+ * TRITONBACKEND_RequestIsCancelled) and fails the request with CANCELLED.
+ * Setting is one-way and any thread may do it.
+ */
+typedef struct hark_cancel hark_cancel;
+/* One reference, the caller's. Never NULL. */
+hark_cancel *hark_cancel_new(void);
+void hark_cancel_ref(hark_cancel *c);
+/* Drops a reference; the last frees it. NULL is fine. */
+void hark_cancel_unref(hark_cancel *c);
+/* Any thread: every request holding the token is cancelled. */
+void hark_cancel_set(hark_cancel *c);
+bool hark_cancel_is_set(const hark_cancel *c);
+/* The request takes its own reference on `c` (NULL clears it). */
+void hark_request_set_cancel(hark_request *req, hark_cancel *c);
+
 /* ---- reading a request (backends, schedulers) ---------------------------- */
 
 hark_model *hark_request_model(const hark_request *req);
@@ -104,6 +126,10 @@ const char *hark_request_correlation_id_str(const hark_request *req); /* or NULL
  * must key them by the namespace too (or use hark_request_sequence_state). */
 hark_corr_ns hark_request_correlation_ns(const hark_request *req);
 const char *hark_request_parameter(const hark_request *req, const char *key);
+/* Since backend API 1.5. True once the request's client cancelled or went
+ * away (its token, above, is set): stop working on it and complete it
+ * with HARK_ERR_CANCELLED. Any thread, cheap (one atomic load). */
+bool hark_request_is_cancelled(const hark_request *req);
 uint32_t hark_request_input_count(const hark_request *req);
 const hark_tensor *hark_request_input(const hark_request *req, uint32_t i);
 const hark_tensor *hark_request_input_by_name(const hark_request *req, const char *name);

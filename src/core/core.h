@@ -44,6 +44,12 @@ struct hark_request {
   void **seq_state;    /* the sequence's backend state slot, or NULL */
   uint64_t received_ns, queued_ns, exec_start_ns, input_end_ns, infer_end_ns;
   atomic_bool finished;
+  hark_cancel *cancel; /* the front end's token (a reference), or NULL */
+};
+
+struct hark_cancel {
+  atomic_uint refs;
+  atomic_bool set;
 };
 
 struct hark_response {

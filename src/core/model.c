@@ -258,15 +258,33 @@ static void model_sequence_fini(void *ctx, void *state) {
       m->name, m->backend ? m->backend->name : "");
 }
 
+static void model_run(hark_model *m, hark_instance *inst, hark_request **reqs, uint32_t n);
+
 /*
  * One batch on instance `index` through the backend's execute, with the
  * scheduler's run contract (sched.h). Records execution statistics (queue
  * time ends, compute begins). If the backend refuses the batch, every
  * request gets that error as its FINAL.
  */
-static void model_execute(void *ctx, uint32_t index, hark_request **reqs, uint32_t n) {
+static void model_execute(void *ctx, uint32_t index, hark_request **all, uint32_t n_all) {
   hark_model *m = ctx;
   hark_instance *inst = &m->instances[index];
+  /* Requests whose client cancelled or went away while they waited end
+   * CANCELLED here, never reaching the backend. */
+  hark_request *kept[64], **reqs = n_all <= 64 ? kept : hark_xcalloc(n_all, sizeof *reqs);
+  uint32_t n = 0;
+  for (uint32_t i = 0; i < n_all; i++)
+    if (hark_request_is_cancelled(all[i]))
+      hark_request_complete(
+          all[i],
+          hark_error_new(HARK_ERR_CANCELLED, "request cancelled by its client before it ran"));
+    else
+      reqs[n++] = all[i];
+  if (n) model_run(m, inst, reqs, n);
+  if (reqs != kept) free(reqs);
+}
+
+static void model_run(hark_model *m, hark_instance *inst, hark_request **reqs, uint32_t n) {
   uint64_t start = hark_now_ns();
   uint32_t batch = 0;
   for (uint32_t i = 0; i < n; i++) {

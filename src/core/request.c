@@ -43,8 +43,35 @@ void hark_request_free(hark_request *req) {
   free(req->attached);
   free(req->id);
   free(req->correlation_id_str);
+  hark_cancel_unref(req->cancel);
   hark_model_release(req->model);
   free(req);
+}
+
+hark_cancel *hark_cancel_new(void) {
+  hark_cancel *c = hark_xcalloc(1, sizeof *c);
+  atomic_init(&c->refs, 1);
+  atomic_init(&c->set, false);
+  return c;
+}
+
+void hark_cancel_ref(hark_cancel *c) { atomic_fetch_add(&c->refs, 1); }
+
+void hark_cancel_unref(hark_cancel *c) {
+  if (c && atomic_fetch_sub(&c->refs, 1) == 1) free(c);
+}
+
+void hark_cancel_set(hark_cancel *c) { atomic_store(&c->set, true); }
+bool hark_cancel_is_set(const hark_cancel *c) { return atomic_load(&((hark_cancel *)c)->set); }
+
+void hark_request_set_cancel(hark_request *req, hark_cancel *c) {
+  if (c) hark_cancel_ref(c);
+  hark_cancel_unref(req->cancel);
+  req->cancel = c;
+}
+
+bool hark_request_is_cancelled(const hark_request *req) {
+  return req->cancel && hark_cancel_is_set(req->cancel);
 }
 
 void hark_request_set_id(hark_request *req, const char *id) {

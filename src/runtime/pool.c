@@ -32,6 +32,13 @@
  * unknown cost (hark_pool_submit's, a model's first executions) queue as
  * long ones. A bound of 0 keeps one FIFO.
  *
+ * Bulk tasks (a batch that carries a whole recording: issue 24) queue in
+ * a third lane, behind each other, and at most threads - 1 of them run at
+ * once (one, with one thread): whatever the offline clients send, one
+ * worker is always left to live streams and cheap models. A bulk task
+ * never becomes a worker's next-task continuation, which would bypass the
+ * bound.
+ *
  * Inline runs: a thread outside the pool that serves requests (an HTTP
  * event loop) may declare itself able to run work in place
  * (hark_pool_thread_may_inline). A scheduler that launches a batch on such
@@ -66,6 +73,8 @@ struct hark_pool {
   pthread_cond_t work;           /* a task was queued, or stopping */
   hark_pool_task *head, *tail;   /* the long lane (and every task when short_max_ns is 0) */
   hark_pool_task *shead, *stail; /* the short lane */
+  hark_pool_task *bhead, *btail; /* the bulk lane */
+  uint32_t n_bulk, max_bulk;     /* bulk tasks running; at most this many */
   hark_pool_task *free_nodes;    /* for hark_pool_submit; max_queue of them */
   hark_pool_task *nodes;
   bool stopping;
@@ -105,7 +114,10 @@ static bool is_short(const hark_pool *pool, const hark_pool_task *task) {
 static void fifo_push(hark_pool *pool, hark_pool_task *task) {
   task->next = NULL;
   hark_pool_task **head = &pool->head, **tail = &pool->tail;
-  if (is_short(pool, task)) {
+  if (task->bulk) {
+    head = &pool->bhead;
+    tail = &pool->btail;
+  } else if (is_short(pool, task)) {
     head = &pool->shead;
     tail = &pool->stail;
   } else {
@@ -118,7 +130,9 @@ static void fifo_push(hark_pool *pool, hark_pool_task *task) {
   *tail = task;
 }
 
-static bool fifo_empty(const hark_pool *pool) { return !pool->head && !pool->shead; }
+static bool fifo_empty(const hark_pool *pool) {
+  return !pool->head && !pool->shead && !pool->bhead;
+}
 
 /* The next task to run, under the lock: the short lane's head, unless the
  * long lane's head has waited as long as it will run (see the top). */
@@ -140,15 +154,30 @@ static hark_pool_task *fifo_pop(hark_pool *pool) {
   return task;
 }
 
+/* What a free worker runs next, under the lock: a bulk task while the
+ * bulk share has room, else fifo_pop's; NULL: nothing it may run now. */
+static hark_pool_task *take(hark_pool *pool) {
+  hark_pool_task *task = pool->bhead;
+  if (task && pool->n_bulk < pool->max_bulk) {
+    pool->bhead = task->next;
+    if (!pool->bhead) pool->btail = NULL;
+    pool->n_bulk++;
+    return task;
+  }
+  return fifo_pop(pool);
+}
+
 static void *worker_main(void *arg) {
   hark_pool *pool = arg;
   pthread_setname_np(pthread_self(), "hark-worker");
   tl_pool = pool;
   pthread_mutex_lock(&pool->lock);
   for (;;) {
-    while (fifo_empty(pool) && !pool->stopping) pthread_cond_wait(&pool->work, &pool->lock);
-    hark_pool_task *task = fifo_pop(pool);
+    hark_pool_task *task;
+    while (!(task = take(pool)) && !(pool->stopping && fifo_empty(pool)))
+      pthread_cond_wait(&pool->work, &pool->lock);
     if (!task) break; /* stopping and drained */
+    bool bulk = task->bulk;
     /* Copy out before unlocking: an embedded task may be resubmitted (and
      * a pooled node reused) as soon as it leaves the FIFO. */
     void (*fn)(void *) = task->fn;
@@ -165,6 +194,10 @@ static void *worker_main(void *arg) {
       next->fn(next->arg);
     }
     pthread_mutex_lock(&pool->lock);
+    if (bulk) {
+      pool->n_bulk--;
+      if (pool->bhead) pthread_cond_signal(&pool->work); /* the next may run */
+    }
   }
   pool->alive--;
   pthread_mutex_unlock(&pool->lock);
@@ -183,6 +216,7 @@ int hark_pool_submit(hark_pool *pool, void (*fn)(void *), void *arg) {
   node->fn = fn;
   node->arg = arg;
   node->cost_ns = 0;
+  node->bulk = false;
   fifo_push(pool, node);
   pthread_cond_signal(&pool->work);
   pthread_mutex_unlock(&pool->lock);
@@ -199,7 +233,7 @@ void hark_pool_submit_task(hark_pool *pool, hark_pool_task *task) {
     return;
   }
   task->pooled = false;
-  if (tl_pool == pool && !tl_next && fifo_empty(pool) && !pool->stopping) {
+  if (tl_pool == pool && !tl_next && !task->bulk && fifo_empty(pool) && !pool->stopping) {
     tl_next = task; /* this worker runs it next; see the top of the file */
     pthread_mutex_unlock(&pool->lock);
     return;
@@ -343,6 +377,7 @@ int hark_pool_new(uint32_t threads, uint32_t max_queue, hark_pool **out) {
     pool->nodes[i].next = pool->free_nodes;
     pool->free_nodes = &pool->nodes[i];
   }
+  pool->max_bulk = threads > 1 ? threads - 1 : 1;
   pthread_mutex_init(&pool->lock, NULL);
   pthread_cond_init(&pool->work, NULL);
   pthread_mutex_init(&pool->tlock, NULL);

@@ -42,6 +42,10 @@ typedef struct hark_pool_task {
   /* What fn is expected to take (ns), set by the owner before each submit;
    * 0: not known. Decides the task's lane (hark_pool_set_short_max_ns). */
   uint64_t cost_ns;
+  /* Set by the owner before each submit: the task carries a whole
+   * recording (an offline job). At most threads - 1 bulk tasks run at
+   * once; the rest wait in a lane of their own (pool.c). */
+  bool bulk;
   struct hark_pool_task *next; /* pool-private */
   uint64_t queued_ns;          /* pool-private: when it entered the long lane */
   bool pooled;                 /* pool-private: from the bounded free list */

@@ -385,6 +385,19 @@ static void seq_on_response(hark_response *resp, uint32_t flags, hark_error *err
   if (done) hark_skel_pump(&s->sk);
 }
 
+/* A batch of whole recordings (each request both starts and ends its
+ * sequence: Riva's Recognize, a one-shot KServe request) is bulk work: it
+ * waits behind the others in the pool's bulk lane rather than taking the
+ * worker that live streams need (issue 24). */
+static bool seq_bulk(hark_skel *sk, hark_skel_inst *inst) {
+  (void)sk;
+  seq_instance *si = (seq_instance *)inst;
+  const uint32_t both = HARK_REQUEST_SEQUENCE_START | HARK_REQUEST_SEQUENCE_END;
+  for (uint32_t k = 0; k < si->n; k++)
+    if ((si->calls[k]->flags & both) != both) return false;
+  return si->n > 0;
+}
+
 static void seq_execute(hark_skel *sk, hark_skel_inst *inst) {
   seq_sched *s = (seq_sched *)sk;
   seq_instance *si = (seq_instance *)inst;
@@ -573,6 +586,7 @@ static const hark_skel_ops seq_skel_ops = {
     .pass = seq_pass,
     .finish = seq_finish,
     .execute = seq_execute,
+    .bulk = seq_bulk,
     .executed = seq_executed,
     .admit = seq_admit,
     .drained = seq_drained,

@@ -127,6 +127,7 @@ void hark_skel_pump(hark_skel *sk) {
     for (hark_skel_inst *inst = p.launch, *next; inst; inst = next) {
       next = inst->launch_next; /* the task may run and finish at once */
       inst->task.cost_ns = cost;
+      inst->task.bulk = sk->ops->bulk && sk->ops->bulk(sk, inst);
       hark_pool_submit_task(pool, &inst->task);
     }
     if (sk->ops->finish) sk->ops->finish(sk, &p);

@@ -61,6 +61,10 @@ typedef struct hark_skel_ops {
   /* Under the lock: nothing is left that stop must wait for, beside users
    * and busy instances. */
   bool (*drained)(const hark_skel *sk);
+  /* Outside the lock, before `inst`'s task goes to the pool: whether its
+   * batch is bulk work (pool.h: at most threads - 1 bulk tasks run at
+   * once). NULL: never. */
+  bool (*bulk)(hark_skel *sk, hark_skel_inst *inst);
   /* Batches may run inline on a front end's thread that allows it, when
    * the model's executions are cheap (runtime/pool.h). */
   bool may_inline;

@@ -452,9 +452,34 @@ static void test_long_task_waits_at_most_its_cost(void **state) {
   for (int i = 0; i < 3; i++) assert_int_equal(log.ran[i], want[i]);
 }
 
+/* Bulk tasks (whole recordings) run at most threads - 1 at once, queued
+ * behind each other, so other work always finds a worker; the next bulk
+ * task starts when one ends. */
+static void test_bulk_tasks_leave_a_worker(void **state) {
+  (void)state;
+  hark_pool *pool;
+  assert_int_equal(0, hark_pool_new(3, 8, &pool));
+  gate g = {.lock = PTHREAD_MUTEX_INITIALIZER, .cond = PTHREAD_COND_INITIALIZER};
+  hark_pool_task bulk[3];
+  for (int i = 0; i < 3; i++) {
+    bulk[i] = (hark_pool_task){.fn = gate_task, .arg = &g, .bulk = true};
+    hark_pool_submit_task(pool, &bulk[i]);
+  }
+  assert_true(wait_for(&g.entered, 2));
+  sleep_ms(50);
+  assert_int_equal(atomic_load(&g.entered), 2); /* the third waits its turn */
+  atomic_int count = 0;
+  assert_int_equal(0, hark_pool_submit(pool, count_task, &count));
+  assert_true(wait_for(&count, 1)); /* the worker left to the rest */
+  gate_open(&g);
+  assert_true(wait_for(&g.left, 3));
+  hark_pool_free(pool);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_bad_args),
+      cmocka_unit_test(test_bulk_tasks_leave_a_worker),
       cmocka_unit_test(test_all_tasks_run),
       cmocka_unit_test(test_bounded_queue),
       cmocka_unit_test(test_free_drains),

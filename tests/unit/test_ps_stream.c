@@ -922,6 +922,47 @@ static void test_memory(void **state) {
   ps_pool_free(pool);
 }
 
+/* A request whose client went: the feed stops between blocks (the
+ * callback is asked once per block, not once per request), ends
+ * PS_CANCELLED with a reason, and freeing the stream gives its decoder
+ * back. */
+static int cancel_asked, cancel_after;
+static bool cancel_after_n(const void *arg) {
+  (void)arg;
+  return ++cancel_asked > cancel_after;
+}
+
+static void test_cancel_stops_between_blocks(void **state) {
+  (void)state;
+  ps_pool *pool = make_pool(NULL);
+  blob a = read_file(DATA "sense_and_sensibility_01_austen_64kb-0870.wav");
+  char err[256] = "";
+  ps_stream *st = ps_stream_new(pool, 16000, NULL, err, sizeof err);
+  ps_stream_set_cancel(st, cancel_after_n, NULL);
+  cancel_asked = 0;
+  cancel_after = 5;
+  ps_result r;
+  ps_result_init(&r, 0);
+  assert_int_equal(ps_stream_feed(st, a.bytes, a.len, PS_FEED_END, &r, err, sizeof err),
+                   PS_CANCELLED);
+  assert_int_equal(cancel_asked, 6); /* stopped at the first "yes" */
+  assert_non_null(strstr(err, "cancelled"));
+  ps_result_fini(&r);
+  /* a stream fed without a callback is never cancelled */
+  ps_stream_free(st);
+  st = ps_stream_new(pool, 16000, NULL, err, sizeof err);
+  ps_result_init(&r, 0);
+  assert_int_equal(ps_stream_feed(st, a.bytes, a.len, PS_FEED_END, &r, err, sizeof err), PS_OK);
+  assert_true(r.is_final);
+  ps_result_fini(&r);
+  ps_stream_free(st);
+  ps_pool_stats ps_st;
+  ps_pool_get_stats(pool, &ps_st);
+  assert_int_equal(ps_st.in_use, 0);
+  free(a.bytes);
+  ps_pool_free(pool);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_matches_continuous),
@@ -939,6 +980,7 @@ int main(void) {
       cmocka_unit_test(test_flush_and_bad_input),
       cmocka_unit_test(test_resampled_input_and_wer),
       cmocka_unit_test(test_memory),
+      cmocka_unit_test(test_cancel_stops_between_blocks),
   };
   /* HARK_TEST_FILTER=test_latency_* runs some (the whole file takes minutes). */
   if (getenv("HARK_TEST_FILTER")) cmocka_set_test_filter(getenv("HARK_TEST_FILTER"));

@@ -212,12 +212,38 @@ static void test_validation(void **state) {
   fake_model_free(m);
 }
 
+/* A front end's cancel token: every request holding it reads cancelled
+ * once it is set; each holds its own reference, so the front end may drop
+ * its own first. */
+static void test_cancel_token(void **state) {
+  (void)state;
+  hark_model *m = fake_model();
+  hark_cancel *c = hark_cancel_new();
+  hark_request *a = hark_request_new(m), *b = hark_request_new(m), *other = hark_request_new(m);
+  hark_request_set_cancel(a, c);
+  hark_request_set_cancel(b, c);
+  assert_false(hark_request_is_cancelled(a));
+  assert_false(hark_request_is_cancelled(other));
+  hark_cancel_set(c);
+  hark_cancel_unref(c); /* the front end's reference */
+  assert_true(hark_request_is_cancelled(a));
+  assert_true(hark_request_is_cancelled(b));
+  assert_false(hark_request_is_cancelled(other));
+  hark_request_set_cancel(b, NULL);
+  assert_false(hark_request_is_cancelled(b));
+  hark_request_free(a);
+  hark_request_free(b);
+  hark_request_free(other);
+  fake_model_free(m);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_build_and_read),
       cmocka_unit_test(test_exactly_one_final),
       cmocka_unit_test(test_complete_with_error_counts_failure),
       cmocka_unit_test(test_validation),
+      cmocka_unit_test(test_cancel_token),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -48,6 +48,7 @@ hark_grpc_call *hark_grpc_call_new(hark_grpc *g, hark_http_loop *loop,
   c->loop = loop;
   c->flush = flush;
   atomic_init(&c->refs, 1);
+  c->cancel = hark_cancel_new();
   pthread_mutex_init(&c->mu, NULL);
   hark_http_call_init(&c->ev, loop, on_kick);
   hark_http_loop_hold(loop);
@@ -82,6 +83,7 @@ static void call_free(hark_grpc_call *c) {
   hark_arena_free(c->msg_arena);
   hark_inflight_give(c->msg_charge); /* the client went mid-message */
   if (c->state_free) c->state_free(c->state);
+  hark_cancel_unref(c->cancel);
   if (c->began) atomic_fetch_sub(&g->open_streams, 1);
   pthread_mutex_destroy(&c->mu);
   free(c);
@@ -108,6 +110,8 @@ bool hark_grpc_call_cancelled(const hark_grpc_call *c) {
   pthread_mutex_unlock(&((hark_grpc_call *)c)->mu);
   return cancelled;
 }
+
+hark_cancel *hark_grpc_call_cancel_token(hark_grpc_call *c) { return c->cancel; }
 
 void hark_grpc_call_set_state(hark_grpc_call *c, void *state, void (*free_fn)(void *)) {
   c->state = state;

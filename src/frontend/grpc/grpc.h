@@ -23,6 +23,7 @@
 #include <stdint.h>
 
 #include "frontend/security/restrict.h"
+#include "hark/request.h"
 #include "hark/types.h"
 #include "util/arena.h"
 
@@ -182,6 +183,11 @@ bool hark_grpc_call_allowed(const hark_grpc_call *c, hark_api api);
 /* A stream the client cancelled (or whose deadline passed); meaningful
  * once the call is over. */
 bool hark_grpc_call_cancelled(const hark_grpc_call *c);
+/* The call's cancel token (the call's reference; hark/request.h): set the
+ * moment the client cancels, the deadline passes or the connection goes,
+ * so the engine stops the requests the call started (give each one with
+ * hark_request_set_cancel, which takes its own reference). */
+hark_cancel *hark_grpc_call_cancel_token(hark_grpc_call *c);
 
 /*
  * Sends a unary call's reply (initial metadata, `msg` when not NULL, the

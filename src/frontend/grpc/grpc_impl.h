@@ -86,11 +86,12 @@ struct hark_grpc_call {
   size_t woff;
   /* any thread, under mu */
   pthread_mutex_t mu;
-  bool closed;    /* the stream is gone, or its status is out: nothing more */
-  bool cancelled; /* ... before its status went out */
-  bool replied;   /* unary: the reply is given */
-  bool read_done; /* streams: nothing more will be read (half-closed or failed) */
-  bool forced;    /* the status goes now, whatever waits (past the deadline) */
+  bool closed;         /* the stream is gone, or its status is out: nothing more */
+  bool cancelled;      /* ... before its status went out */
+  hark_cancel *cancel; /* set with `cancelled`: the call's requests stop */
+  bool replied;        /* unary: the reply is given */
+  bool read_done;      /* streams: nothing more will be read (half-closed or failed) */
+  bool forced;         /* the status goes now, whatever waits (past the deadline) */
   hark_grpc_code code;
   char details[256];
   hark_grpc_out *uout;         /* unary: the reply's message */

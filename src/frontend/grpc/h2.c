@@ -587,6 +587,7 @@ static void on_deadline(void *arg) {
     c->code = HARK_GRPC_DEADLINE_EXCEEDED;
     snprintf(c->details, sizeof c->details, "Deadline Exceeded");
     c->forced = c->replied = c->read_done = c->cancelled = true;
+    hark_cancel_set(c->cancel);
     hark_grpc_sweep_locked(c);
   }
   pthread_mutex_unlock(&c->mu);
@@ -662,7 +663,10 @@ static void stream_gone(h2conn *h, hark_grpc_call *c) {
   c->deadline = NULL;
   pthread_mutex_lock(&c->mu);
   c->closed = true;
-  if (!c->trailers_sent) c->cancelled = true;
+  if (!c->trailers_sent) {
+    c->cancelled = true;
+    hark_cancel_set(c->cancel);
+  }
   hark_grpc_sweep_locked(c);
   pthread_mutex_unlock(&c->mu);
   if (c->began && c->reg->m->closed) c->reg->m->closed(c);

@@ -655,7 +655,10 @@ int hark_http_on_request(hark_http_conn *c, const char *path) {
 
 void hark_http_on_closed(hark_http_conn *c) {
   c->kept = false;
-  if (c->call) c->call->conn = NULL; /* its done handler finds no client */
+  if (c->call) {
+    c->call->conn = NULL;                                  /* its done handler finds no client */
+    if (c->call->cancel) hark_cancel_set(c->call->cancel); /* nor does the work */
+  }
   c->call = NULL;
   if (c->state == CONN_REPLYING)
     atomic_fetch_sub_explicit(&c->loop->replying, 1, memory_order_relaxed);

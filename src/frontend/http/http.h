@@ -27,6 +27,7 @@
 #include <stdint.h>
 
 #include "frontend/security/restrict.h"
+#include "hark/request.h"
 #include "hark/types.h"
 #include "util/buf.h"
 
@@ -258,6 +259,10 @@ struct hark_http_call {
   hark_http_conn *conn;
   hark_http_call *next;
   bool held; /* started: holds its loop until done has run */
+  /* Optional, the service's (it holds the reference): an exchange's
+   * call's token is set when the connection closes before the call is
+   * posted, so the engine stops the work the client no longer waits for. */
+  hark_cancel *cancel;
 };
 
 /* The reply to c's request comes from `call` later; c reads nothing more

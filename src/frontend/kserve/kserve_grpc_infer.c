@@ -584,6 +584,7 @@ static hark_error *submit(job *j, ProtobufCMessage *msg, hark_response_fn fn) {
   err = hark_kserve_grpc_to_request(q, ks->shm, req, &j->sequence_id, &j->shm);
   if (!err) {
     hark_request_set_callback(req, fn, j);
+    hark_request_set_cancel(req, hark_grpc_call_cancel_token(c)); /* the client may go */
     hark_grpc_call_ref(c);
     err = hark_server_infer(ks->server, req);
     if (err) hark_grpc_call_unref(c);

@@ -98,6 +98,7 @@ static call *call_new(hark_server *server) {
 }
 
 static void call_free(call *k) {
+  hark_cancel_unref(k->call.cancel);
   hark_buf_free(&k->out);
   free(k->model_name);
   free(k);
@@ -208,6 +209,8 @@ static void start_infer(hark_kserve *ks, hark_http_conn *c, exchange *x) {
     return;
   }
   hark_http_call_start(c, &k->call, on_call_done);
+  k->call.cancel = hark_cancel_new(); /* set if the client closes first */
+  hark_request_set_cancel(req, k->call.cancel);
   err = hark_server_infer(server, req);
   if (err) {
     hark_request_free(req);

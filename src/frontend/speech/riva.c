@@ -385,6 +385,8 @@ static void recognize(hark_grpc_call *c, ProtobufCMessage *m) {
   if (!err) {
     if (q->id && *q->id->value) hark_request_set_id(req, q->id->value);
     hark_request_set_callback(req, on_recognize_response, rj);
+    /* A client that cancels (or goes) stops the decode between blocks. */
+    hark_request_set_cancel(req, hark_grpc_call_cancel_token(c));
     hark_grpc_call_ref(c);
     err = hark_server_infer(r->server, req);
     if (err) {
