@@ -124,10 +124,10 @@ int main(int argc, char **argv) {
     }
   }
   double audio = (double)samples / 16000.0;
-  printf("{\"audio_seconds\": %.2f, \"cpu_s\": %.4f, \"cpu_per_audio_s\": %.6f, \"frames\": %llu, "
-         "\"us_per_frame\": %.3f, \"piece_ms\": %u}\n",
-         audio, cpu, cpu / audio, (unsigned long long)frames, cpu / (double)frames * 1e6,
-         piece_ms);
+  printf(
+      "{\"audio_seconds\": %.2f, \"cpu_s\": %.4f, \"cpu_per_audio_s\": %.6f, \"frames\": %llu, "
+      "\"us_per_frame\": %.3f, \"piece_ms\": %u}\n",
+      audio, cpu, cpu / audio, (unsigned long long)frames, cpu / (double)frames * 1e6, piece_ms);
   hark_fbank_free(fb);
   hark_fbank_bank_free(bank);
   for (int k = 0; k < nclips; k++) free(clips[k].pcm);
