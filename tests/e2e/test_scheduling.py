@@ -287,7 +287,12 @@ class ShortBatchesFirst(unittest.TestCase):
     waited as long as it runs; with --short-batch-us 0 it keeps arrival
     order. One worker, no inline runs, so every batch queues in the pool."""
 
-    SLOW_US = 200000
+    SLOW_US = 300000
+    # A bound far from both models' costs: the fast model's executions cost
+    # well under 1 ms on a quiet release build, but an ASan build under the
+    # suite's load averaged more, made it a "long" batch, and kept arrival
+    # order (one failure in a suite run).
+    BOUND = "50000"
 
     @classmethod
     def setUpClass(cls):
@@ -295,7 +300,7 @@ class ShortBatchesFirst(unittest.TestCase):
             "max_batch_size: 8", "max_batch_size: 8\ninstance_group [ { count: 2 kind: KIND_CPU } ]")
         cls.repo = make_repo({"slow": slow, "fast": slow_model("fast", 0, "")})
         cls.servers = {}
-        for bound in ("1000", "0"):
+        for bound in (cls.BOUND, "0"):
             server = Harkd(cls.repo, args=["--worker-threads", "1", "--inline-max-us", "0",
                                            "--short-batch-us", bound])
             # Both models' averages count after 16 executions.
@@ -327,7 +332,7 @@ class ShortBatchesFirst(unittest.TestCase):
         return second[0][2], fast[0][2]
 
     def test_fast_batch_overtakes_a_queued_slow_one(self):
-        slow_done, fast_done = self.race("1000")
+        slow_done, fast_done = self.race(self.BOUND)
         # The fast one ran as soon as the first slow batch let go of the
         # worker, a whole slow execution before the second.
         self.assertLess(fast_done, slow_done - self.SLOW_US / 2e6)
