@@ -10,27 +10,43 @@
  * round that held it fails. A request without a correlation id is a whole
  * stream in one (START|END).
  *
- * A round is one execute: the sequence batcher hands over one request of
- * each of up to max_batch_size streams. Each stream's audio becomes
- * features; every stream with a whole chunk goes into ONE encoder call
- * and one batched search (net.cc); the round repeats while any stream has
- * another chunk (a request longer than a chunk, a whole file), its audio
- * fed a second at a time so a long request holds a second of features,
- * not all of them. A request is answered as soon as its audio is used up:
- * a partial, or a final when an endpoint fired within it, at END, or on
+ * A round is one encoder call for every stream with a whole chunk, and
+ * one batched search (net.cc): with max_batch_size > 1 the round threads
+ * (below) run it over the chunks the executes held; with 1 the worker runs
+ * its request's chunks itself. Each stream's audio becomes features a
+ * second at a time, so a long request holds a second of features, not all
+ * of them. A request is answered as soon as its audio is used up: a
+ * partial, or a final when an endpoint fired within it, at END, or on
  * flush. Outputs are those of the pocketsphinx recogniser (TRANSCRIPT,
  * IS_FINAL, WORDS, WORD_START, WORD_END, WORD_CONF, CONFIDENCE,
  * AUDIO_PROCESSED, ALTERNATIVES), so every speech front end serves either.
  */
 #include <errno.h>
 #include <math.h>
+#include <pthread.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "asr.h"
 
 #define FEED_SLICE_BYTES 32000u /* a second of 16 kHz PCM per feed */
+
+typedef struct job job;
+
+/* The chunks held for the round threads (below), oldest first. */
+typedef struct asr_rounds {
+  pthread_mutex_t mu;
+  pthread_cond_t cv;
+  job *head, *tail;
+  uint32_t n_held, n_behind, max_batch;
+  uint64_t wait_ns;
+  pthread_t *threads;
+  uint32_t n_threads;
+  bool inited, stop;
+} asr_rounds;
 
 typedef struct asr_model {
   asr_settings set;
@@ -39,6 +55,8 @@ typedef struct asr_model {
   asr_net *net;
   asr_shared sh;
   bool batched;
+  asr_rounds rounds_q;
+  atomic_int live; /* streams with state: when as many chunks are held, a round is due */
   hark_metric *streams, *audio_seconds, *rounds, *round_streams;
 } asr_model;
 
@@ -153,8 +171,13 @@ static hark_error *read_settings(hark_model *hm, asr_model *m) {
 
 /* ---- lifecycle ----------------------------------------------------------------- */
 
+static hark_error *rounds_start(asr_model *m, uint32_t threads, uint32_t wait_ms,
+                                uint32_t max_batch);
+static void rounds_stop(asr_model *m);
+
 static void model_free(asr_model *m) {
   if (!m) return;
+  rounds_stop(m);
   asr_net_free(m->net);
   hark_fbank_bank_free(m->bank);
   asr_tokens_free(&m->tokens);
@@ -241,6 +264,16 @@ static hark_error *model_init(hark_model *hm) {
                                       (float)fo.sample_rate / (float)info->out_frames};
   }
   if (!err) err = make_metrics(hm, m);
+  /* A batched model's rounds run on threads of their own, as many as its
+   * instances unless round_threads says; round_wait_ms is how long a held
+   * chunk waits for others (a reply's latency against the round's size). */
+  uint32_t n_threads = 0, wait_ms = 0;
+  for (uint32_t i = 0; i < cfg->n_instance_groups; i++) n_threads += cfg->instance_groups[i].count;
+  if (!err)
+    err = param_uint(hm, &m->set, "round_threads", 0, 64, n_threads ? n_threads : 1, &n_threads);
+  if (!err) err = param_uint(hm, &m->set, "round_wait_ms", 0, 60000, 40, &wait_ms);
+  if (!err && cfg->max_batch_size > 1 && n_threads > 0)
+    err = rounds_start(m, n_threads, wait_ms, (uint32_t)cfg->max_batch_size);
   if (err) {
     model_free(m);
     return err;
@@ -268,16 +301,24 @@ static hark_error *instance_init(hark_instance *hi) {
 
 static void instance_fini(hark_instance *hi) { (void)hi; }
 
+static void count_stream(asr_model *m, int d) {
+  atomic_fetch_add(&m->live, d);
+  hark_metric_add(m->streams, d);
+}
+
 static void sequence_fini(hark_model *hm, void *state) {
   asr_model *m = hark_model_state(hm);
   asr_stream_free(state);
-  if (m) hark_metric_add(m->streams, -1);
+  if (m) count_stream(m, -1);
 }
 
 /* ---- a round ------------------------------------------------------------------- */
 
-typedef struct job {
+struct job {
   hark_request *req;
+  job *next;        /* held for a round */
+  uint64_t held_ns; /* since when */
+  bool behind;      /* a recording, or more than a chunk in hand: no waiting */
   asr_stream *st;
   const uint8_t *data;
   size_t len, pos;
@@ -286,7 +327,7 @@ typedef struct job {
   uint32_t want_alt;
   float seconds0; /* the stream's audio before this request */
   asr_result res;
-} job;
+};
 
 static int param_true(hark_request *req, const char *key, int dflt) {
   const char *v = hark_request_parameter(req, key);
@@ -385,7 +426,7 @@ static void settle(asr_model *m, job *j, bool drop) {
     asr_stream_free(j->st);
     if (j->in_seq) {
       hark_request_set_sequence_state(j->req, NULL);
-      hark_metric_add(m->streams, -1);
+      count_stream(m, -1);
     }
   } else {
     hark_request_set_sequence_state(j->req, j->st);
@@ -481,7 +522,7 @@ static bool open_job(asr_model *m, job *j) {
   if (st && (flags & HARK_REQUEST_SEQUENCE_START)) { /* a restarted sequence */
     asr_stream_free(st);
     hark_request_set_sequence_state(req, NULL);
-    hark_metric_add(m->streams, -1);
+    count_stream(m, -1);
     st = NULL;
   }
   if (!st) {
@@ -496,7 +537,7 @@ static bool open_job(asr_model *m, job *j) {
       fail(m, j, hark_error_new(HARK_ERR_INTERNAL, "%s", reason));
       return false;
     }
-    if (j->in_seq) hark_metric_add(m->streams, 1);
+    if (j->in_seq) count_stream(m, 1);
   }
   j->st = st;
   j->seconds0 = asr_stream_audio_seconds(st);
@@ -528,15 +569,222 @@ static bool feed_job(asr_model *m, job *j) {
   return true;
 }
 
-static hark_error *instance_execute(hark_instance *hi, hark_request **reqs, uint32_t n) {
-  asr_model *m = hark_model_state(hark_instance_model(hi));
+/* Answers j if it needs no round: its audio is used up without a whole
+ * chunk (a partial, or a final), its client went, or its audio is bad.
+ * True when a whole chunk waits for the encoder. */
+static bool wants_round(asr_model *m, job *j) {
+  if (!j->answered && hark_request_is_cancelled(j->req)) /* its client went: stop here */
+    fail(m, j, hark_error_new(HARK_ERR_CANCELLED, "neural_asr: request cancelled by its client"));
+  if (j->answered || !feed_job(m, j)) return false;
+  if (asr_stream_chunk(j->st)) return true;
+  answer(m, j); /* answered now, not after the others */
+  return false;
+}
+
+/* One encoder call and one batched search for the k jobs, each with a
+ * whole chunk; a failure fails them all. ns and feats hold k. */
+static void step(asr_model *m, job **js, uint32_t k, asr_net_stream **ns, const float **feats) {
+  for (uint32_t i = 0; i < k; i++) {
+    ns[i] = asr_stream_net(js[i]->st);
+    feats[i] = asr_stream_chunk(js[i]->st);
+  }
+  char why[1024];
+  if (asr_net_step(m->net, ns, feats, k, why, sizeof why) != 0) {
+    HARK_BACKEND_LOG(HARK_BACKEND_LOG_ERROR, "%s", why);
+    for (uint32_t i = 0; i < k; i++) fail(m, js[i], hark_error_new(HARK_ERR_INTERNAL, "%s", why));
+    return;
+  }
+  hark_metric_add(m->rounds, 1);
+  hark_metric_add(m->round_streams, k);
+  for (uint32_t i = 0; i < k; i++) asr_stream_advance(js[i]->st, &js[i]->res, js[i]->want_alt);
+}
+
+/* ---- the round threads ---------------------------------------------------------
+ *
+ * A batched model answers on threads of its own. An execute feeds each
+ * request's audio and answers at once every request that completes no
+ * chunk (two in three of a live stream's 100 ms messages); a request that
+ * completes one is held, still unanswered, so the sequence batcher sends
+ * the stream nothing more until it is. A round thread takes the held
+ * chunks, up to max_batch_size, oldest first, into one encoder call when
+ *   - the oldest has waited round_wait_ms (the others may join it till then),
+ *   - every live stream has a chunk held (no one else can join),
+ *   - max_batch_size are held, or
+ *   - one is behind real time: a whole recording, or a message holding
+ *     more than a chunk (it must not wait a round's delay per chunk);
+ * then feeds each job's next audio: held again when another chunk is
+ * whole, else answered. Waiting only for the chunks that run the encoder
+ * lets rounds grow without delaying the partial replies
+ * (bench/RESULTS.md, 2026-11-28: a 100 ms max_queue_delay on every
+ * message grew rounds to 7 but broke latency at 5 streams). The threads
+ * run the search and the features of what they hold too, so a long
+ * recording takes a row of each round, not a worker. */
+
+static uint64_t mono_ns(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
+}
+
+/* r->mu held. */
+static void hold_locked(asr_rounds *r, job *j, bool behind) {
+  j->next = NULL;
+  j->held_ns = mono_ns();
+  j->behind = behind || !j->in_seq;
+  if (r->tail)
+    r->tail->next = j;
+  else
+    r->head = j;
+  r->tail = j;
+  r->n_held++;
+  r->n_behind += j->behind;
+}
+
+/* When the round of the held chunks is due, true; else *until is when it
+ * will be (0: when more arrive). r->mu held. */
+static bool round_due(asr_model *m, uint64_t now, uint64_t *until) {
+  asr_rounds *r = &m->rounds_q;
+  *until = 0;
+  if (!r->head) return false;
+  if (r->stop || r->n_behind || r->n_held >= r->max_batch) return true;
+  if (r->n_held >= (uint32_t)atomic_load(&m->live)) return true;
+  *until = r->head->held_ns + r->wait_ns;
+  return now >= *until;
+}
+
+static void *round_main(void *arg) {
+  asr_model *m = arg;
+  asr_rounds *r = &m->rounds_q;
+  uint32_t cap = r->max_batch;
+  job **js = calloc(cap, sizeof *js), **again = calloc(cap, sizeof *again);
+  asr_net_stream **ns = calloc(cap, sizeof *ns);
+  const float **feats = calloc(cap, sizeof *feats);
+  pthread_mutex_lock(&r->mu);
+  for (;;) {
+    uint64_t until;
+    while (!round_due(m, mono_ns(), &until)) {
+      if (r->stop) goto out;
+      if (!until) {
+        pthread_cond_wait(&r->cv, &r->mu);
+      } else {
+        struct timespec ts = {.tv_sec = (time_t)(until / 1000000000u),
+                              .tv_nsec = (long)(until % 1000000000u)};
+        pthread_cond_timedwait(&r->cv, &r->mu, &ts);
+      }
+    }
+    uint32_t k = 0;
+    while (r->head && k < cap) {
+      job *j = r->head;
+      if (!(r->head = j->next)) r->tail = NULL;
+      r->n_held--;
+      r->n_behind -= j->behind;
+      js[k++] = j;
+    }
+    bool failing = r->stop || !js[0] || !ns || !feats || !again;
+    if (r->head) pthread_cond_signal(&r->cv); /* more than a round: another thread may take it */
+    pthread_mutex_unlock(&r->mu);
+    uint32_t live = 0, n_again = 0;
+    for (uint32_t i = 0; i < k; i++) {
+      job *j = js[i];
+      if (failing)
+        fail(m, j,
+             hark_error_new(r->stop ? HARK_ERR_UNAVAILABLE : HARK_ERR_INTERNAL, "%s: %s",
+                            m->set.label, r->stop ? "the model is unloading" : "out of memory"));
+      else if (!hark_request_is_cancelled(j->req))
+        js[live++] = j;
+      else
+        fail(m, j,
+             hark_error_new(HARK_ERR_CANCELLED, "neural_asr: request cancelled by its client"));
+      if (j->answered) free(j);
+    }
+    if (live) step(m, js, live, ns, feats);
+    for (uint32_t i = 0; i < live; i++) {
+      if (wants_round(m, js[i]))
+        again[n_again++] = js[i];
+      else
+        free(js[i]);
+    }
+    pthread_mutex_lock(&r->mu);
+    for (uint32_t i = 0; i < n_again; i++) hold_locked(r, again[i], true);
+  }
+out:
+  pthread_mutex_unlock(&r->mu);
+  free(js), free(again), free(ns), free(feats);
+  return NULL;
+}
+
+static hark_error *rounds_start(asr_model *m, uint32_t threads, uint32_t wait_ms,
+                                uint32_t max_batch) {
+  asr_rounds *r = &m->rounds_q;
+  pthread_mutex_init(&r->mu, NULL);
+  pthread_condattr_t ca;
+  pthread_condattr_init(&ca);
+  pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
+  pthread_cond_init(&r->cv, &ca);
+  pthread_condattr_destroy(&ca);
+  r->inited = true;
+  r->wait_ns = (uint64_t)wait_ms * 1000000u;
+  r->max_batch = max_batch;
+  if (!(r->threads = calloc(threads, sizeof *r->threads)))
+    return hark_error_new(HARK_ERR_INTERNAL, "neural_asr: out of memory");
+  for (; r->n_threads < threads; r->n_threads++) {
+    int rc = pthread_create(&r->threads[r->n_threads], NULL, round_main, m);
+    if (rc)
+      return hark_error_new(HARK_ERR_INTERNAL, "%s: cannot start a round thread: %s", m->set.label,
+                            strerror(rc));
+  }
+  return NULL;
+}
+
+/* Every held request is answered before the model's fini (the server waits
+ * for them), so the threads find nothing left to do. */
+static void rounds_stop(asr_model *m) {
+  asr_rounds *r = &m->rounds_q;
+  if (!r->inited) return;
+  pthread_mutex_lock(&r->mu);
+  r->stop = true;
+  pthread_cond_broadcast(&r->cv);
+  pthread_mutex_unlock(&r->mu);
+  for (uint32_t i = 0; i < r->n_threads; i++) pthread_join(r->threads[i], NULL);
+  free(r->threads);
+  pthread_cond_destroy(&r->cv);
+  pthread_mutex_destroy(&r->mu);
+}
+
+/* ---- execute ------------------------------------------------------------------- */
+
+/* A batched model: answer what needs no encoder, hold the rest for the
+ * round threads. */
+static hark_error *execute_held(asr_model *m, hark_request **reqs, uint32_t n) {
+  asr_rounds *r = &m->rounds_q;
+  for (uint32_t i = 0; i < n; i++) {
+    job *j = calloc(1, sizeof *j);
+    if (!j) {
+      hark_request_complete(reqs[i],
+                            hark_error_new(HARK_ERR_INTERNAL, "neural_asr: out of memory"));
+      continue;
+    }
+    j->req = reqs[i];
+    if (!open_job(m, j) || !wants_round(m, j)) {
+      free(j);
+      continue;
+    }
+    pthread_mutex_lock(&r->mu);
+    hold_locked(r, j, false);
+    pthread_cond_signal(&r->cv);
+    pthread_mutex_unlock(&r->mu);
+  }
+  return NULL;
+}
+
+/* max_batch_size 1 (or 0): the worker runs its request's rounds itself. */
+static hark_error *execute_inline(asr_model *m, hark_request **reqs, uint32_t n) {
   job *jobs = calloc(n, sizeof *jobs);
-  asr_stream **ss = calloc(n, sizeof *ss);
+  job **js = calloc(n, sizeof *js);
   asr_net_stream **ns = calloc(n, sizeof *ns);
   const float **feats = calloc(n, sizeof *feats);
-  uint32_t *who = calloc(n, sizeof *who);
-  if (!jobs || !ss || !ns || !feats || !who) {
-    free(jobs), free(ss), free(ns), free(feats), free(who);
+  if (!jobs || !js || !ns || !feats) {
+    free(jobs), free(js), free(ns), free(feats);
     return hark_error_new(HARK_ERR_INTERNAL, "neural_asr: out of memory");
   }
   for (uint32_t i = 0; i < n; i++) {
@@ -545,39 +793,18 @@ static hark_error *instance_execute(hark_instance *hi, hark_request **reqs, uint
   }
   for (;;) {
     uint32_t k = 0;
-    for (uint32_t i = 0; i < n; i++) {
-      job *j = &jobs[i];
-      if (!j->answered && hark_request_is_cancelled(j->req)) /* its client went: stop here */
-        fail(m, j,
-             hark_error_new(HARK_ERR_CANCELLED, "neural_asr: request cancelled by its client"));
-      if (j->answered || !feed_job(m, j)) continue;
-      const float *f = asr_stream_chunk(j->st);
-      if (!f) {
-        answer(m, j); /* its audio is used up: answered now, not after the others */
-        continue;
-      }
-      who[k] = i;
-      ns[k] = asr_stream_net(j->st);
-      feats[k] = f;
-      k++;
-    }
+    for (uint32_t i = 0; i < n; i++)
+      if (wants_round(m, &jobs[i])) js[k++] = &jobs[i];
     if (k == 0) break;
-    char why[1024];
-    if (asr_net_step(m->net, ns, feats, k, why, sizeof why) != 0) {
-      HARK_BACKEND_LOG(HARK_BACKEND_LOG_ERROR, "%s", why);
-      for (uint32_t i = 0; i < k; i++)
-        fail(m, &jobs[who[i]], hark_error_new(HARK_ERR_INTERNAL, "%s", why));
-      continue;
-    }
-    hark_metric_add(m->rounds, 1);
-    hark_metric_add(m->round_streams, k);
-    for (uint32_t i = 0; i < k; i++) {
-      job *j = &jobs[who[i]];
-      asr_stream_advance(j->st, &j->res, j->want_alt);
-    }
+    step(m, js, k, ns, feats);
   }
-  free(jobs), free(ss), free(ns), free(feats), free(who);
+  free(jobs), free(js), free(ns), free(feats);
   return NULL;
+}
+
+static hark_error *instance_execute(hark_instance *hi, hark_request **reqs, uint32_t n) {
+  asr_model *m = hark_model_state(hark_instance_model(hi));
+  return m->rounds_q.n_threads ? execute_held(m, reqs, n) : execute_inline(m, reqs, n);
 }
 
 static const hark_backend_api api = {
