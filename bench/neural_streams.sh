@@ -47,7 +47,8 @@
 # features use the batched streams figure's N, or EFF_N (32) without it),
 # ITERATIONS (2: passes per trial, each stream slot runs ~2 files),
 # MODEL_SIZE (20m), MODEL_DIR, MAX_BATCH (64), DELAY_US (2000: the oldest
-# strategy's max_queue_delay_microseconds), INSTANCES (1) and INTRA (the
+# strategy's max_queue_delay_microseconds), ROUND_WAIT_MS (the batched
+# model's round_wait_ms; empty: the backend's default, 40), INSTANCES (1) and INTRA (the
 # batched model's instances and INTRA_OP_THREAD_COUNT; empty: harkd's
 # default, cores / instances), B1_CONFIGS, NS and NS_B1 (stream counts to
 # try instead of searching: "40 60"; NS=0 skips the batched search, to
@@ -70,6 +71,7 @@ MAX_BATCH=${MAX_BATCH:-64}
 DELAY_US=${DELAY_US:-2000}
 INSTANCES=${INSTANCES:-1}
 INTRA=${INTRA:-}
+export ROUND_WAIT_MS=${ROUND_WAIT_MS:-}
 B1_CONFIGS=${B1_CONFIGS-1x1 1x2 2x1 2x2}
 NS=${NS:-}
 NS_B1=${NS_B1:-}
@@ -131,7 +133,10 @@ import sys
 sys.path.insert(0, sys.argv[1])
 import asr_models
 repo, mb, inst, intra, delay, model = sys.argv[2:8]
+import os
 params = {"INTRA_OP_THREAD_COUNT": intra} if intra else {}
+if os.environ.get("ROUND_WAIT_MS") and int(mb) > 1:
+    params["round_wait_ms"] = os.environ["ROUND_WAIT_MS"]
 cfg = asr_models.config("nasr", max_batch=int(mb), instances=int(inst), params=params,
                         delay_us=int(delay))
 asr_models.make_model_folder(repo, "nasr", model, cfg)
@@ -412,7 +417,7 @@ cat <<EOF
 
 ### neural_asr: real-time streams, efficiency and features (issue 26)
 
-$(bench_machine). Command: \`$(bench_command FIGURES ITERATIONS MODEL_SIZE MAX_BATCH DELAY_US INSTANCES INTRA B1_CONFIGS NS NS_B1 EFF_N RESOLUTION)\`.
+$(bench_machine). Command: \`$(bench_command FIGURES ITERATIONS MODEL_SIZE MAX_BATCH DELAY_US ROUND_WAIT_MS INSTANCES INTRA B1_CONFIGS NS NS_B1 EFF_N RESOLUTION)\`.
 Model: \`$MODEL_SIZE\` transducer (\`$(basename "$MODEL_DIR")\`), chunks of 32+13 frames (320 ms), endpointing at
 the backend's defaults; max_queue_delay_microseconds $DELAY_US. Bounds: chunk p99 ≤ $P99_CHUNK_MS ms, final p99 ≤
 $P99_FINAL_MS ms, every reply ≤ $MAX_REPLY_MS ms, no errors. \`hark transcribe --simulate-realtime --chunk-ms 100

@@ -48,6 +48,8 @@ typedef struct asr_settings {
   asr_search search;
   uint32_t beam;             /* hypotheses the beam search keeps (1: greedy) */
   uint32_t max_alternatives; /* cap on a request's (default: the beam) */
+  bool gated;                /* vad_model names a VAD: VAD_PROB opens utterances */
+  hark_vad_gate_settings gate;
 } asr_settings;
 
 /* ---- stream.c: one stream -------------------------------------------------- */
@@ -92,7 +94,12 @@ typedef struct asr_stream_opts {
   bool partials;
   uint32_t alternatives; /* n-best texts in finals (0: none), capped by the model */
   asr_endpoint endpoint;
+  const hark_vad_gate_settings *gate; /* a gated stream's (VAD_PROB); NULL: none */
 } asr_stream_opts;
+
+/* Audio and speech probabilities a gated stream may hold waiting for the
+ * other. */
+#define ASR_GATE_MAX_WAIT_S 30u
 
 asr_stream *asr_stream_new(const asr_shared *sh, asr_net *net, const asr_stream_opts *o, char *err,
                            size_t errlen);
@@ -108,6 +115,14 @@ int asr_stream_begin(asr_stream *s, const uint8_t **data, size_t *len, size_t *s
  * 0, or -1 with a client's reason in err. */
 int asr_stream_feed(asr_stream *s, const uint8_t *data, size_t len, bool end, char *err,
                     size_t errlen);
+/* A gated stream's VAD_PROB: one probability per 32 ms of its audio, in
+ * order. 0, or -1 with a reason. */
+int asr_stream_add_probs(asr_stream *s, const float *p, size_t n, char *err, size_t errlen);
+bool asr_stream_gated(const asr_stream *s);
+/* When no chunk is whole: a gated segment that closed with no frames left
+ * closes its utterance into r, and judging goes on; true if it did (a
+ * chunk may be whole now). */
+bool asr_stream_settle(asr_stream *s, asr_result *r, uint32_t want_alt);
 /* The next chunk's features, or NULL when it is not complete yet (at the
  * end of the stream its tail is padded). Valid until the next feed or
  * asr_stream_advance. */

@@ -132,6 +132,33 @@ static hark_error *feature_opts(hark_model *hm, asr_model *m, hark_fbank_opts *f
   return NULL;
 }
 
+/* A VAD-gated model (vad_model): the gate's classes and rules, under the
+ * names asr_silero uses (models/asr_silero/config.pbtxt). */
+static hark_error *gate_settings(hark_model *hm, asr_settings *s) {
+  const char *vad = hark_model_parameter(hm, "vad_model");
+  hark_vad_gate_settings *g = &s->gate;
+  hark_vad_gate_settings_default(g);
+  s->gated = vad && *vad;
+  if (!s->gated) return NULL;
+  const char *fkeys[] = {"speech_threshold", "silence_threshold", "start_threshold",
+                         "stop_threshold"};
+  float *fvals[] = {&g->speech_threshold, &g->silence_threshold, &g->start_threshold,
+                    &g->stop_threshold};
+  hark_error *err;
+  double d;
+  for (size_t i = 0; i < sizeof fkeys / sizeof *fkeys; i++) {
+    if ((err = param_double(hm, s, fkeys[i], 0, 1, *fvals[i], &d))) return err;
+    *fvals[i] = (float)d;
+  }
+  if ((err = param_uint(hm, s, "start_history_ms", 1, 60000, g->start_history_ms,
+                        &g->start_history_ms)) ||
+      (err = param_uint(hm, s, "stop_history_ms", 1, 60000, g->stop_history_ms,
+                        &g->stop_history_ms)) ||
+      (err = param_uint(hm, s, "prespeech_ms", 0, 60000, g->prespeech_ms, &g->prespeech_ms)))
+    return err;
+  return NULL;
+}
+
 static hark_error *read_settings(hark_model *hm, asr_model *m) {
   asr_settings *s = &m->set;
   const hark_model_config *cfg = hark_model_get_config(hm);
@@ -166,7 +193,7 @@ static hark_error *read_settings(hark_model *hm, asr_model *m) {
   if ((err = param_uint(hm, s, "max_alternatives", 0, ASR_MAX_ALTERNATIVES, s->beam,
                         &s->max_alternatives)))
     return err;
-  return NULL;
+  return gate_settings(hm, s);
 }
 
 /* ---- lifecycle ----------------------------------------------------------------- */
@@ -459,7 +486,9 @@ static void answer(asr_model *m, job *j) {
   if (err) hark_request_complete(req, err);
 }
 
-static hark_error *stream_options(asr_model *m, hark_request *req, asr_stream_opts *o) {
+static hark_error *stream_options(asr_model *m, hark_request *req, asr_stream_opts *o,
+                                  hark_vad_gate_settings *gate) {
+  *gate = m->set.gate;
   *o = (asr_stream_opts){.client_rate = m->set.default_rate,
                          .encoding = HARK_WAV_PCM16,
                          .partials = param_true(req, "partial", 1),
@@ -490,8 +519,66 @@ static hark_error *stream_options(asr_model *m, hark_request *req, asr_stream_op
       return hark_error_new(HARK_ERR_INVALID_ARG, "%s: silence_ms '%s' is not 0..60000",
                             m->set.label, v);
     if (ms > 0) o->endpoint.rule2_silence = (float)ms / 1000.0f;
+    if (ms > 0) gate->stop_history_ms = (uint32_t)ms;
   }
+  if (!m->set.gated) return NULL;
+  /* Riva's endpointing_config, as asr_silero reads it: start_history
+   * (startspeech_ms) and the two thresholds. */
+  v = hark_request_parameter(req, "startspeech_ms");
+  if (v) {
+    char *end;
+    long ms = strtol(v, &end, 10);
+    if (!*v || *end || ms < 0 || ms > 60000)
+      return hark_error_new(HARK_ERR_INVALID_ARG, "%s: startspeech_ms '%s' is not 0..60000",
+                            m->set.label, v);
+    if (ms > 0) gate->start_history_ms = (uint32_t)ms;
+  }
+  const char *tkeys[2] = {"start_threshold", "stop_threshold"};
+  float *tvals[2] = {&gate->start_threshold, &gate->stop_threshold};
+  for (int i = 0; i < 2; i++) {
+    if (!(v = hark_request_parameter(req, tkeys[i]))) continue;
+    char *end;
+    double t = strtod(v, &end);
+    if (end == v || *end || !(t >= 0.0 && t <= 1.0))
+      return hark_error_new(HARK_ERR_INVALID_ARG, "%s: %s '%s' is not a fraction in 0.0..1.0",
+                            m->set.label, tkeys[i], v);
+    if (t > 0) *tvals[i] = (float)t;
+  }
+  o->gate = gate;
   return NULL;
+}
+
+/* A gated model's VAD_PROB (FP32, one per 32 ms of audio) into the
+ * stream; a request with audio must carry it. */
+static hark_error *take_probs(asr_model *m, hark_request *req, asr_stream *st, size_t len) {
+  const hark_tensor *t = hark_request_input_by_name(req, "VAD_PROB");
+  if (!asr_stream_gated(st)) {
+    if (t && t->byte_size)
+      return hark_error_new(HARK_ERR_INVALID_ARG,
+                            "%s: input VAD_PROB is for models with a vad_model parameter",
+                            m->set.label);
+    return NULL;
+  }
+  if (!t) {
+    if (!len) return NULL;
+    return hark_error_new(
+        HARK_ERR_INVALID_ARG,
+        "%s: input VAD_PROB is missing: this model's utterances are opened by "
+        "the speech probabilities of '%s' (one FP32 per 32 ms of audio), which "
+        "the Vosk WebSocket and Riva front ends compute",
+        m->set.label,
+        hark_model_config_parameter(hark_model_get_config(hark_request_model(req)), "vad_model"));
+  }
+  if (t->datatype != HARK_TYPE_FP32 || t->byte_size % sizeof(float))
+    return hark_error_new(HARK_ERR_INVALID_ARG, "%s: input VAD_PROB must be FP32", m->set.label);
+  size_t n = t->byte_size / sizeof(float);
+  float *p = malloc(n ? t->byte_size : 1);
+  if (!p) return hark_error_new(HARK_ERR_INTERNAL, "neural_asr: out of memory");
+  if (n) memcpy(p, t->data, t->byte_size); /* the tensor's data may not be aligned */
+  char why[512];
+  int rc = asr_stream_add_probs(st, p, n, why, sizeof why);
+  free(p);
+  return rc ? hark_error_new(HARK_ERR_INVALID_ARG, "%s", why) : NULL;
 }
 
 /* The request's audio element and its stream; on a failure answers it. */
@@ -527,8 +614,9 @@ static bool open_job(asr_model *m, job *j) {
   }
   if (!st) {
     asr_stream_opts o;
+    hark_vad_gate_settings gate;
     char reason[512];
-    hark_error *err = stream_options(m, req, &o);
+    hark_error *err = stream_options(m, req, &o, &gate);
     if (err) {
       fail(m, j, err);
       return false;
@@ -544,6 +632,11 @@ static bool open_job(asr_model *m, job *j) {
   char why[512];
   if (asr_stream_begin(st, &j->data, &j->len, &j->sample_bytes, why, sizeof why) != 0) {
     fail(m, j, hark_error_new(HARK_ERR_INVALID_ARG, "%s", why));
+    return false;
+  }
+  hark_error *err = take_probs(m, req, st, j->len);
+  if (err) {
+    fail(m, j, err);
     return false;
   }
   j->want_alt = asr_stream_alternatives(st);
@@ -575,8 +668,11 @@ static bool feed_job(asr_model *m, job *j) {
 static bool wants_round(asr_model *m, job *j) {
   if (!j->answered && hark_request_is_cancelled(j->req)) /* its client went: stop here */
     fail(m, j, hark_error_new(HARK_ERR_CANCELLED, "neural_asr: request cancelled by its client"));
-  if (j->answered || !feed_job(m, j)) return false;
-  if (asr_stream_chunk(j->st)) return true;
+  if (j->answered) return false;
+  do { /* a gated segment that closed with no frames left goes on at once */
+    if (!feed_job(m, j)) return false;
+    if (asr_stream_chunk(j->st)) return true;
+  } while (asr_stream_settle(j->st, &j->res, j->want_alt));
   answer(m, j); /* answered now, not after the others */
   return false;
 }

@@ -18,6 +18,18 @@
  * token is rule2 s old, rule 3 ends one that has run rule3 s (0 turns a
  * rule off). A new utterance restarts the search; the encoder keeps its
  * states.
+ *
+ * A gated stream (the model names a vad_model) gets, with its audio, the
+ * VAD's speech probability of each 32 ms of it (VAD_PROB), and its gate
+ * (hark_vad_gate, as pocketsphinx's) decides what reaches the features:
+ * each frame waits in a fifo for its probability; outside an utterance it
+ * is kept only as pre-roll (the opening window plus prespeech_ms); the
+ * opening frame feeds the pre-roll, the frames inside follow, and the
+ * closing one ends the segment as the end of a stream does (the features
+ * finish, their tail runs padded, the utterance closes with a final) and
+ * the extractor and the encoder's state start afresh for the next. Silence costs no features and
+ * no encoder call. Word times stay stream times: each segment carries the
+ * offset between its audio's place in the stream and the encoder's frames.
  */
 #include <math.h>
 #include <stdio.h>
@@ -32,6 +44,7 @@ struct asr_stream {
   const asr_shared *sh;
   hark_audio_norm *norm;
   hark_fbank *fb;
+  asr_net *net;
   asr_net_stream *ns;
   uint32_t dim;
   float *padded;  /* the last chunk, padded */
@@ -42,6 +55,19 @@ struct asr_stream {
   asr_endpoint ep;
   uint64_t samples;   /* at the model's rate */
   uint64_t utt_start; /* the open utterance's first encoder frame */
+  double offset;      /* s: stream time of encoder frame 0 in this segment */
+  /* gated streams: audio not yet judged or kept as pre-roll,
+   * fifo[f_head..f_len), fifo[f_judged..) not judged, fifo[0] at stream
+   * sample f_base; probabilities waiting for their audio,
+   * probs[p_head..p_len) */
+  bool gated, seg_closing, end_pending;
+  hark_vad_gate gate;
+  int16_t *fifo;
+  size_t f_head, f_judged, f_len, f_cap;
+  uint64_t f_base;
+  float *probs;
+  size_t p_head, p_len, p_cap;
+  size_t frame_samples, preroll_samples, align_samples, max_waiting;
   /* the last partial's words, and how many partials before it each held */
   char **held_words;
   uint32_t *held_for;
@@ -68,9 +94,27 @@ asr_stream *asr_stream_new(const asr_shared *sh, asr_net *net, const asr_stream_
     asr_stream_free(s);
     return NULL;
   }
+  s->net = net;
   if (!(s->ns = asr_net_stream_new(net, err, errlen))) {
     asr_stream_free(s);
     return NULL;
+  }
+  if (o->gate) {
+    if (hark_vad_gate_init(&s->gate, o->gate) != 0) {
+      snprintf(err, errlen, "%s: out of memory", sh->set->label);
+      asr_stream_free(s);
+      return NULL;
+    }
+    s->gated = true;
+    s->frame_samples = (size_t)sh->set->model_rate * HARK_VAD_FRAME_MS / 1000;
+    s->preroll_samples = s->gate.start_window * s->frame_samples +
+                         (size_t)sh->set->model_rate * o->gate->prespeech_ms / 1000;
+    /* A segment starts on a chunk boundary of the stream, so its chunks
+     * (and the encoder's subsampling) fall where an ungated stream's do:
+     * the pre-roll keeps a chunk more to start from. */
+    s->align_samples = (size_t)sh->set->chunk * hark_fbank_bank_shift(sh->bank);
+    s->preroll_samples += s->align_samples;
+    s->max_waiting = (size_t)sh->set->model_rate * ASR_GATE_MAX_WAIT_S;
   }
   return s;
 }
@@ -91,6 +135,9 @@ void asr_stream_free(asr_stream *s) {
   hark_fbank_free(s->fb);
   asr_net_stream_free(s->ns);
   free(s->padded);
+  if (s->gated) hark_vad_gate_fini(&s->gate);
+  free(s->fifo);
+  free(s->probs);
   free(s);
 }
 
@@ -109,6 +156,116 @@ int asr_stream_begin(asr_stream *s, const uint8_t **data, size_t *len, size_t *s
   return 0;
 }
 
+/* Judges the frames that have both audio and a probability, feeding the
+ * features inside utterances; stops at a closing frame (the segment's tail
+ * runs before more audio may enter). -1 out of memory. */
+static int judge(asr_stream *s) {
+  while (!s->seg_closing && s->p_head < s->p_len && s->f_len - s->f_judged >= s->frame_samples) {
+    size_t a = s->f_judged, b = a + s->frame_samples;
+    hark_vad_gate_event ev = hark_vad_gate_step(&s->gate, s->probs[s->p_head++]);
+    s->f_judged = b;
+    if (ev == HARK_VAD_GATE_IDLE) {
+      if (b - s->f_head > s->preroll_samples) s->f_head = b - s->preroll_samples;
+      continue;
+    }
+    if (ev == HARK_VAD_GATE_OPEN) { /* the pre-roll first; a new segment's times */
+      size_t want = s->preroll_samples - s->align_samples;
+      a = b - s->f_head > want ? b - want : s->f_head;
+      uint64_t at = (s->f_base + a) / s->align_samples * s->align_samples;
+      if (at >= s->f_base + s->f_head) a = (size_t)(at - s->f_base);
+      s->offset = (double)(s->f_base + a) / s->sh->set->model_rate -
+                  (double)asr_net_stream_frames(s->ns) * s->sh->frame_shift_s;
+    }
+    if (hark_fbank_accept(s->fb, s->fifo + a, b - a) != 0) return -1;
+    s->f_head = b;
+    if (ev == HARK_VAD_GATE_CLOSE) {
+      if (hark_fbank_finish(s->fb) != 0) return -1;
+      s->seg_closing = true;
+    }
+  }
+  return 0;
+}
+
+/* The end of a gated stream: audio no probability covers follows the
+ * gate (fed inside an utterance, dropped outside), and the features
+ * finish. A segment closing at END does this once its tail ran. */
+static int finish_gated(asr_stream *s) {
+  if (s->gate.in_speech && s->f_judged < s->f_len &&
+      hark_fbank_accept(s->fb, s->fifo + s->f_judged, s->f_len - s->f_judged) != 0)
+    return -1;
+  s->f_head = s->f_judged = s->f_len;
+  s->end_pending = false;
+  s->finished = true;
+  return hark_fbank_finish(s->fb);
+}
+
+/* The gated path of asr_stream_feed: x into the fifo, then judged. */
+static int feed_gated(asr_stream *s, const int16_t *x, size_t nx, bool end, char *err,
+                      size_t errlen) {
+  if (s->f_head > 0 && s->f_len + nx > s->f_cap) { /* drop what is behind the pre-roll */
+    memmove(s->fifo, s->fifo + s->f_head, (s->f_len - s->f_head) * sizeof *s->fifo);
+    s->f_base += s->f_head;
+    s->f_len -= s->f_head;
+    s->f_judged -= s->f_head;
+    s->f_head = 0;
+  }
+  if (s->f_len - s->f_judged + nx > s->max_waiting) {
+    snprintf(err, errlen,
+             "%s: %u s of audio wait for their speech probabilities: VAD_PROB lags AUDIO",
+             s->sh->set->label, ASR_GATE_MAX_WAIT_S);
+    return -1;
+  }
+  if (s->f_len + nx > s->f_cap) {
+    size_t cap = s->f_cap ? s->f_cap : 16384;
+    while (cap < s->f_len + nx) cap *= 2;
+    int16_t *f = realloc(s->fifo, cap * sizeof *f);
+    if (!f) goto oom;
+    s->fifo = f;
+    s->f_cap = cap;
+  }
+  if (nx) memcpy(s->fifo + s->f_len, x, nx * sizeof *x);
+  s->f_len += nx;
+  if (judge(s) != 0) goto oom;
+  s->end_pending = end;
+  if (end && !s->seg_closing && finish_gated(s) != 0) goto oom;
+  return 0;
+oom:
+  snprintf(err, errlen, "%s: out of memory for features", s->sh->set->label);
+  return -1;
+}
+
+int asr_stream_add_probs(asr_stream *s, const float *p, size_t n, char *err, size_t errlen) {
+  if (!n) return 0;
+  size_t waiting = s->p_len - s->p_head;
+  if ((waiting + n) * HARK_VAD_FRAME_MS > ASR_GATE_MAX_WAIT_S * 1000u) {
+    snprintf(err, errlen,
+             "%s: %zu speech probabilities wait for their audio: VAD_PROB runs ahead of AUDIO",
+             s->sh->set->label, waiting + n);
+    return -1;
+  }
+  if (s->p_head > 0) {
+    memmove(s->probs, s->probs + s->p_head, waiting * sizeof *s->probs);
+    s->p_len = waiting;
+    s->p_head = 0;
+  }
+  if (s->p_len + n > s->p_cap) {
+    size_t cap = s->p_cap ? s->p_cap : 256;
+    while (cap < s->p_len + n) cap *= 2;
+    float *q = realloc(s->probs, cap * sizeof *q);
+    if (!q) {
+      snprintf(err, errlen, "%s: out of memory", s->sh->set->label);
+      return -1;
+    }
+    s->probs = q;
+    s->p_cap = cap;
+  }
+  memcpy(s->probs + s->p_len, p, n * sizeof *p);
+  s->p_len += n;
+  return 0;
+}
+
+bool asr_stream_gated(const asr_stream *s) { return s->gated; }
+
 int asr_stream_feed(asr_stream *s, const uint8_t *data, size_t len, bool end, char *err,
                     size_t errlen) {
   if (s->finished) return len ? (snprintf(err, errlen, "audio after the end"), -1) : 0;
@@ -116,11 +273,12 @@ int asr_stream_feed(asr_stream *s, const uint8_t *data, size_t len, bool end, ch
   size_t nx;
   if (hark_audio_norm_accept(s->norm, data, len, end, &x, &nx, err, errlen) != HARK_AUDIO_NORM_OK)
     return -1;
+  s->samples += nx;
+  if (s->gated) return feed_gated(s, x, nx, end, err, errlen);
   if ((nx && hark_fbank_accept(s->fb, x, nx) != 0) || (end && hark_fbank_finish(s->fb) != 0)) {
     snprintf(err, errlen, "%s: out of memory for features", s->sh->set->label);
     return -1;
   }
-  s->samples += nx;
   s->finished = end;
   return 0;
 }
@@ -128,7 +286,7 @@ int asr_stream_feed(asr_stream *s, const uint8_t *data, size_t len, bool end, ch
 const float *asr_stream_chunk(asr_stream *s) {
   size_t T = s->sh->set->chunk + s->sh->set->pad, ready = hark_fbank_frames_ready(s->fb);
   if (ready >= T) return hark_fbank_frames(s->fb);
-  if (!s->finished || s->tail_done || ready == 0) return NULL;
+  if (!(s->finished || s->seg_closing) || s->tail_done || ready == 0) return NULL;
   hark_fbank_read(s->fb, 0, ready, s->padded);
   for (size_t i = ready * s->dim; i < T * s->dim; i++) s->padded[i] = LOG_EPS;
   return s->padded;
@@ -177,7 +335,7 @@ static void words_into(const asr_stream *s, const asr_hyp *h, asr_result *r) {
     }
     if (starts) {
       if (!(w = word_add(r))) return;
-      w->start = (float)h->frames[i] * shift;
+      w->start = (float)(s->offset + (double)h->frames[i] * shift);
       w->conf = 1.0f;
       wlen = 0;
     }
@@ -187,7 +345,7 @@ static void words_into(const asr_stream *s, const asr_hyp *h, asr_result *r) {
     memcpy(w->text + wlen, piece, pl);
     wlen += pl;
     w->text[wlen] = 0;
-    w->end = (float)(h->ends[i] + 1) * shift;
+    w->end = (float)(s->offset + (double)(h->ends[i] + 1) * shift);
     if (h->probs[i] < w->conf) w->conf = h->probs[i];
   }
 }
@@ -334,6 +492,28 @@ static void endpoint(asr_stream *s, asr_result *r, uint32_t want_alt) {
     asr_stream_close_utterance(s, r, want_alt);
 }
 
+/* A closing segment whose tail ran (or had none): its utterance closes
+ * into r, the features start afresh, and judging goes on. */
+static void segment_end(asr_stream *s, asr_result *r, uint32_t want_alt) {
+  asr_stream_close_utterance(s, r, want_alt);
+  /* The next segment starts as a stream does (sherpa-onnx's VAD examples
+   * make a new stream per segment): the encoder's caches would otherwise
+   * carry this one's padded tail into it. Out of memory: the old state
+   * stays. */
+  char why[256];
+  asr_net_stream *fresh = asr_net_stream_new(s->net, why, sizeof why);
+  if (fresh) {
+    asr_net_stream_free(s->ns);
+    s->ns = fresh;
+    s->utt_start = 0;
+  }
+  hark_fbank_reset(s->fb);
+  s->seg_closing = false;
+  s->tail_done = false;
+  /* out of memory: the frames wait for the next feed (or the END's) */
+  if (judge(s) == 0 && s->end_pending && !s->seg_closing) finish_gated(s);
+}
+
 void asr_stream_advance(asr_stream *s, asr_result *r, uint32_t want_alt) {
   size_t ready = hark_fbank_frames_ready(s->fb);
   size_t T = s->sh->set->chunk + s->sh->set->pad;
@@ -343,5 +523,15 @@ void asr_stream_advance(asr_stream *s, asr_result *r, uint32_t want_alt) {
     hark_fbank_pop(s->fb, ready);
     s->tail_done = true;
   }
+  if (s->seg_closing && s->tail_done && !s->finished) {
+    segment_end(s, r, want_alt);
+    return;
+  }
   endpoint(s, r, want_alt);
+}
+
+bool asr_stream_settle(asr_stream *s, asr_result *r, uint32_t want_alt) {
+  if (!s->seg_closing || s->finished || hark_fbank_frames_ready(s->fb)) return false;
+  segment_end(s, r, want_alt);
+  return true;
 }

@@ -125,19 +125,26 @@ def reference(model, family, wavs, chunk=32, pad=13):
         return [json.loads(line) for line in f if line.strip()]
 
 
-def config(name, max_batch=64, instances=1, params=None, delay_us=2000, extra=""):
+def config(name, max_batch=64, instances=1, params=None, delay_us=2000, extra="", vad_model=None):
     """A config.pbtxt for a neural_asr model with the speech outputs
-    (chunks of 32 + 13 frames unless params say otherwise)."""
+    (chunks of 32 + 13 frames unless params say otherwise); vad_model
+    names a VAD that gates it (input VAD_PROB)."""
     # One libtorch thread: a second one's OpenMP worker is more than a
     # 2-core machine running two tests at once can feed.
     params = dict({"decode_chunk_len": "32", "pad_length": "13", "INTRA_OP_THREAD_COUNT": "1"},
                   **(params or {}))
+    vad_input = ""
+    if vad_model:
+        params["vad_model"] = vad_model
+        vad_input = ',\n  { name: "VAD_PROB" data_type: TYPE_FP32 dims: [ -1 ] optional: true }'
     plines = ",\n".join(f'  {{ key: "{k}" value: {{ string_value: "{v}" }} }}'
                         for k, v in params.items())
     return f'''name: "{name}"
 backend: "neural_asr"
 max_batch_size: {max_batch}
-input [ {{ name: "AUDIO" data_type: TYPE_STRING dims: [ 1 ] }} ]
+input [
+  {{ name: "AUDIO" data_type: TYPE_STRING dims: [ 1 ] }}{vad_input}
+]
 output [
   {{ name: "TRANSCRIPT" data_type: TYPE_STRING dims: [ 1 ] }},
   {{ name: "IS_FINAL" data_type: TYPE_BOOL dims: [ 1 ] }},

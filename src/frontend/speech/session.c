@@ -331,8 +331,10 @@ static bool submit_model(hark_speech_session *s, item *it) {
     uint32_t n = it->vad_err ? 0 : it->n_probs;
     if (!probs) probs = hark_xcalloc(1, sizeof *probs);
     hark_request_attach(req, probs, free);
-    int64_t shape[1] = {n};
-    hark_error_free(hark_request_add_input(req, "VAD_PROB", HARK_TYPE_FP32, shape, 1, probs,
+    bool batched = hark_model_get_config(s->model)->max_batch_size > 0;
+    int64_t shape[2] = {1, n};
+    hark_error_free(hark_request_add_input(req, "VAD_PROB", HARK_TYPE_FP32,
+                                           batched ? shape : shape + 1, batched ? 2 : 1, probs,
                                            n * sizeof *probs));
   }
   if (!s->st.partials) hark_request_set_parameter(req, "partial", "false");
