@@ -15,6 +15,8 @@
 # "/tmp/old/build build" to compare a tree before a change), ROUNDS (3),
 # DURATION seconds per wrk run (5). Exits 1 when the last build's median
 # ratio is below MIN_RATIO (default 0, i.e. never; set 0.9 to gate on it).
+# shellcheck disable=SC2046,SC2034 # lists split on purpose; H_* read through col()
+
 # shellcheck source=bench/lib.sh
 source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 
