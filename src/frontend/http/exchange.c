@@ -305,7 +305,7 @@ void hark_http_on_unbound(hark_http_conn *c) {
   uint64_t taken;
   if (!socket_taken(c->wsi, false, &taken)) { /* what lws holds cannot be told */
     kill_conn(c->wsi);
-    return;
+    taken = 0; /* a head before the close: its count fails too, so it is refused */
   }
   lws_set_opaque_user_data(c->wsi, (void *)(uintptr_t)(taken + 1));
 }
