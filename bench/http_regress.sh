@@ -121,7 +121,17 @@ ticks() {
       END { for (n in t) print n, t[n] }'
 }
 ticks_total() { awk '{ s += $2 } END { print s + 0 }'; }
-nginx_pids() { echo "$NGINX_PID" $(pgrep -P "$NGINX_PID" || true); }
+# nginx's master and its workers (children found through /proc: no procps needed).
+nginx_pids() {
+  local f stat pids=$NGINX_PID
+  for f in /proc/[0-9]*/stat; do
+    stat=$(cat "$f" 2>/dev/null) || continue
+    stat=${stat##*) }
+    read -r _ ppid _ <<<"$stat"
+    [[ $ppid == "$NGINX_PID" ]] && pids+=" $(basename "$(dirname "$f")")"
+  done
+  echo "$pids"
+}
 
 # run_wrk URL SECONDS PIDS...: "rps requests cpu_us_per_request" and, in
 # $BENCH_TMP/threads, the CPU µs per request by thread name.
