@@ -265,14 +265,24 @@ static bool tcp_received(int fd, uint64_t *out) {
 #define TAKEN_TRIES 4
 
 /* How many bytes have been taken from the connection's socket: exactly,
- * or while input keeps arriving, at least that many (`high`) or at most. */
+ * or while input keeps arriving, at least that many (`high`) or at most.
+ * An empty queue needs no second count: only this thread reads the
+ * socket, so input that landed after the first count would still be
+ * queued (a FIN is no byte of either). That is the usual case, a client
+ * waiting for its reply, and it halves the system calls of every
+ * kept-alive request, which cost a third of a loop's time. */
 static bool socket_taken(struct lws *wsi, bool high, uint64_t *out) {
   int fd = lws_get_socket_fd(wsi);
   uint64_t before, after;
   int queued;
   if (fd < 0 || !tcp_received(fd, &before)) return false;
   for (int tries = 1;; tries++) {
-    if (ioctl(fd, SIOCINQ, &queued) != 0 || queued < 0 || !tcp_received(fd, &after)) return false;
+    if (ioctl(fd, SIOCINQ, &queued) != 0 || queued < 0) return false;
+    if (queued == 0 && tries == 1) {
+      after = before;
+      break;
+    }
+    if (!tcp_received(fd, &after)) return false;
     if (after == before || tries == TAKEN_TRIES) break;
     before = after;
   }
@@ -282,12 +292,9 @@ static bool socket_taken(struct lws *wsi, bool high, uint64_t *out) {
 }
 
 /* The whole reply is with lws: keep the connection for the next request
- * (-1: close it instead, when what lws will hold cannot be told). */
-static int keep_alive(struct lws *wsi) {
-  uint64_t taken;
-  if (!socket_taken(wsi, false, &taken)) return -1;
-  return lws_http_transaction_completed(wsi) ? -1 : 0;
-}
+ * (hark_http_on_unbound notes what the socket has given, or closes the
+ * connection when that cannot be told). */
+static int keep_alive(struct lws *wsi) { return lws_http_transaction_completed(wsi) ? -1 : 0; }
 
 void hark_http_on_unbound(hark_http_conn *c) {
   if (!c || !c->kept) return; /* not an exchange lws completed */
@@ -295,8 +302,11 @@ void hark_http_on_unbound(hark_http_conn *c) {
   atomic_fetch_sub_explicit(&c->loop->replying, 1, memory_order_relaxed);
   exchange_reset(c);
   timer_stop(c);
-  uint64_t taken = 0;
-  socket_taken(c->wsi, false, &taken); /* keep_alive saw it answer */
+  uint64_t taken;
+  if (!socket_taken(c->wsi, false, &taken)) { /* what lws holds cannot be told */
+    kill_conn(c->wsi);
+    taken = 0; /* a head before the close: its count fails too, so it is refused */
+  }
   lws_set_opaque_user_data(c->wsi, (void *)(uintptr_t)(taken + 1));
 }
 
