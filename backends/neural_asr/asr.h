@@ -65,8 +65,10 @@ typedef struct asr_result {
   size_t text_len;
   asr_word *words;
   uint32_t n_words, cap_words;
-  char **alts;     /* the n-best texts of a final, best first */
-  float *alt_conf; /* and each one's share of their probability */
+  char **alts;          /* the n-best texts of a final, best first */
+  float *alt_conf;      /* and each one's share of their probability */
+  asr_word **alt_words; /* and each one's words */
+  uint32_t *alt_n_words;
   uint32_t n_alts;
   bool is_final;
   float audio_processed; /* s of the stream's audio taken so far */

@@ -392,6 +392,58 @@ static hark_error *add_f32(hark_response *resp, asr_model *m, hark_request *req,
   return err;
 }
 
+static hark_error *add_i32(hark_response *resp, asr_model *m, hark_request *req, const char *name,
+                           const int32_t *vals, uint32_t n) {
+  if (!hark_request_output_requested(req, name)) return NULL;
+  int64_t shape[2] = {1, n};
+  int32_t *out;
+  hark_error *err =
+      hark_response_add_output(resp, name, HARK_TYPE_INT32, shape + !m->batched, m->batched ? 2 : 1,
+                               (size_t)n * sizeof(int32_t), (void **)&out);
+  if (!err && n) memcpy(out, vals, (size_t)n * sizeof(int32_t));
+  return err;
+}
+
+/* A final's n-best (docs/backends.md, "Speech outputs"): each alternative's
+ * text, confidence (its share of the n-best's probability) and words; the
+ * first is the final itself. */
+static hark_error *add_alternatives(hark_response *resp, asr_model *m, hark_request *req,
+                                    const asr_result *r, const char *text, float conf) {
+  uint32_t k = r->n_alts, total = 0;
+  if (!k) { /* no n-best: the final alone */
+    hark_error *err = add_bytes(resp, m, req, "ALTERNATIVES", &text, 1);
+    return err ? err : add_f32(resp, m, req, "ALTERNATIVE_CONFIDENCE", &conf, 1);
+  }
+  for (uint32_t i = 0; i < k; i++) total += r->alt_n_words[i];
+  float *confs = calloc(k, sizeof *confs), *vals = calloc(3 * (size_t)total + 1, sizeof *vals);
+  int32_t *counts = calloc(k, sizeof *counts);
+  const char **words = calloc(total + 1, sizeof *words);
+  hark_error *err = confs && vals && counts && words
+                        ? NULL
+                        : hark_error_new(HARK_ERR_INTERNAL, "neural_asr: out of memory");
+  uint32_t w = 0;
+  for (uint32_t i = 0; !err && i < k; i++) {
+    confs[i] = r->alt_conf[i];
+    counts[i] = (int32_t)r->alt_n_words[i];
+    for (uint32_t n = 0; n < r->alt_n_words[i]; n++, w++) {
+      const asr_word *x = &r->alt_words[i][n];
+      words[w] = x->text ? x->text : "";
+      vals[w] = x->start;
+      vals[total + w] = x->end;
+      vals[2 * (size_t)total + w] = x->conf;
+    }
+  }
+  if (!err) err = add_bytes(resp, m, req, "ALTERNATIVES", (const char *const *)r->alts, k);
+  if (!err) err = add_f32(resp, m, req, "ALTERNATIVE_CONFIDENCE", confs, k);
+  if (!err) err = add_i32(resp, m, req, "ALTERNATIVE_WORD_COUNT", counts, k);
+  if (!err) err = add_bytes(resp, m, req, "ALTERNATIVE_WORDS", words, total);
+  if (!err) err = add_f32(resp, m, req, "ALTERNATIVE_WORD_START", vals, total);
+  if (!err) err = add_f32(resp, m, req, "ALTERNATIVE_WORD_END", vals + total, total);
+  if (!err) err = add_f32(resp, m, req, "ALTERNATIVE_WORD_CONF", vals + 2 * (size_t)total, total);
+  free(confs), free(vals), free(counts), free(words);
+  return err;
+}
+
 static hark_error *respond(asr_model *m, job *j) {
   asr_result *r = &j->res;
   hark_response *resp = hark_response_new(j->req);
@@ -426,15 +478,8 @@ static hark_error *respond(asr_model *m, job *j) {
   if (!err) err = add_f32(resp, m, j->req, "CONFIDENCE", &conf, 1);
   if (!err) err = add_f32(resp, m, j->req, "AUDIO_PROCESSED", &processed, 1);
   if (!err && !r->is_final) err = add_f32(resp, m, j->req, "STABILITY", &r->stability, 1);
-  if (!err && j->want_alt > 0 && r->is_final) {
-    const char *best = text;
-    err = r->n_alts
-              ? add_bytes(resp, m, j->req, "ALTERNATIVES", (const char *const *)r->alts, r->n_alts)
-              : add_bytes(resp, m, j->req, "ALTERNATIVES", &best, 1);
-    if (!err)
-      err = r->n_alts ? add_f32(resp, m, j->req, "ALTERNATIVE_CONFIDENCE", r->alt_conf, r->n_alts)
-                      : add_f32(resp, m, j->req, "ALTERNATIVE_CONFIDENCE", &conf, 1);
-  }
+  if (!err && j->want_alt > 0 && r->is_final)
+    err = add_alternatives(resp, m, j->req, r, text, conf);
   free(words);
   free(vals);
   if (err) {
@@ -509,7 +554,13 @@ static hark_error *stream_options(asr_model *m, hark_request *req, asr_stream_op
     if (!*v || *end || n < 0 || n > 1000)
       return hark_error_new(HARK_ERR_INVALID_ARG, "%s: max_alternatives '%s' is not 0..1000",
                             m->set.label, v);
-    o->alternatives = (uint32_t)n < m->set.max_alternatives ? (uint32_t)n : m->set.max_alternatives;
+    if ((uint32_t)n > m->set.max_alternatives)
+      return hark_error_new(
+          HARK_ERR_INVALID_ARG,
+          "%s: max_alternatives %ld is more than this model gives (%u: its "
+          "parameter max_alternatives, at most num_active_paths of a beam search)",
+          m->set.label, n, m->set.max_alternatives);
+    o->alternatives = (uint32_t)n;
   }
   v = hark_request_parameter(req, "silence_ms");
   if (v) {
@@ -752,6 +803,7 @@ static void *round_main(void *arg) {
   asr_model *m = arg;
   asr_rounds *r = &m->rounds_q;
   uint32_t cap = r->max_batch;
+  pthread_setname_np(pthread_self(), "hark-asr-round");
   job **js = calloc(cap, sizeof *js), **again = calloc(cap, sizeof *again);
   asr_net_stream **ns = calloc(cap, sizeof *ns);
   const float **feats = calloc(cap, sizeof *feats);

@@ -376,12 +376,37 @@ static void new_utterance(asr_stream *s) {
 }
 
 static void alternatives_free(asr_result *r) {
-  for (uint32_t i = 0; i < r->n_alts; i++) free(r->alts[i]);
+  for (uint32_t i = 0; i < r->n_alts; i++) {
+    free(r->alts[i]);
+    for (uint32_t k = 0; r->alt_words && k < r->alt_n_words[i]; k++) free(r->alt_words[i][k].text);
+    if (r->alt_words) free(r->alt_words[i]);
+  }
   free(r->alts);
   free(r->alt_conf);
+  free(r->alt_words);
+  free(r->alt_n_words);
   r->alts = NULL;
   r->alt_conf = NULL;
+  r->alt_words = NULL;
+  r->alt_n_words = NULL;
   r->n_alts = 0;
+}
+
+/* r's words, then one's, copied into a new array; NULL out of memory. */
+static asr_word *words_join(const asr_result *r, const asr_result *one, uint32_t *n) {
+  *n = r->n_words + one->n_words;
+  asr_word *w = calloc(*n + 1, sizeof *w);
+  for (uint32_t i = 0; w && i < *n; i++) {
+    const asr_word *src = i < r->n_words ? &r->words[i] : &one->words[i - r->n_words];
+    w[i] = *src;
+    w[i].text = strdup(src->text ? src->text : "");
+    if (!w[i].text) {
+      for (uint32_t k = 0; k < i; k++) free(w[k].text);
+      free(w);
+      return NULL;
+    }
+  }
+  return w;
 }
 
 /* The n-best texts of the open utterance, after the text r already holds
@@ -389,7 +414,9 @@ static void alternatives_free(asr_result *r) {
  * final text. */
 static void alternatives_into(const asr_stream *s, const asr_hyp *hyps, uint32_t n, asr_result *r) {
   alternatives_free(r);
-  if (!n || !(r->alts = calloc(n, sizeof *r->alts)) || !(r->alt_conf = calloc(n, sizeof(float))))
+  if (!n || !(r->alts = calloc(n, sizeof *r->alts)) || !(r->alt_conf = calloc(n, sizeof(float))) ||
+      !(r->alt_words = calloc(n, sizeof *r->alt_words)) ||
+      !(r->alt_n_words = calloc(n, sizeof *r->alt_n_words)))
     return;
   /* Each one's share of the n-best's probability. */
   double total = 0;
@@ -401,7 +428,15 @@ static void alternatives_into(const asr_stream *s, const asr_hyp *hyps, uint32_t
     text_from_words(&one);
     size_t pl = r->text_len, ol = one.text_len;
     char *t = malloc(pl + ol + 2);
+    uint32_t nw = 0;
+    asr_word *w = t ? words_join(r, &one, &nw) : NULL;
+    if (!w) {
+      free(t);
+      t = NULL;
+    }
     if (t) {
+      r->alt_words[r->n_alts] = w;
+      r->alt_n_words[r->n_alts] = nw;
       memcpy(t, r->text ? r->text : "", pl);
       size_t k = pl;
       if (pl && ol) t[k++] = ' ';
