@@ -562,6 +562,12 @@ static hark_error *stream_options(asr_model *m, hark_request *req, asr_stream_op
           m->set.label, n, m->set.max_alternatives);
     o->alternatives = (uint32_t)n;
   }
+  v = hark_request_parameter(req, "phrase_list");
+  if (v && *v && strcmp(v, "[]"))
+    return hark_error_new(HARK_ERR_INVALID_ARG,
+                          "%s: phrase_list: this model cannot restrict recognition to phrases "
+                          "(a pocketsphinx model can); send no phrase_list",
+                          m->set.label);
   v = hark_request_parameter(req, "silence_ms");
   if (v) {
     char *end;

@@ -227,6 +227,28 @@ class BeamTest(unittest.TestCase):
             # deterministic
             self.assertEqual(self.nbest(model, FILES[2]), doc)
 
+    def refused(self, model, config):
+        async def go():
+            async with websockets.connect(self.url(model), max_size=None) as ws:
+                await ws.send(json.dumps({"config": dict({"sample_rate": 16000}, **config)}))
+                await ws.send(read_pcm(FILES[0])[:6400])
+                try:
+                    while True:
+                        await ws.recv()
+                except websockets.ConnectionClosed as e:
+                    return e.code, e.reason
+        return run(go())
+
+    def test_what_the_search_cannot_give_is_refused(self):
+        code, reason = self.refused("beam4", {"max_alternatives": 5})
+        self.assertNotEqual(code, 1000)
+        self.assertIn("max_alternatives 5 is more than this model gives (4", reason)
+        code, reason = self.refused("beam1", {"max_alternatives": 2})
+        self.assertIn("max_alternatives 2 is more than this model gives (1", reason)
+        code, reason = self.refused("beam4", {"phrase_list": ["one two", "three"]})
+        self.assertNotEqual(code, 1000)
+        self.assertIn("phrase_list", reason)
+
 
 if __name__ == "__main__":
     main()
