@@ -45,6 +45,7 @@ static const char *const extensions[] = {"classification",
                                          "statistics",
                                          "binary_tensor_data",
                                          "parameters",
+                                         "logging",
                                          NULL};
 const char *const *hark_server_extensions(void) { return extensions; }
 
