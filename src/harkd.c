@@ -146,6 +146,7 @@ int main(int argc, char **argv) {
               ho->metrics_port);
   hark_frontends_run(g_frontends); /* returns once drained, timed out or stopped */
   HARK_INFO("shutting down");
+  hark_server_cut_queued(server); /* a second signal's stop: nothing queued runs now */
   hark_frontends *f = g_frontends;
   g_frontends = NULL;
   hark_frontends_free(f); /* waits for the requests in flight */

@@ -100,6 +100,13 @@ bool hark_server_is_ready(const hark_server *server);
 void hark_server_begin_drain(hark_server *server);
 bool hark_server_is_draining(const hark_server *server);
 bool hark_server_is_idle(hark_server *server);
+/* The drain's end (its exit timeout passed, or harkd is about to exit):
+ * from now on a request still queued, or parked waiting for a sequence
+ * slot, is answered UNAVAILABLE "Server is shutting down" instead of
+ * running (idle sequences end at once), so that exiting waits only for
+ * the batches executing now. Never blocks; not for a signal handler;
+ * idempotent. */
+void hark_server_cut_queued(hark_server *server);
 /* Extensions for /v2 metadata, NULL-terminated. */
 const char *const *hark_server_extensions(void);
 

@@ -144,6 +144,8 @@ bool hark_model_sequence_state(const hark_model *model, hark_sched_seq_state *ou
  * finalizes the backend state and frees. Blocks: never call it from a
  * worker or the event loop. */
 void hark_model_destroy(hark_model *model);
+/* Shutting down: the scheduler stops waiting (hark_sched_flush). */
+void hark_model_flush(hark_model *model);
 void hark_model_acquire(hark_model *model);
 /* References held beyond the repository's own: requests in flight, live
  * streams, ensembles using it as a step, passing readers. */
@@ -153,6 +155,9 @@ int hark_model_users(hark_model *model);
  * when it is unused. Blocks: never on a worker or the event loop. */
 bool hark_model_wait_unused(hark_model *model, uint64_t deadline_ns, const atomic_bool *cut);
 hark_pool *hark_server_pool(hark_server *server);
+/* Whether hark_server_cut_queued was called: a batch that has not started
+ * ends UNAVAILABLE (model.c). */
+bool hark_server_is_cut(const hark_server *server);
 uint32_t hark_server_default_max_queue(hark_server *server);
 
 /* request.c: statistics when a request completes. */

@@ -210,6 +210,10 @@ hark_error *hark_model_create(hark_server *server, hark_backend *backend, const 
   return NULL;
 }
 
+void hark_model_flush(hark_model *m) {
+  if (m->sched) hark_sched_flush(m->sched);
+}
+
 void hark_model_destroy(hark_model *m) {
   atomic_store(&m->ready, false);
   hark_sched_stop(m->sched);
@@ -270,11 +274,18 @@ static void model_execute(void *ctx, uint32_t index, hark_request **all, uint32_
   hark_model *m = ctx;
   hark_instance *inst = &m->instances[index];
   /* Requests whose client cancelled or went away while they waited end
-   * CANCELLED here, never reaching the backend. */
+   * CANCELLED here, never reaching the backend; past the shutdown's exit
+   * timeout, queued ones end UNAVAILABLE (hark_server_cut_queued). */
   hark_request *kept[64], **reqs = n_all <= 64 ? kept : hark_xcalloc(n_all, sizeof *reqs);
   uint32_t n = 0;
+  bool cut = m->server && hark_server_is_cut(m->server);
   for (uint32_t i = 0; i < n_all; i++)
-    if (hark_request_is_cancelled(all[i]))
+    if (cut)
+      hark_request_complete(all[i], hark_error_new(HARK_ERR_UNAVAILABLE,
+                                                   "Server is shutting down: the exit timeout "
+                                                   "(--exit-timeout-secs) passed while this "
+                                                   "request was queued"));
+    else if (hark_request_is_cancelled(all[i]))
       hark_request_complete(
           all[i],
           hark_error_new(HARK_ERR_CANCELLED, "request cancelled by its client before it ran"));

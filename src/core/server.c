@@ -31,6 +31,7 @@ struct hark_server {
   hark_repository *repo;
   atomic_bool live;
   atomic_bool draining;
+  atomic_bool cut; /* hark_server_cut_queued: queued requests no longer run */
 };
 
 hark_pool *hark_server_pool(hark_server *s) { return s->pool; }
@@ -45,6 +46,7 @@ static const char *const extensions[] = {"classification",
                                          "statistics",
                                          "binary_tensor_data",
                                          "parameters",
+                                         "logging",
                                          NULL};
 const char *const *hark_server_extensions(void) { return extensions; }
 
@@ -111,6 +113,19 @@ void hark_server_begin_drain(hark_server *s) {
 }
 
 bool hark_server_is_draining(const hark_server *s) { return atomic_load(&s->draining); }
+
+static void flush_model(hark_model *m, void *userp) {
+  (void)userp;
+  hark_model_flush(m);
+}
+
+void hark_server_cut_queued(hark_server *s) {
+  if (atomic_exchange(&s->cut, true)) return;
+  /* What waits for a slot or a batch goes on now, to be answered. */
+  hark_repository_foreach(s->repo, flush_model, NULL);
+}
+
+bool hark_server_is_cut(const hark_server *s) { return atomic_load(&s->cut); }
 
 bool hark_server_is_idle(hark_server *s) { return hark_repository_pending(s->repo) <= 0; }
 

@@ -31,6 +31,12 @@ static bool engine_idle(void *userp) {
   return hark_server_is_idle(f->server) && hark_grpc_is_idle(f->grpc);
 }
 
+/* The exit timeout passed: what is still queued is answered, not run. */
+static void engine_cut(void *userp) {
+  hark_frontends *f = userp;
+  hark_server_cut_queued(f->server);
+}
+
 /* The loops run cheap batches in place (hark/server.h). */
 static void may_inline(bool start) { hark_server_thread_may_inline(start); }
 
@@ -86,6 +92,7 @@ hark_error *hark_frontends_new(hark_server *server, const hark_frontend_options 
   hark_http_options ho = opts->http;
   ho.drain_idle = engine_idle;
   ho.drain_idle_userp = f;
+  ho.drain_timeout = engine_cut;
   ho.raw_port = opts->grpc_port;
   ho.raw_address = opts->grpc_address;
   hark_error *err = tls_new(f, opts, &ho);

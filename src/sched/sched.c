@@ -29,6 +29,10 @@ void hark_sched_stop(hark_sched *sched) {
   if (sched) sched->ops->stop(sched);
 }
 
+void hark_sched_flush(hark_sched *sched) {
+  if (sched && sched->ops->flush) sched->ops->flush(sched);
+}
+
 void hark_sched_free(hark_sched *sched) {
   if (!sched) return;
   sched->ops->stop(sched);

@@ -74,6 +74,10 @@ hark_error *hark_sched_enqueue(hark_sched *sched, hark_request *req);
 /* Refuses new requests, lets every queued request run, and returns once no
  * execution is in progress. Idempotent. */
 void hark_sched_stop(hark_sched *sched);
+/* Shutting down: stops waiting (idle sequences end at once, what waits
+ * for a slot or a fuller batch goes on now) without refusing requests or
+ * blocking. Idempotent. */
+void hark_sched_flush(hark_sched *sched);
 /* Stops (if not yet) and frees. */
 void hark_sched_free(hark_sched *sched);
 /* Requests waiting in the queue (not yet executing). */

@@ -43,6 +43,8 @@ typedef struct hark_sched_ops {
   uint32_t (*parked)(const hark_sched *sched, uint32_t ns);
   /* hark_sched_sequence_state; NULL: no implicit sequence state. */
   bool (*seq_state)(const hark_sched *sched, hark_sched_seq_state *out);
+  /* hark_sched_flush; NULL: nothing waits that a flush would send on. */
+  void (*flush)(hark_sched *sched);
 } hark_sched_ops;
 
 /* Every scheduler struct starts with this. */

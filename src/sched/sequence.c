@@ -311,7 +311,8 @@ static void form_batches(seq_sched *s, uint64_t now, hark_skel_pass *p) {
       uint32_t k = 0;
       for (uint32_t i = 0; i < s->n_insts; i++) k += !s->insts[i].base.busy;
       if (k == 0) return;
-      uint32_t n = hark_seqtab_form(s->tab, 0, s->sk.stopping, now, s->entries, &p->wake_ns);
+      uint32_t n = hark_seqtab_form(s->tab, 0, s->sk.stopping || s->sk.flushing, now, s->entries,
+                                    &p->wake_ns);
       if (n == 0) return;
       uint32_t least = split_min(s->sb);
       uint32_t parts = n / least < k ? n / least : k;
@@ -328,8 +329,8 @@ static void form_batches(seq_sched *s, uint64_t now, hark_skel_pass *p) {
   for (uint32_t i = 0; i < s->n_insts; i++) {
     seq_instance *si = &s->insts[(s->next_inst + i) % s->n_insts];
     if (si->base.busy) continue;
-    uint32_t n = hark_seqtab_form(s->tab, (uint32_t)(si - s->insts), s->sk.stopping, now,
-                                  s->entries, &p->wake_ns);
+    uint32_t n = hark_seqtab_form(s->tab, (uint32_t)(si - s->insts),
+                                  s->sk.stopping || s->sk.flushing, now, s->entries, &p->wake_ns);
     if (n) give(s, si, 0, n, p);
   }
 }
@@ -344,7 +345,7 @@ static void publish_parked(seq_sched *s) {
  * leave the lock (p->out[0]) for seq_finish. */
 static void seq_pass(hark_skel *sk, uint64_t now, hark_skel_pass *p) {
   seq_sched *s = (seq_sched *)sk;
-  hark_seqtab_expire(s->tab, sk->stopping, now, &p->wake_ns);
+  hark_seqtab_expire(s->tab, sk->stopping || sk->flushing, now, &p->wake_ns);
   form_batches(s, now, p);
   /* Inside this scheduler's execute the drops wait for it to return. */
   hark_seq_drop *drops = tls_executing == s ? NULL : hark_seqtab_take_drops(s->tab);
@@ -580,6 +581,7 @@ static const hark_sched_ops seq_ops = {
     .delay = seq_delay,
     .parked = seq_parked,
     .seq_state = seq_state,
+    .flush = hark_skel_flush,
 };
 
 static const hark_skel_ops seq_skel_ops = {

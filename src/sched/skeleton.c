@@ -173,6 +173,15 @@ void hark_skel_stop(hark_skel *sk) {
   pthread_mutex_unlock(&sk->lock);
 }
 
+void hark_skel_flush(hark_sched *base) {
+  hark_skel *sk = (hark_skel *)base;
+  pthread_mutex_lock(&sk->lock);
+  sk->flushing = true;
+  sk->users++;
+  pthread_mutex_unlock(&sk->lock);
+  hark_skel_pump(sk);
+}
+
 uint32_t hark_skel_queued(const hark_sched *base) {
   return atomic_load(&((hark_skel *)base)->queued);
 }

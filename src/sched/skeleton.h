@@ -79,6 +79,7 @@ struct hark_skel {
   uint32_t users;      /* threads inside: enqueue, pump, execution wrap-up */
   uint32_t n_busy;     /* instances busy */
   bool stopping;       /* set by stop: refuse new requests, flush */
+  bool flushing;       /* set by flush: flush (shutting down), still taking requests */
   hark_timer timer;
   atomic_uint queued; /* the last pass's count, for the lock-free getter */
   /* Wall time of an execution, a moving average over about the last 8
@@ -109,6 +110,9 @@ hark_error *hark_skel_enqueue(hark_skel *sk, hark_request *req, void *arg);
 /* Refuses new requests, pumps (the passes flush), and waits until no
  * thread is inside, no instance busy and the scheduler is drained. */
 void hark_skel_stop(hark_skel *sk);
+/* hark_sched_flush for any skeleton scheduler: the passes flush from now
+ * on (as when stopping) but new requests are still taken; pumps. */
+void hark_skel_flush(hark_sched *base);
 /* hark_sched_queued for any skeleton scheduler. */
 uint32_t hark_skel_queued(const hark_sched *base);
 uint32_t hark_skel_busy(const hark_sched *base);

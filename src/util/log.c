@@ -24,6 +24,7 @@
 static atomic_uint enabled_mask =
     (1u << HARK_LOG_ERROR) | (1u << HARK_LOG_WARN) | (1u << HARK_LOG_INFO);
 static atomic_int log_format = HARK_LOG_FORMAT_DEFAULT;
+static atomic_int verbose_level; /* as set; verbose lines are on above 0 */
 
 static _Thread_local hark_log_context tls_ctx;
 static _Thread_local long tls_tid;
@@ -41,7 +42,18 @@ void hark_log_set_enabled(hark_log_level level, bool on) {
     atomic_fetch_and(&enabled_mask, ~(1u << level));
 }
 
-void hark_log_set_verbose(int verbose) { hark_log_set_enabled(HARK_LOG_VERBOSE, verbose > 0); }
+void hark_log_set_verbose(int verbose) {
+  atomic_store(&verbose_level, verbose > 0 ? verbose : 0);
+  hark_log_set_enabled(HARK_LOG_VERBOSE, verbose > 0);
+}
+
+int hark_log_verbose_level(void) {
+  if (!hark_log_enabled(HARK_LOG_VERBOSE)) return 0;
+  int n = atomic_load(&verbose_level);
+  return n > 0 ? n : 1; /* turned on by hark_log_set_level */
+}
+
+hark_log_format hark_log_get_format(void) { return (hark_log_format)atomic_load(&log_format); }
 
 void hark_log_set_format(hark_log_format format) { atomic_store(&log_format, (int)format); }
 
@@ -58,6 +70,14 @@ bool hark_log_parse_format(const char *s, hark_log_format *out) {
       return true;
     }
   return false;
+}
+
+const char *hark_log_format_name(hark_log_format format) {
+  switch (format) {
+  case HARK_LOG_FORMAT_ISO8601: return "ISO8601";
+  case HARK_LOG_FORMAT_JSON: return "json";
+  default: return "default";
+  }
 }
 
 int hark_log_enabled(hark_log_level level) {

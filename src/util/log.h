@@ -36,6 +36,11 @@ void hark_log_set_format(hark_log_format format);
 /* "default", "ISO8601" or "json" (any case); false for anything else. */
 bool hark_log_parse_format(const char *s, hark_log_format *out);
 int hark_log_enabled(hark_log_level level);
+/* What was last set, for Triton's log settings API: the verbose level
+ * (any level above 0 turns verbose lines on), the format and its name. */
+int hark_log_verbose_level(void);
+hark_log_format hark_log_get_format(void);
+const char *hark_log_format_name(hark_log_format format);
 
 void hark_log(hark_log_level level, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 /* As hark_log, naming the source line (the macros below pass it). */

@@ -59,7 +59,7 @@ static bool on_control(void *userp, int opcode, const uint8_t *p, size_t n) {
   return true;
 }
 
-static const hark_ws_sink sink = {on_data, on_control};
+static const hark_ws_sink sink = {on_data, on_control, NULL};
 
 /* Parses `len` bytes of `data` in reads whose sizes come from `seed`;
  * returns the offset it stopped at and the error code. */

@@ -71,6 +71,39 @@ static void test_checks(void **state) {
   hark_restrict_free(r);
 }
 
+/* A key header sent twice opens nothing, whichever value is right. */
+static void test_repeated(void **state) {
+  (void)state;
+  hark_restrict *r = hark_restrict_new();
+  assert_null(hark_restrict_add(r, "f", "inference,logging:admin-key=s3cret"));
+  const uint8_t *k = (const uint8_t *)"admin-key", *good = (const uint8_t *)"s3cret";
+  const uint8_t *bad = (const uint8_t *)"guess";
+  uint32_t st = 0;
+  hark_restrict_collect(r, &st, k, 9, good, 6);
+  assert_true(hark_restrict_allows_mask(r, HARK_API_INFERENCE, st));
+  hark_restrict_collect(r, &st, (const uint8_t *)"other", 5, bad, 5);
+  assert_true(hark_restrict_allows_mask(r, HARK_API_LOGGING, st));
+  const uint8_t *orders[][3] = {
+      {good, bad, NULL}, {bad, good, NULL}, {good, good, NULL}, {bad, good, good}};
+  for (size_t o = 0; o < sizeof orders / sizeof *orders; o++) {
+    st = 0;
+    for (int i = 0; i < 3 && orders[o][i]; i++)
+      hark_restrict_collect(r, &st, (const uint8_t *)(i ? "Admin-Key" : "admin-key"), 9,
+                            orders[o][i], orders[o][i] == good ? 6 : 5);
+    assert_false(hark_restrict_allows_mask(r, HARK_API_INFERENCE, st));
+    assert_false(hark_restrict_allows_mask(r, HARK_API_LOGGING, st));
+    assert_true(hark_restrict_allows_mask(r, HARK_API_HEALTH, st));
+  }
+  char msg[160];
+  hark_restrict_message_state(r, HARK_API_INFERENCE, st, msg, sizeof msg);
+  assert_string_equal(msg,
+                      "This API is restricted, expecting header 'admin-key' once (it was "
+                      "sent more than once)");
+  hark_restrict_message_state(r, HARK_API_INFERENCE, 0, msg, sizeof msg);
+  assert_string_equal(msg, "This API is restricted, expecting header 'admin-key'");
+  hark_restrict_free(r);
+}
+
 static void test_paths(void **state) {
   (void)state;
   assert_true(hark_restrict_is_path("/usr/share/model"));
@@ -85,6 +118,7 @@ int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_parse),
       cmocka_unit_test(test_checks),
+      cmocka_unit_test(test_repeated),
       cmocka_unit_test(test_paths),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);

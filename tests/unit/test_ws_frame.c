@@ -70,7 +70,7 @@ static bool on_control(void *userp, int opcode, const uint8_t *p, size_t n) {
   return true;
 }
 
-static const hark_ws_sink sink = {on_data, on_control};
+static const hark_ws_sink sink = {on_data, on_control, NULL};
 
 /* Parses buf whole, or a byte at a time; the error code (0 for none). */
 static int parse(uint8_t *buf, size_t len, bool bytewise, seen *s, const char **why) {

@@ -61,7 +61,7 @@ struct hark_grpc_call {
   size_t unconsumed;           /* DATA bytes not yet given back to flow control */
   bool got_message, half_closed, half_close_done, began, bad_type, reading;
   char encoding[32];   /* grpc-encoding, when not identity */
-  uint32_t opened;     /* restricted categories its metadata opens (1 << api) */
+  uint32_t opened;     /* what its metadata opens (hark_restrict_collect's state) */
   uint64_t timeout_us; /* grpc-timeout; 0: none */
   hark_http_timer *deadline;
   struct hark_arena *msg_arena; /* the message handle() has, until it returns */

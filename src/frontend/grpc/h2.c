@@ -607,7 +607,8 @@ static void dispatch(h2conn *h, hark_grpc_call *c) {
     return;
   }
   if (!hark_grpc_call_allowed(c, c->reg->m->api)) { /* --grpc-restricted-protocol */
-    hark_restrict_message(h->g->opts.restricted, c->reg->m->api, text, sizeof text);
+    hark_restrict_message_state(h->g->opts.restricted, c->reg->m->api, c->opened, text,
+                                sizeof text);
     finish(c, HARK_GRPC_PERMISSION_DENIED, text);
     return;
   }
@@ -725,7 +726,7 @@ static int on_header(nghttp2_session *s, const nghttp2_frame *f, const uint8_t *
   } else if (nlen == 13 && memcmp(name, "grpc-encoding", 13) == 0) {
     snprintf(c->encoding, sizeof c->encoding, "%.*s", (int)vlen, value);
   } else if (nlen && name[0] != ':') {
-    c->opened |= hark_restrict_opens(h->g->opts.restricted, name, nlen, value, vlen);
+    hark_restrict_collect(h->g->opts.restricted, &c->opened, name, nlen, value, vlen);
   }
   return 0;
 }

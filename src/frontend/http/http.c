@@ -626,8 +626,9 @@ static bool drained(hark_http_loop *loop, uint64_t *deadline) {
     return true;
   }
   if (now < *deadline) return false;
-  HARK_WARN("exit timeout: closing %u stream(s) still open",
+  HARK_WARN("exit timeout: closing %u stream(s) still open, answering what is still queued",
             (unsigned)atomic_load(&http->n_sockets));
+  if (http->opts.drain_timeout) http->opts.drain_timeout(http->opts.drain_idle_userp);
   return true;
 }
 

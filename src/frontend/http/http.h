@@ -144,6 +144,10 @@ typedef struct hark_http_options {
   int exit_timeout_secs;
   bool (*drain_idle)(void *userp);
   void *drain_idle_userp;
+  /* Called once when the exit timeout passes with work still live, before
+   * the loops close their connections (NULL: nothing): what is queued can
+   * still be answered. Same userp as drain_idle. */
+  void (*drain_timeout)(void *userp);
   /* --http-restricted-api (NULL: nothing restricted): WebSocket upgrades
    * are `inference`; the service checks its own routes with
    * hark_http_allowed. Must outlive the transport. */

@@ -163,6 +163,11 @@ int hark_ws_on_confirm(struct lws *wsi, const char *upgrade) {
     return refuse(wsi, 503, "Server is shutting down: not accepting new streams");
   char path[2048], msg[256];
   if (!upgrade_path(wsi, path, sizeof path)) return refuse(wsi, 400, "Bad Request: no path");
+  /* Without a key lws would hang up with no status (RFC 6455 4.2.1: 400). */
+  if (lws_hdr_total_length(wsi, WSI_TOKEN_KEY) <= 0)
+    return refuse(wsi, 400,
+                  "Bad Request: a WebSocket upgrade needs a Sec-WebSocket-Key header "
+                  "(RFC 6455 4.1)");
   if (!hark_http_wsi_allowed(wsi, HARK_API_INFERENCE, msg, sizeof msg))
     return refuse(wsi, 403, msg);
   void *ticket = NULL;
@@ -473,7 +478,19 @@ static bool on_control(void *userp, int opcode, const uint8_t *p, size_t n) {
   return false;
 }
 
-static const hark_ws_sink sink = {on_data, on_control};
+/* The parser's: a data frame's header. One that declares more than the
+ * message may still hold is refused now (1009), whether or not its payload
+ * ever comes; the parse goes on for the client's close. */
+static bool on_frame(void *userp, bool first, uint64_t len) {
+  hark_ws *ws = userp;
+  if (ws->closing) return true;
+  size_t limit = max_message(ws->loop->http);
+  size_t have = first ? 0 : ws->msg_len;
+  if (len > limit - have) too_big(ws, limit);
+  return true;
+}
+
+static const hark_ws_sink sink = {on_data, on_control, on_frame};
 
 /* Parses what was read; keeps what a pause left unparsed. */
 static void rx_feed(hark_ws *ws, uint8_t *buf, size_t n) {

@@ -157,6 +157,8 @@ size_t hark_ws_parse(hark_ws_parser *p, uint8_t *buf, size_t len, const hark_ws_
       p->hdr_have = 0;
       p->hdr_need = 2;
       if (bad) return fail(code, why, bad, i);
+      if (!(p->opcode & 0x08) && sink->frame && !sink->frame(userp, !p->message_started, p->left))
+        return i;
       if (p->left) continue;
       /* An empty frame: nothing more to read for it. */
     }

@@ -39,6 +39,12 @@ typedef struct hark_ws_sink {
    * close's payload is checked (a code a peer may send, or none). Returns
    * false to stop the parse after it. */
   bool (*control)(void *userp, int opcode, const uint8_t *p, size_t n);
+  /* Optional: a data frame's header is whole, before any of its payload:
+   * `first` when it opens a message, `len` its declared payload. A
+   * message that cannot fit is refused here, at the header, rather than
+   * at its first payload byte, which a client need never send. Returns
+   * false to stop the parse after the header. */
+  bool (*frame)(void *userp, bool first, uint64_t len);
 } hark_ws_sink;
 
 typedef struct hark_ws_parser {

@@ -16,6 +16,7 @@
 
 #include "frontend/kserve/kserve.h"
 #include "frontend/kserve/kserve_grpc.h"
+#include "frontend/kserve/settings.h"
 #include "hark/config.h"
 #include "hark/model.h"
 #include "health.pb-c.h"
@@ -461,6 +462,129 @@ static void cuda_shm(hark_grpc_call *c, ProtobufCMessage *msg) {
                   "system shared memory");
 }
 
+/* ---- log and trace settings ------------------------------------------------------ */
+
+typedef Inference__LogSettingsRequest__SettingValue log_in;
+typedef Inference__LogSettingsResponse__SettingValue log_out;
+typedef Inference__LogSettingsResponse__SettingsEntry log_entry;
+
+static hark_setting_value log_value(const log_in *v) {
+  hark_setting_value r = {.type = HARK_SETTING_OTHER};
+  if (!v) return r;
+  switch (v->parameter_choice_case) {
+  case INFERENCE__LOG_SETTINGS_REQUEST__SETTING_VALUE__PARAMETER_CHOICE_BOOL_PARAM:
+    r.type = HARK_SETTING_BOOL;
+    r.b = v->bool_param;
+    break;
+  case INFERENCE__LOG_SETTINGS_REQUEST__SETTING_VALUE__PARAMETER_CHOICE_UINT32_PARAM:
+    r.type = HARK_SETTING_UINT;
+    r.u = v->uint32_param;
+    break;
+  case INFERENCE__LOG_SETTINGS_REQUEST__SETTING_VALUE__PARAMETER_CHOICE_STRING_PARAM:
+    r.type = HARK_SETTING_STRING;
+    r.s = v->string_param;
+    break;
+  default: break;
+  }
+  return r;
+}
+
+/* Triton's LogSettings: the named settings change (all or none), and the
+ * reply holds every setting as it now is. */
+static void log_settings(hark_grpc_call *c, ProtobufCMessage *msg) {
+  Inference__LogSettingsRequest *q = (Inference__LogSettingsRequest *)msg;
+  hark_log_settings st;
+  hark_log_settings_read(&st);
+  for (size_t i = 0; i < q->n_settings; i++) {
+    hark_setting_value v = log_value(q->settings[i]->value);
+    hark_error *err = hark_log_settings_set(&st, q->settings[i]->key, &v);
+    if (err) {
+      hark_grpc_reply_error(c, err);
+      return;
+    }
+  }
+  if (q->n_settings) {
+    hark_log_settings_apply(&st);
+    HARK_INFO(
+        "log settings changed over gRPC: info %d, warning %d, error %d, verbose %u, "
+        "format %s",
+        st.info, st.warning, st.error, st.verbose, hark_log_format_name(st.format));
+  }
+  enum { N = 6 };
+  static const char *const names[N] = {"log_file",  "log_info",          "log_warning",
+                                       "log_error", "log_verbose_level", "log_format"};
+  log_out vals[N];
+  log_entry entries[N], *ptrs[N];
+  for (int i = 0; i < N; i++) {
+    vals[i] = (log_out)INFERENCE__LOG_SETTINGS_RESPONSE__SETTING_VALUE__INIT;
+    entries[i] = (log_entry)INFERENCE__LOG_SETTINGS_RESPONSE__SETTINGS_ENTRY__INIT;
+    entries[i].key = (char *)names[i];
+    entries[i].value = &vals[i];
+    ptrs[i] = &entries[i];
+  }
+  bool flags[3] = {st.info, st.warning, st.error};
+  for (int i = 1; i <= 3; i++) {
+    vals[i].parameter_choice_case =
+        INFERENCE__LOG_SETTINGS_RESPONSE__SETTING_VALUE__PARAMETER_CHOICE_BOOL_PARAM;
+    vals[i].bool_param = flags[i - 1];
+  }
+  vals[0].parameter_choice_case =
+      INFERENCE__LOG_SETTINGS_RESPONSE__SETTING_VALUE__PARAMETER_CHOICE_STRING_PARAM;
+  vals[0].string_param = "";
+  vals[4].parameter_choice_case =
+      INFERENCE__LOG_SETTINGS_RESPONSE__SETTING_VALUE__PARAMETER_CHOICE_UINT32_PARAM;
+  vals[4].uint32_param = st.verbose;
+  vals[5].parameter_choice_case =
+      INFERENCE__LOG_SETTINGS_RESPONSE__SETTING_VALUE__PARAMETER_CHOICE_STRING_PARAM;
+  vals[5].string_param = (char *)hark_log_format_name(st.format);
+  Inference__LogSettingsResponse r = INFERENCE__LOG_SETTINGS_RESPONSE__INIT;
+  r.settings = ptrs;
+  r.n_settings = N;
+  hark_grpc_reply(c, &r.base, HARK_GRPC_OK, NULL);
+}
+
+typedef Inference__TraceSettingResponse__SettingValue trace_out;
+typedef Inference__TraceSettingResponse__SettingsEntry trace_entry;
+
+/* Triton's TraceSetting, global or for one model: hark does not trace, so
+ * an update is accepted only where it changes nothing. */
+static void trace_setting(hark_grpc_call *c, ProtobufCMessage *msg) {
+  Inference__TraceSettingRequest *q = (Inference__TraceSettingRequest *)msg;
+  if (*q->model_name) {
+    hark_model *model = acquire_or_reply(c, q->model_name, "");
+    if (!model) return;
+    hark_model_release(model);
+  }
+  for (size_t i = 0; i < q->n_settings; i++) {
+    const Inference__TraceSettingRequest__SettingValue *v = q->settings[i]->value;
+    hark_error *err = hark_trace_setting_check(
+        q->settings[i]->key, v ? (const char *const *)v->value : NULL, v ? v->n_value : 0);
+    if (err) {
+      hark_grpc_reply_error(c, err);
+      return;
+    }
+  }
+  enum { N = 8 };
+  trace_out vals[N];
+  trace_entry entries[N], *ptrs[N];
+  char *one[N];
+  size_t n = hark_n_trace_settings < N ? hark_n_trace_settings : N;
+  for (size_t i = 0; i < n; i++) {
+    one[i] = (char *)hark_trace_settings[i].value;
+    vals[i] = (trace_out)INFERENCE__TRACE_SETTING_RESPONSE__SETTING_VALUE__INIT;
+    vals[i].value = &one[i];
+    vals[i].n_value = 1;
+    entries[i] = (trace_entry)INFERENCE__TRACE_SETTING_RESPONSE__SETTINGS_ENTRY__INIT;
+    entries[i].key = (char *)hark_trace_settings[i].name;
+    entries[i].value = &vals[i];
+    ptrs[i] = &entries[i];
+  }
+  Inference__TraceSettingResponse r = INFERENCE__TRACE_SETTING_RESPONSE__INIT;
+  r.settings = ptrs;
+  r.n_settings = n;
+  hark_grpc_reply(c, &r.base, HARK_GRPC_OK, NULL);
+}
+
 /* ---- the method tables ------------------------------------------------------------- */
 
 #define REFUSE HARK_GRPC_REFUSE_DRAINING
@@ -503,6 +627,10 @@ static const hark_grpc_method kserve_methods[] = {
      cuda_shm, 0, NULL, NULL, HARK_API_SHARED_MEMORY, NULL},
     {"CudaSharedMemoryUnregister", &inference__cuda_shared_memory_unregister_request__descriptor,
      cuda_shm, 0, NULL, NULL, HARK_API_SHARED_MEMORY, NULL},
+    {"TraceSetting", &inference__trace_setting_request__descriptor, trace_setting, 0, NULL, NULL,
+     HARK_API_TRACE, NULL},
+    {"LogSettings", &inference__log_settings_request__descriptor, log_settings, 0, NULL, NULL,
+     HARK_API_LOGGING, NULL},
 };
 
 static const hark_grpc_method health_methods[] = {

@@ -17,6 +17,7 @@
 #include "frontend/http/http.h"
 #include "frontend/kserve/kserve.h"
 #include "frontend/kserve/route.h"
+#include "frontend/kserve/settings.h"
 #include "hark/config.h"
 #include "hark/model.h"
 #include "util/alloc.h"
@@ -46,6 +47,8 @@ static hark_api route_api(hark_kserve_route_kind k) {
   case HARK_ROUTE_SHM_REGISTER:
   case HARK_ROUTE_SHM_UNREGISTER:
   case HARK_ROUTE_CUDA_SHM: return HARK_API_SHARED_MEMORY;
+  case HARK_ROUTE_LOGGING: return HARK_API_LOGGING;
+  case HARK_ROUTE_TRACE: return HARK_API_TRACE;
   default: return HARK_API_UNSET;
   }
 }
@@ -479,6 +482,110 @@ static void shm_unregister(hark_kserve *ks, hark_http_conn *c, const hark_kserve
   hark_http_reply_text(c, 200, NULL, NULL, 0);
 }
 
+/* ---- log and trace settings (settings.h) ------------------------------------------ */
+
+static hark_setting_value json_setting(const cJSON *v) {
+  hark_setting_value r = {.type = HARK_SETTING_OTHER};
+  if (cJSON_IsBool(v)) {
+    r.type = HARK_SETTING_BOOL;
+    r.b = cJSON_IsTrue(v);
+  } else if (cJSON_IsNumber(v) && v->valuedouble >= 0 && v->valuedouble <= 4294967295.0 &&
+             v->valuedouble == (double)(uint32_t)v->valuedouble) {
+    r.type = HARK_SETTING_UINT;
+    r.u = (uint32_t)v->valuedouble;
+  } else if (cJSON_IsString(v)) {
+    r.type = HARK_SETTING_STRING;
+    r.s = v->valuestring;
+  }
+  return r;
+}
+
+/* GET or POST /v2/logging: a POST's members change (all or none); the
+ * reply is every setting as it now is. */
+static void logging(hark_http_conn *c, bool post) {
+  hark_log_settings st;
+  hark_log_settings_read(&st);
+  cJSON *doc = NULL;
+  hark_error *err = post ? parse_json_object(c, &doc) : NULL;
+  const cJSON *item;
+  size_t changed = 0;
+  if (doc) cJSON_ArrayForEach(item, doc) {
+      if (err) break;
+      hark_setting_value v = json_setting(item);
+      err = hark_log_settings_set(&st, item->string, &v);
+      changed++;
+    }
+  cJSON_Delete(doc);
+  if (err) {
+    hark_http_reply_error(c, 0, err);
+    return;
+  }
+  if (changed) {
+    hark_log_settings_apply(&st);
+    HARK_INFO(
+        "log settings changed over HTTP: info %d, warning %d, error %d, verbose %u, "
+        "format %s",
+        st.info, st.warning, st.error, st.verbose, hark_log_format_name(st.format));
+  }
+  hark_buf b = {0};
+  hark_http_body_begin(&b);
+  hark_log_settings_write_json(&b, &st);
+  reply_doc(c, &b, NULL);
+}
+
+/* One member of a trace update: a string, a list of strings, or null (back
+ * to the default). */
+static hark_error *trace_member(const cJSON *item) {
+  enum { MAX_VALUES = 16 };
+  const char *values[MAX_VALUES];
+  size_t n = 0;
+  if (cJSON_IsString(item)) {
+    values[n++] = item->valuestring;
+  } else if (cJSON_IsArray(item)) {
+    const cJSON *e;
+    cJSON_ArrayForEach(e, item) {
+      if (!cJSON_IsString(e) || n == MAX_VALUES)
+        return hark_error_new(HARK_ERR_INVALID_ARG,
+                              "trace setting '%.100s' must be a string or a list of at most %d "
+                              "strings",
+                              item->string, MAX_VALUES);
+      values[n++] = e->valuestring;
+    }
+  } else if (!cJSON_IsNull(item)) {
+    return hark_error_new(HARK_ERR_INVALID_ARG,
+                          "trace setting '%.100s' must be a string, a list of strings or null",
+                          item->string);
+  }
+  return hark_trace_setting_check(item->string, values, n);
+}
+
+/* GET or POST /v2[/models/{m}]/trace/setting. */
+static void trace_setting(hark_server *server, hark_http_conn *c, const hark_kserve_route *rt,
+                          bool post) {
+  hark_error *err = NULL;
+  if (rt->model) {
+    hark_model *model = NULL;
+    err = hark_server_model_acquire(server, rt->model, rt->version, &model);
+    if (model) hark_model_release(model);
+  }
+  cJSON *doc = NULL;
+  if (!err && post) err = parse_json_object(c, &doc);
+  const cJSON *item;
+  if (doc) cJSON_ArrayForEach(item, doc) {
+      if (err) break;
+      err = trace_member(item);
+    }
+  cJSON_Delete(doc);
+  if (err) {
+    hark_http_reply_error(c, 0, err);
+    return;
+  }
+  hark_buf b = {0};
+  hark_http_body_begin(&b);
+  hark_trace_settings_write_json(&b);
+  reply_doc(c, &b, NULL);
+}
+
 /* ---- the handlers ------------------------------------------------------------------ */
 
 static void handle_post(hark_kserve *ks, hark_http_conn *c, exchange *x) {
@@ -490,6 +597,8 @@ static void handle_post(hark_kserve *ks, hark_http_conn *c, exchange *x) {
   case HARK_ROUTE_REPO_INDEX: repo_index(server, c); return;
   case HARK_ROUTE_REPO_LOAD: repo_load_unload(server, c, x, true); return;
   case HARK_ROUTE_REPO_UNLOAD: repo_load_unload(server, c, x, false); return;
+  case HARK_ROUTE_LOGGING: logging(c, true); return;
+  case HARK_ROUTE_TRACE: trace_setting(server, c, &x->rt, true); return;
   default: return;
   }
 }
@@ -556,6 +665,7 @@ static void on_head(void *userp, hark_http_conn *c, const hark_http_request *req
     return;
   }
   bool post = hark_kserve_route_is_post(rt.kind);
+  if (hark_kserve_route_is_settings(rt.kind)) post = req->method == HARK_HTTP_POST;
   if (req->method == HARK_HTTP_HEAD || req->method != (post ? HARK_HTTP_POST : HARK_HTTP_GET)) {
     hark_kserve_route_clear(&rt);
     if (req->method == HARK_HTTP_HEAD) /* a HEAD reply must not carry a body */
@@ -566,6 +676,14 @@ static void on_head(void *userp, hark_http_conn *c, const hark_http_request *req
   }
   if (rt.kind == HARK_ROUTE_SHM_STATUS) {
     shm_status(ks, c, &rt);
+    hark_kserve_route_clear(&rt);
+    return;
+  }
+  if (!post && hark_kserve_route_is_settings(rt.kind)) {
+    if (rt.kind == HARK_ROUTE_LOGGING)
+      logging(c, false);
+    else
+      trace_setting(server, c, &rt, false);
     hark_kserve_route_clear(&rt);
     return;
   }

@@ -52,6 +52,8 @@ static hark_error *route_model(char **seg, int n, hark_kserve_route *rt) {
                  {"infer", HARK_ROUTE_INFER},
                  {"stream", HARK_ROUTE_STREAM}};
   if (i == n) rt->kind = HARK_ROUTE_MODEL_META;
+  if (i + 2 == n && strcmp(seg[i], "trace") == 0 && strcmp(seg[i + 1], "setting") == 0)
+    rt->kind = HARK_ROUTE_TRACE;
   for (size_t a = 0; i + 1 == n && a < sizeof actions / sizeof *actions; a++)
     if (strcmp(seg[i], actions[a].name) == 0) rt->kind = actions[a].kind;
   if (rt->kind != HARK_ROUTE_NONE) rt->model = hark_xstrdup(seg[1]);
@@ -107,6 +109,10 @@ hark_error *hark_kserve_route_parse(const char *path, bool metrics, hark_kserve_
     return route_model(seg + 1, n - 1, rt);
   else if (n == 3 && strcmp(seg[1], "repository") == 0 && strcmp(seg[2], "index") == 0)
     rt->kind = HARK_ROUTE_REPO_INDEX;
+  else if (n == 2 && strcmp(seg[1], "logging") == 0)
+    rt->kind = HARK_ROUTE_LOGGING;
+  else if (n == 3 && strcmp(seg[1], "trace") == 0 && strcmp(seg[2], "setting") == 0)
+    rt->kind = HARK_ROUTE_TRACE;
   else if (n >= 2 &&
            (strcmp(seg[1], "systemsharedmemory") == 0 || strcmp(seg[1], "cudasharedmemory") == 0))
     route_shm(seg + 1, n - 1, rt);
@@ -129,4 +135,8 @@ bool hark_kserve_route_is_post(hark_kserve_route_kind k) {
   return k == HARK_ROUTE_INFER || k == HARK_ROUTE_REPO_INDEX || k == HARK_ROUTE_REPO_LOAD ||
          k == HARK_ROUTE_REPO_UNLOAD || k == HARK_ROUTE_SHM_REGISTER ||
          k == HARK_ROUTE_SHM_UNREGISTER;
+}
+
+bool hark_kserve_route_is_settings(hark_kserve_route_kind k) {
+  return k == HARK_ROUTE_LOGGING || k == HARK_ROUTE_TRACE;
 }

@@ -33,6 +33,8 @@ typedef enum hark_kserve_route_kind {
   HARK_ROUTE_SHM_REGISTER,   /* /v2/systemsharedmemory/region/{r}/register */
   HARK_ROUTE_SHM_UNREGISTER, /* /v2/systemsharedmemory[/region/{r}]/unregister */
   HARK_ROUTE_CUDA_SHM,       /* /v2/cudasharedmemory/...: not supported */
+  HARK_ROUTE_LOGGING,        /* /v2/logging: GET reads, POST changes */
+  HARK_ROUTE_TRACE,          /* /v2[/models/{m}]/trace/setting: GET reads, POST changes */
 } hark_kserve_route_kind;
 
 typedef struct hark_kserve_route {
@@ -51,7 +53,9 @@ void hark_kserve_route_clear(hark_kserve_route *rt);
  * newest (-1) where `empty_ok`. INVALID_ARG "invalid model version"
  * otherwise. */
 hark_error *hark_kserve_parse_version(const char *s, bool empty_ok, int64_t *out);
-/* The routes that are POSTs (the rest are GETs). */
+/* The routes that are POSTs (the rest are GETs, bar the settings). */
 bool hark_kserve_route_is_post(hark_kserve_route_kind kind);
+/* The settings routes, which take both: GET reads, POST changes. */
+bool hark_kserve_route_is_settings(hark_kserve_route_kind kind);
 
 #endif

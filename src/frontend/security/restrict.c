@@ -183,6 +183,39 @@ uint32_t hark_restrict_opens(const hark_restrict *r, const uint8_t *name, size_t
   return mask;
 }
 
+/* A state's three masks: the categories opened, those whose header came,
+ * and those whose header came more than once. */
+#define SEEN_SHIFT 10
+#define REPEATED_SHIFT 20
+_Static_assert(HARK_API_COUNT <= SEEN_SHIFT, "a state holds three masks of HARK_API_COUNT bits");
+
+void hark_restrict_collect(const hark_restrict *r, uint32_t *state, const uint8_t *name,
+                           size_t nlen, const uint8_t *value, size_t vlen) {
+  if (!r) return;
+  for (int i = HARK_API_UNSET + 1; i < HARK_API_COUNT; i++) {
+    const rule *ru = &r->rules[i];
+    if (!ru->header || strlen(ru->header) != nlen ||
+        strncasecmp(ru->header, (const char *)name, nlen) != 0)
+      continue;
+    uint32_t bit = 1u << i;
+    if (*state & bit << SEEN_SHIFT) {
+      *state = (*state & ~bit) | bit << REPEATED_SHIFT;
+      continue;
+    }
+    *state |= bit << SEEN_SHIFT;
+    if (same((const char *)value, vlen, ru->value, ru->value_len)) *state |= bit;
+  }
+}
+
+void hark_restrict_message_state(const hark_restrict *r, hark_api api, uint32_t state, char *buf,
+                                 size_t cap) {
+  const char *h = hark_restrict_header(r, api);
+  bool repeated =
+      api > HARK_API_UNSET && api < HARK_API_COUNT && (state >> REPEATED_SHIFT >> api & 1u);
+  snprintf(buf, cap, "This API is restricted, expecting header '%s'%s", h ? h : "?",
+           repeated ? " once (it was sent more than once)" : "");
+}
+
 bool hark_restrict_allows_mask(const hark_restrict *r, hark_api api, uint32_t opened) {
   if (api <= HARK_API_UNSET || api >= HARK_API_COUNT) return !hark_restrict_any(r);
   if (!r || !r->rules[api].header) return true;

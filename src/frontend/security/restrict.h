@@ -59,8 +59,20 @@ void hark_restrict_message(const hark_restrict *r, hark_api api, char *buf, size
  * a header name/value pair opens, as a bit mask (1 << api). */
 uint32_t hark_restrict_opens(const hark_restrict *r, const uint8_t *name, size_t nlen,
                              const uint8_t *value, size_t vlen);
-/* Whether a request that collected `opened` may reach `api`. */
+/* As hark_restrict_opens, folded into a request's `state` (0 before its
+ * first header): a restricted header sent more than once opens none of
+ * its categories, whatever the values (as if it were absent, but with its
+ * own refusal message), so a request cannot pass by adding a guess to a
+ * value a proxy set, nor the protocols differ on which value counts. */
+void hark_restrict_collect(const hark_restrict *r, uint32_t *state, const uint8_t *name,
+                           size_t nlen, const uint8_t *value, size_t vlen);
+/* Whether a request that collected `opened` (a mask, or a state) may
+ * reach `api`. */
 bool hark_restrict_allows_mask(const hark_restrict *r, hark_api api, uint32_t opened);
+/* hark_restrict_message for a request that collected `state`: says when
+ * the header came more than once. */
+void hark_restrict_message_state(const hark_restrict *r, hark_api api, uint32_t state, char *buf,
+                                 size_t cap);
 
 /* Config documents (model-config) do not show filesystem paths to a
  * client that may not see model-repository: whether a parameter's value
