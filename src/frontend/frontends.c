@@ -35,7 +35,9 @@ static bool engine_idle(void *userp) {
 static void may_inline(bool start) { hark_server_thread_may_inline(start); }
 
 static hark_error *grpc_new(hark_frontends *f, const hark_frontend_options *opts) {
-  hark_error *err = hark_grpc_new(&opts->grpc, &f->grpc);
+  hark_grpc_options go = opts->grpc;
+  if (!go.send_timeout_ms) go.send_timeout_ms = (uint64_t)opts->http.send_timeout_secs * 1000;
+  hark_error *err = hark_grpc_new(&go, &f->grpc);
   if (!err) err = hark_kserve_grpc_register(f->grpc, &f->kserve);
   if (!err) err = hark_riva_register(f->grpc, f->riva);
   if (err) return err;
