@@ -80,7 +80,7 @@ hark_error *hark_frontends_new(hark_server *server, const hark_frontend_options 
   f->vosk = hark_vosk_new(server, &so);
   f->riva = hark_riva_new(server, &so);
   f->kserve.server = server;
-  f->kserve.shm = opts->shared_memory ? hark_shm_new() : NULL;
+  f->kserve.shm = opts->shared_memory ? hark_shm_new(opts->shm_max_regions) : NULL;
   hark_kserve_http_handler(&f->kserve, &f->handler);
   f->handler.ws = hark_vosk_ws_handler();
   f->handler.ws_userp = f->vosk;
