@@ -61,6 +61,7 @@ void harkd_options_init(harkd_options *o) {
                        .max_connection_age_grace_ms = 30000},
               .grpc_port = 8001,
               .speech = {.speech_model = "asr", .max_streams = 1024},
+              .shm_max_regions = 1024,
           },
       .inflight_max = default_inflight_bytes(),
       .http_restrict = hark_restrict_new(),
@@ -299,6 +300,10 @@ const hark_flag harkd_flags[] = {
            "(default false: a client that reaches the ports\n"
            "could read and write any shm object harkd's user\n"
            "can open; turn on for trusted local clients)"),
+    F_INT("shared-memory-max-regions", "N", fe.shm_max_regions, 1, 1048576,
+          "system shared memory regions registered at once\n"
+          "(each holds a descriptor and a mapping); more\n"
+          "are refused, RESOURCE_EXHAUSTED (1024)"),
     F_STR("backend-directory", "DIR", server.backend_directory,
           "where libhark_<backend>.so live\n"
           "(default " HARK_DEFAULT_BACKEND_DIR ")"),

@@ -41,7 +41,9 @@ static void engine_cut(void *userp) {
 static void may_inline(bool start) { hark_server_thread_may_inline(start); }
 
 static hark_error *grpc_new(hark_frontends *f, const hark_frontend_options *opts) {
-  hark_error *err = hark_grpc_new(&opts->grpc, &f->grpc);
+  hark_grpc_options go = opts->grpc;
+  if (!go.send_timeout_ms) go.send_timeout_ms = (uint64_t)opts->http.send_timeout_secs * 1000;
+  hark_error *err = hark_grpc_new(&go, &f->grpc);
   if (!err) err = hark_kserve_grpc_register(f->grpc, &f->kserve);
   if (!err) err = hark_riva_register(f->grpc, f->riva);
   if (err) return err;
@@ -84,7 +86,7 @@ hark_error *hark_frontends_new(hark_server *server, const hark_frontend_options 
   f->vosk = hark_vosk_new(server, &so);
   f->riva = hark_riva_new(server, &so);
   f->kserve.server = server;
-  f->kserve.shm = opts->shared_memory ? hark_shm_new() : NULL;
+  f->kserve.shm = opts->shared_memory ? hark_shm_new(opts->shm_max_regions) : NULL;
   hark_kserve_http_handler(&f->kserve, &f->handler);
   f->handler.ws = hark_vosk_ws_handler();
   f->handler.ws_userp = f->vosk;

@@ -24,6 +24,7 @@ typedef struct hark_frontend_options {
   const char *grpc_address;   /* NULL: http.address's */
   hark_speech_options speech; /* both speech protocols */
   bool shared_memory;         /* --allow-shared-memory=true */
+  size_t shm_max_regions;     /* --shared-memory-max-regions; 0: 1024 */
   /* --grpc-use-ssl (and -mutual): the gRPC port's TLS (its alpn is set
    * here: h2). http.tls_cert/tls_key: the HTTP port's (checked here,
    * served by libwebsockets). */

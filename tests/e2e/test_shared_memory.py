@@ -442,6 +442,80 @@ class TestUnregisterWhileInUse(HttpShmTest):
         self.assertEqual(other.ints(64), [0] * 16)  # not the new one
 
 
+class TestRegionCap(HttpShmTest):
+    """Issue 24: ~20,000 registrations used every descriptor harkd had (a
+    registration holds one, and a mapping), and no new connection could be
+    accepted. The registry now holds at most --shared-memory-max-regions."""
+    ARGS = ("--allow-shared-memory=true", "--shared-memory-max-regions", "8")
+
+    def test_registrations_are_capped(self):
+        r = self.shm(4096)
+        for i in range(8):
+            self.register(f"cap{i}", r.key, 0, 4096)
+        err = self.register("cap8", r.key, 0, 4096, status=400)["error"]
+        self.assertIn("at most 8 (--shared-memory-max-regions)", err)
+        self.assertEqual(len(self.status()[1]), 8)
+        # a victim on new connections is served; one region freed makes room
+        doc = {"inputs": [{"name": n, "shape": [1, 16], "datatype": "INT32", "data": A}
+                          for n in ("INPUT0", "INPUT1")]}
+        for _ in range(3):
+            status, body = self.infer(doc)
+            self.assertEqual(status, 200, body)
+        st, _ = self.server.json("POST", "/v2/systemsharedmemory/region/cap3/unregister")
+        self.assertEqual(st, 200)
+        self.register("cap8", r.key, 0, 4096)
+
+
+class TestTruncatedWhileRead(HttpShmTest):
+    """Issue 24: truncating a registered object while harkd read it killed
+    harkd with SIGBUS (the fstat check before the read only narrowed the
+    race). Inputs are now copied out with pread and outputs in with
+    pwrite: every infer gets its answer (200, or 400 naming the
+    truncation) and harkd lives."""
+    SIZE = 16 << 20
+
+    def test_truncate_during_reads(self):
+        src = self.shm(self.SIZE)
+        src.write(0, b"\x05" * self.SIZE)
+        src.map.close()  # this process must not touch it while it shrinks
+        src.map = None
+        dst = self.shm(self.SIZE)
+        self.register("src", src.key, 0, self.SIZE)
+        self.register("dst", dst.key, 0, self.SIZE)
+        doc = {"inputs": [{"name": "INPUT_UINT8", "shape": [1, self.SIZE], "datatype": "UINT8",
+                           "parameters": shm_params("src", self.SIZE)}],
+               "outputs": [{"name": "OUTPUT_UINT8",
+                            "parameters": shm_params("dst", self.SIZE)}]}
+        stop = threading.Event()
+
+        def shrink():
+            while not stop.is_set():
+                os.ftruncate(src.fd, 4096)
+                os.ftruncate(src.fd, self.SIZE)
+
+        t = threading.Thread(target=shrink)
+        t.start()
+        codes = []
+        try:
+            deadline = time.monotonic() + 8
+            while time.monotonic() < deadline and len(codes) < 300:
+                status, body = self.infer(doc, "identity")
+                codes.append(status)
+                if status != 200:
+                    self.assertEqual(status, 400, body)
+                    self.assertIn("truncated", body["error"])
+        finally:
+            stop.set()
+            t.join()
+        self.assertIsNone(self.server.proc.poll(), "harkd died")
+        self.assertTrue(codes)
+        os.ftruncate(src.fd, 4096)  # and a truncation is told
+        status, body = self.infer(doc, "identity")
+        self.assertEqual(status, 400, body)
+        self.assertIn("truncated", body["error"])
+        self.assertEqual(self.server.request("GET", "/v2/health/live")[0], 200)
+
+
 class TestDisabled(HttpShmTest):
     ARGS = ()  # off unless asked for: it lets a client read and write shm objects
 

@@ -44,7 +44,7 @@ static void test_register_status_unregister(void **state) {
   (void)state;
   char k1[64], k2[64];
   int f1 = make_object(k1, sizeof k1, 8192), f2 = make_object(k2, sizeof k2, 100);
-  hark_shm *shm = hark_shm_new();
+  hark_shm *shm = hark_shm_new(0);
   assert_null(hark_shm_register(shm, "b", k1, 4096 + 10, 100)); /* mid-page offset */
   assert_null(hark_shm_register(shm, "a", k2, 0, 100));
   hark_shm_status *st;
@@ -89,7 +89,7 @@ static void test_bad_registrations(void **state) {
   (void)state;
   char key[64];
   int fd = make_object(key, sizeof key, 100);
-  hark_shm *shm = hark_shm_new();
+  hark_shm *shm = hark_shm_new(0);
   assert_null(hark_shm_register(shm, "r", key, 0, 100));
   expect_error(hark_shm_register(shm, "r", key, 0, 10), HARK_ERR_ALREADY_EXISTS,
                "shared memory region 'r' already in manager");
@@ -113,7 +113,7 @@ static void test_spans(void **state) {
   (void)state;
   char key[64];
   int fd = make_object(key, sizeof key, 256);
-  hark_shm *shm = hark_shm_new();
+  hark_shm *shm = hark_shm_new(0);
   assert_null(hark_shm_register(shm, "r", key, 100, 100));
   hark_shm_region *r;
   void *p;
@@ -148,7 +148,7 @@ static void test_unregister_while_held(void **state) {
   (void)state;
   char key[64];
   int fd = make_object(key, sizeof key, 64);
-  hark_shm *shm = hark_shm_new();
+  hark_shm *shm = hark_shm_new(0);
   assert_null(hark_shm_register(shm, "held", key, 0, 64));
   hark_shm_region *r1, *r2;
   assert_null(hark_shm_acquire(shm, "held", &r1));
@@ -207,7 +207,7 @@ static void test_threads(void **state) {
   (void)state;
   char key[64];
   int fd = make_object(key, sizeof key, 64);
-  race rc = {.shm = hark_shm_new()};
+  race rc = {.shm = hark_shm_new(0)};
   pthread_t t[3];
   for (int i = 0; i < 3; i++) pthread_create(&t[i], NULL, reader, &rc);
   for (int i = 0; i < 2000; i++) {
@@ -224,6 +224,50 @@ static void test_threads(void **state) {
   close(fd);
 }
 
+/* The registry holds at most its cap; an unregistered region makes room. */
+static void test_cap(void **state) {
+  (void)state;
+  char key[64];
+  int fd = make_object(key, sizeof key, 256);
+  hark_shm *shm = hark_shm_new(2);
+  assert_null(hark_shm_register(shm, "c0", key, 0, 256));
+  assert_null(hark_shm_register(shm, "c1", key, 0, 256));
+  expect_error(hark_shm_register(shm, "c2", key, 0, 256), HARK_ERR_RESOURCE_EXHAUSTED,
+               "at most 2 (--shared-memory-max-regions)");
+  hark_shm_unregister(shm, "c0");
+  assert_null(hark_shm_register(shm, "c2", key, 0, 256));
+  hark_shm_unregister(shm, NULL);
+  assert_null(hark_shm_register(shm, "c0", key, 0, 256));
+  hark_shm_free(shm);
+  shm_unlink(key);
+  close(fd);
+}
+
+/* Copies go through the descriptor: a truncated object is an error, never
+ * a fault, and a write lands in the object. */
+static void test_read_write(void **state) {
+  (void)state;
+  char key[64];
+  int fd = make_object(key, sizeof key, 8192);
+  hark_shm *shm = hark_shm_new(0);
+  assert_null(hark_shm_register(shm, "rw", key, 4096 + 10, 100));
+  hark_shm_region *r;
+  assert_null(hark_shm_acquire(shm, "rw", &r));
+  unsigned char buf[100];
+  assert_null(hark_shm_read(r, 5, 10, "input 'X'", buf));
+  assert_int_equal(buf[0], (unsigned char)(4106 + 5));
+  assert_null(hark_shm_write(r, 0, "hello", 5, "output 'Y'"));
+  assert_null(hark_shm_read(r, 0, 5, "x", buf));
+  assert_memory_equal(buf, "hello", 5);
+  assert_int_equal(ftruncate(fd, 4096 + 50), 0);
+  expect_error(hark_shm_read(r, 0, 100, "input 'X'", buf), HARK_ERR_INVALID_ARG, "truncated");
+  expect_error(hark_shm_write(r, 60, "x", 1, "output 'Y'"), HARK_ERR_INVALID_ARG, "truncated");
+  hark_shm_release(r);
+  hark_shm_free(shm);
+  shm_unlink(key);
+  close(fd);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_register_status_unregister),
@@ -231,6 +275,8 @@ int main(void) {
       cmocka_unit_test(test_spans),
       cmocka_unit_test(test_unregister_while_held),
       cmocka_unit_test(test_threads),
+      cmocka_unit_test(test_cap),
+      cmocka_unit_test(test_read_write),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }

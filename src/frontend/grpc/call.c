@@ -12,6 +12,10 @@
  * call is kicked: on its own loop's thread (a cheap model run inline) the
  * loop writes it at once; from anywhere else a transport call is posted
  * and the loop writes it when it runs. h2.c does the writing (c->flush).
+ * A reply message holds its bytes until written: charged to the in-flight
+ * budget (a unary reply that does not fit is RESOURCE_EXHAUSTED instead; a
+ * stream's is added past it) and to its connection's share, which h2.c
+ * reads to stop taking requests from a client that does not read.
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -56,15 +60,40 @@ hark_grpc_call *hark_grpc_call_new(hark_grpc *g, hark_http_loop *loop,
   return c;
 }
 
-static void outs_free(hark_grpc_out *o) {
+void hark_grpc_share_ref(hark_grpc_share *s) { atomic_fetch_add(&s->refs, 1); }
+
+void hark_grpc_share_unref(hark_grpc_share *s) {
+  if (s && atomic_fetch_sub(&s->refs, 1) == 1) free(s);
+}
+
+/* A reply message made for the call is held until written: charged to
+ * the in-flight budget (a unary reply only if it fits: `force` false) and
+ * to its connection's share. False: it does not fit, nothing taken. */
+static bool out_charge(hark_grpc_call *c, hark_grpc_out *o, bool force) {
+  if (force)
+    hark_inflight_add(o->len);
+  else if (!hark_inflight_take(o->len))
+    return false;
+  if (c->share) atomic_fetch_add_explicit(&c->share->bytes, o->len, memory_order_relaxed);
+  return true;
+}
+
+void hark_grpc_out_free(hark_grpc_call *c, hark_grpc_out *o) {
+  if (!o) return;
+  hark_inflight_give(o->len);
+  if (c->share) atomic_fetch_sub_explicit(&c->share->bytes, o->len, memory_order_relaxed);
+  free(o);
+}
+
+static void outs_free(hark_grpc_call *c, hark_grpc_out *o) {
   for (hark_grpc_out *next; o; o = next) {
     next = o->next;
-    free(o);
+    hark_grpc_out_free(c, o);
   }
 }
 
-static void slot_free(hark_grpc_slot *slot) {
-  outs_free(slot->out_head);
+static void slot_free(hark_grpc_call *c, hark_grpc_slot *slot) {
+  outs_free(c, slot->out_head);
   slot->out_head = slot->out_tail = NULL;
   slot->free_fn(slot);
 }
@@ -75,15 +104,16 @@ static void call_free(hark_grpc_call *c) {
   while (c->head) { /* normally none by now: every slot was done */
     hark_grpc_slot *slot = c->head;
     c->head = slot->next;
-    slot_free(slot);
+    slot_free(c, slot);
   }
-  outs_free(c->uout);
-  free(c->wout);
+  outs_free(c, c->uout);
+  hark_grpc_out_free(c, c->wout);
   hark_buf_free(&c->in);
   hark_arena_free(c->msg_arena);
   hark_inflight_give(c->msg_charge); /* the client went mid-message */
   if (c->state_free) c->state_free(c->state);
   hark_cancel_unref(c->cancel);
+  hark_grpc_share_unref(c->share);
   if (c->began) atomic_fetch_sub(&g->open_streams, 1);
   pthread_mutex_destroy(&c->mu);
   free(c);
@@ -295,7 +325,7 @@ static void set_status_locked(hark_grpc_call *c, hark_grpc_code code, const char
 
 void hark_grpc_reply(hark_grpc_call *c, const ProtobufCMessage *msg, hark_grpc_code code,
                      const char *details) {
-  char text[160];
+  char text[240];
   hark_grpc_out *o = NULL;
   if (msg && code == HARK_GRPC_OK) {
     size_t size;
@@ -303,6 +333,20 @@ void hark_grpc_reply(hark_grpc_call *c, const ProtobufCMessage *msg, hark_grpc_c
     if (!o) {
       snprintf(text, sizeof text, "response of %zu bytes is larger than the %zu-byte limit", size,
                c->g->max_message_bytes);
+      code = HARK_GRPC_RESOURCE_EXHAUSTED;
+      details = text;
+    } else if (!out_charge(c, o, false)) {
+      unsigned long long now = hark_inflight_bytes(), max = hark_inflight_max();
+      hark_limit_hit(HARK_LIMIT_INFLIGHT_BYTES,
+                     "grpc: a response of %zu bytes refused: %llu of %llu bytes in flight "
+                     "(--max-inflight-bytes): RESOURCE_EXHAUSTED",
+                     size, now, max);
+      snprintf(text, sizeof text,
+               "response of %zu bytes does not fit in the server's in-flight memory budget now "
+               "(%llu of %llu bytes held; --max-inflight-bytes); try again later",
+               size, now, max);
+      free(o);
+      o = NULL;
       code = HARK_GRPC_RESOURCE_EXHAUSTED;
       details = text;
     }
@@ -316,7 +360,7 @@ void hark_grpc_reply(hark_grpc_call *c, const ProtobufCMessage *msg, hark_grpc_c
   }
   pthread_mutex_unlock(&c->mu);
   if (!take) {
-    free(o);
+    hark_grpc_out_free(c, o);
     return;
   }
   hark_grpc_kick(c);
@@ -349,6 +393,7 @@ hark_grpc_write hark_grpc_slot_write(hark_grpc_call *c, hark_grpc_slot *slot,
                                      const ProtobufCMessage *msg, size_t *size) {
   hark_grpc_out *o = hark_grpc_pack(msg, c->g->max_message_bytes, size);
   if (!o) return HARK_GRPC_WRITE_TOO_BIG;
+  out_charge(c, o, true); /* the connection stops being read past its share */
   pthread_mutex_lock(&c->mu);
   bool over = c->closed;
   if (!over) {
@@ -360,7 +405,7 @@ hark_grpc_write hark_grpc_slot_write(hark_grpc_call *c, hark_grpc_slot *slot,
   }
   pthread_mutex_unlock(&c->mu);
   if (over) {
-    free(o);
+    hark_grpc_out_free(c, o);
     return HARK_GRPC_WRITE_OVER;
   }
   hark_grpc_kick(c);
@@ -399,7 +444,7 @@ void hark_grpc_sweep_locked(hark_grpc_call *c) {
   hark_grpc_slot **pp = &c->head, *prev = NULL;
   while (*pp) {
     hark_grpc_slot *slot = *pp;
-    outs_free(slot->out_head);
+    outs_free(c, slot->out_head);
     slot->out_head = slot->out_tail = NULL;
     if (!slot->done) {
       prev = slot;
@@ -411,6 +456,6 @@ void hark_grpc_sweep_locked(hark_grpc_call *c) {
     slot->free_fn(slot);
   }
   c->tail = prev;
-  outs_free(c->uout);
+  outs_free(c, c->uout);
   c->uout = NULL;
 }

@@ -15,6 +15,7 @@
 #include "util/alloc.h"
 
 #define DEFAULT_MAX_MESSAGE (64u << 20)
+#define DEFAULT_SEND_TIMEOUT_MS 60000u
 
 hark_error *hark_grpc_new(const hark_grpc_options *opts, hark_grpc **out) {
   hark_grpc *g = hark_xcalloc(1, sizeof *g);
@@ -24,6 +25,8 @@ hark_error *hark_grpc_new(const hark_grpc_options *opts, hark_grpc **out) {
   size_t declared = opts->max_declared_bytes_per_connection;
   if (!declared) declared = 4 * g->max_message_bytes;
   g->max_declared_bytes = declared < g->max_message_bytes ? g->max_message_bytes : declared;
+  g->max_reply_bytes = g->max_declared_bytes;
+  if (!g->opts.send_timeout_ms) g->opts.send_timeout_ms = DEFAULT_SEND_TIMEOUT_MS;
   atomic_init(&g->draining, false);
   atomic_init(&g->live_calls, 0);
   atomic_init(&g->open_streams, 0);

@@ -114,6 +114,14 @@ typedef struct hark_grpc_options {
    * max_message_bytes. Bytes are charged to the in-flight budget as they
    * arrive, not as declared. */
   size_t max_declared_bytes_per_connection;
+  /* A connection whose replies wait for the client to read them (its
+   * HTTP/2 flow-control window is shut, a window of 0 included) and that
+   * reads none of them for this long is closed; 0: 60 s
+   * (--send-timeout-secs, as for a socket the client does not read).
+   * Replies charge the in-flight budget while they wait, and a connection
+   * holding more than max_declared_bytes_per_connection of them has no
+   * more of its requests read until it reads. */
+  uint64_t send_timeout_ms;
   /* Keepalive: a PING after this long without a byte from the client (on
    * a connection with calls open, or any with permit_without_calls); no
    * answer within keepalive_timeout closes the connection; at most

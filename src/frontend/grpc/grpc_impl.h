@@ -28,6 +28,9 @@ struct hark_grpc {
   hark_grpc_options opts;
   size_t max_message_bytes;
   size_t max_declared_bytes; /* per connection, not yet sent (opts' resolved) */
+  /* Replies one connection may hold unwritten before its requests stop
+   * being read: the same share as what it may declare. */
+  size_t max_reply_bytes;
   hark_grpc_reg *regs;
   size_t n_regs, cap_regs;
   atomic_bool draining;
@@ -38,6 +41,15 @@ struct hark_grpc {
 };
 
 typedef struct h2conn h2conn;
+
+/* What one connection's replies hold, made and not yet written: charged
+ * by call.c as a service sends (any thread), read by h2.c, which stops
+ * reading the connection's requests past its share. Held by the
+ * connection and each of its calls; the last frees it. */
+typedef struct hark_grpc_share {
+  _Atomic size_t bytes;
+  atomic_int refs;
+} hark_grpc_share;
 
 /* One outgoing message: the 5-byte gRPC prefix, then the protobuf. */
 typedef struct hark_grpc_out {
@@ -81,8 +93,9 @@ struct hark_grpc_call {
   char refuse_text[240];
   _Atomic size_t held; /* streams: bytes of its messages still held (any thread) */
   bool response_started, deferred, trailers_sent;
-  uint64_t last_rx_ns; /* the client last sent a byte on it (the idle bounds) */
-  hark_grpc_out *wout; /* the message being written, and how far */
+  uint64_t last_rx_ns;    /* the client last sent a byte on it (the idle bounds) */
+  hark_grpc_share *share; /* its connection's replies (a reference) */
+  hark_grpc_out *wout;    /* the message being written, and how far */
   size_t woff;
   /* any thread, under mu */
   pthread_mutex_t mu;
@@ -114,6 +127,12 @@ hark_grpc_call *hark_grpc_call_new(hark_grpc *g, hark_http_loop *loop,
 /* `msg` packed behind a gRPC message prefix; NULL when it is over `max`
  * (*size says how big it is). */
 hark_grpc_out *hark_grpc_pack(const ProtobufCMessage *msg, size_t max, size_t *size);
+/* Frees a reply message of the call and gives back what it took from the
+ * in-flight budget and its connection's share. NULL is a no-op. */
+void hark_grpc_out_free(hark_grpc_call *c, hark_grpc_out *o);
+/* A reference on a share; the last unref frees it. */
+void hark_grpc_share_ref(hark_grpc_share *s);
+void hark_grpc_share_unref(hark_grpc_share *s);
 /* Asks for what the call has to send to be written: at once on its loop's
  * thread, else from the loop soon. Any thread; c->mu not held. */
 void hark_grpc_kick(hark_grpc_call *c);

@@ -15,7 +15,13 @@
  * provider that takes the next message when nghttp2 wants bytes, and
  * sends the trailers (grpc-status, grpc-message) when the status is due;
  * a call that fails before any message answers "trailers-only". Frames
- * are gathered and leave in one write per loop callback.
+ * are gathered and leave in one write per loop callback. Replies made and
+ * not yet written are the connection's share (call.c charges them): past
+ * max_reply_bytes no request of the connection is read (its DATA is not
+ * given back to flow control) until the client reads; and a connection
+ * whose replies wait on a flow-control window the client keeps shut (0
+ * included) for the send timeout is closed, as a socket it does not read
+ * is (raw.c).
  *
  * A stream that closes before its status went out — the client
  * cancelled, the deadline passed, the connection went — is a cancelled
@@ -88,6 +94,9 @@ struct h2conn {
   uint32_t pings_without_data; /* our PINGs since our last HEADERS/DATA */
   uint32_t n_bidi;             /* bidirectional streams begun and open */
   size_t declared;             /* its calls' messages: declared bytes not yet in */
+  hark_grpc_share *share;      /* its replies made and not yet written */
+  bool share_paused;           /* a call stopped reading for the share */
+  uint64_t owed_ns;            /* its replies wait on a shut window since; 0: they do not */
   /* The frame filter in front of nghttp2 (idle_reset): the preface still
    * to pass, the frame header being read, what is left of the frame,
    * whether it is dropped, and the highest stream the client opened. */
@@ -147,11 +156,14 @@ static int conn_write_now(h2conn *h) {
  * would overwrite the frames gathered in h->out; what the nested call
  * submitted goes out with the write under way, which asks nghttp2 again
  * until it has nothing. */
+static void resume_reading(h2conn *h);
+
 static int conn_write(h2conn *h) {
   if (h->in_recv || h->in_send) return 0;
   h->in_send = true;
   int rc = conn_write_now(h);
   h->in_send = false;
+  if (rc == 0) resume_reading(h);
   return rc;
 }
 
@@ -247,10 +259,11 @@ static ssize_t read_body(nghttp2_session *s, int32_t id, uint8_t *buf, size_t le
     done += n;
     c->woff += n;
     if (c->woff == c->wout->len) {
-      free(c->wout);
+      hark_grpc_out_free(c, c->wout);
       c->wout = NULL;
     }
   }
+  if (done) h->owed_ns = 0; /* the client reads */
   /* Writing the replies freed slots of a stream that had stopped reading
    * at its mark: nothing else may come to read what waits (its client
    * sent it all, or is held back by flow control), so the loop is asked
@@ -323,9 +336,28 @@ static bool is_streaming(const hark_grpc_call *c) {
   return c->reg && (c->reg->m->flags & HARK_GRPC_STREAMING);
 }
 
-/* True while the stream may not read its next message: too many wait for
- * their replies. */
+static bool share_over(const h2conn *h) {
+  return atomic_load_explicit(&h->share->bytes, memory_order_relaxed) >= h->g->max_reply_bytes;
+}
+
+/* Once the client has read its connection below its share: every call
+ * that stopped for it is asked to read again (from the loop, not from
+ * inside nghttp2). */
+static void resume_reading(h2conn *h) {
+  if (!h->share_paused || share_over(h)) return;
+  h->share_paused = false;
+  for (hark_grpc_call *c = h->calls; c; c = c->next)
+    if (c->unconsumed || c->in.len > c->in_off) hark_grpc_kick_later(c);
+}
+
+/* True while the call may not read its next message: its connection's
+ * replies wait for the client past its share, or (a stream) too many of
+ * its messages wait for their replies. */
 static bool paused(hark_grpc_call *c) {
+  if (c->conn && share_over(c->conn)) {
+    c->conn->share_paused = true;
+    return true;
+  }
   if (!is_streaming(c)) return false;
   pthread_mutex_lock(&c->mu);
   bool p = c->n_slots >= HARK_GRPC_STREAM_MAX_PENDING;
@@ -701,6 +733,8 @@ static int on_begin_headers(nghttp2_session *s, const nghttp2_frame *f, void *us
   hark_grpc_call *c = hark_grpc_call_new(h->g, h->loop, flush);
   c->conn = h;
   c->stream_id = f->hd.stream_id;
+  c->share = h->share;
+  hark_grpc_share_ref(h->share);
   c->last_rx_ns = hark_now_ns();
   c->next = h->calls;
   if (c->next) c->next->prev = c;
@@ -873,6 +907,7 @@ static bool stream_idle(hark_grpc_call *c, uint64_t now, char *text, size_t cap)
 static bool message_stalled(hark_grpc_call *c, uint64_t now, char *text, size_t cap) {
   uint64_t ms = c->g->opts.message_timeout_ms;
   if (!ms || now - c->last_rx_ns < ms * NS_PER_MS) return false;
+  if (c->conn && share_over(c->conn)) return false; /* we hold it back, not the client */
   bool waiting = c->msg_open || c->refusing || c->skip ||
                  (!is_streaming(c) && !c->got_message && !c->half_closed);
   if (!waiting) return false;
@@ -903,10 +938,42 @@ static void check_streams(h2conn *h, uint64_t now) {
   }
 }
 
+/* Some of the connection's replies can go no further because the client
+ * keeps its flow-control window shut: the connection's, or a stream's that
+ * has a reply under way. */
+static bool window_shut(h2conn *h) {
+  if (nghttp2_session_get_remote_window_size(h->s) <= 0) return true;
+  for (hark_grpc_call *c = h->calls; c; c = c->next)
+    if (c->response_started && !c->trailers_sent && !c->deferred &&
+        nghttp2_session_find_stream(h->s, c->stream_id) &&
+        nghttp2_session_get_stream_remote_window_size(h->s, c->stream_id) <= 0)
+      return true;
+  return false;
+}
+
+/* A client that leaves its replies unread behind a shut window for the
+ * send timeout: what it holds goes, with the connection. */
+static bool replies_unread(h2conn *h, uint64_t now) {
+  size_t owed = atomic_load_explicit(&h->share->bytes, memory_order_relaxed);
+  if (!owed || !window_shut(h)) {
+    h->owed_ns = 0;
+    return false;
+  }
+  if (!h->owed_ns) h->owed_ns = now;
+  uint64_t ms = h->g->opts.send_timeout_ms;
+  if (now - h->owed_ns < ms * NS_PER_MS) return false;
+  hark_limit_hit(HARK_LIMIT_SEND_TIMEOUT,
+                 "grpc: a client read none of its %zu bytes of replies for %llu ms, its HTTP/2 "
+                 "window shut (--send-timeout-secs): closing",
+                 owed, (unsigned long long)ms);
+  return true;
+}
+
 /* The connection's bounds, now: -1 when it must close at once. */
 static int check_conn(h2conn *h) {
   const hark_grpc_options *o = &h->g->opts;
   uint64_t now = hark_now_ns();
+  if (replies_unread(h, now)) return -1;
   if (h->goaway_ns && o->max_connection_age_grace_ms &&
       now - h->goaway_ns >= o->max_connection_age_grace_ms * NS_PER_MS)
     return -1; /* its calls had their grace */
@@ -981,6 +1048,8 @@ static void *conn_open(void *userp, hark_raw *raw) {
     free(h);
     return NULL;
   }
+  h->share = hark_xcalloc(1, sizeof *h->share);
+  atomic_init(&h->share->refs, 1);
   uint32_t max_streams =
       g->opts.max_concurrent_streams ? g->opts.max_concurrent_streams : MAX_STREAMS;
   nghttp2_settings_entry iv[] = {{NGHTTP2_SETTINGS_INITIAL_WINDOW_SIZE, STREAM_WINDOW},
@@ -992,6 +1061,7 @@ static void *conn_open(void *userp, hark_raw *raw) {
   if (conn_write(h) < 0) {
     nghttp2_session_del(h->s);
     hark_buf_free(&h->out);
+    hark_grpc_share_unref(h->share);
     free(h);
     return NULL;
   }
@@ -1081,6 +1151,7 @@ static void conn_closed(void *p) {
   while (h->calls) stream_gone(h, h->calls);
   nghttp2_session_del(h->s);
   hark_buf_free(&h->out);
+  hark_grpc_share_unref(h->share);
   free(h);
 }
 

@@ -12,7 +12,11 @@
  * bytes go back when the buffer is freed, by the connection or by the
  * request that took it (hark_http_body_free). A connection
  * that closes while a call has its request leaves the call without a
- * client (its done handler gets NULL). Loop thread only.
+ * client (its done handler gets NULL). A reply holds the budget too, from
+ * when it is made until it is written: one that does not fit is answered
+ * 503 instead (small ones are counted whatever the bound, so an error can
+ * always be told), and the send timeout bounds how long a client that
+ * does not read keeps it. Loop thread only.
  *
  * Time limits, as nginx's: the first request's head must be whole within
  * the header timeout of the connection's start (408, then close; later
@@ -56,11 +60,18 @@ void hark_http_set_state(hark_http_conn *c, void *state, void (*free_fn)(void *)
 
 void *hark_http_state(hark_http_conn *c) { return c->state_ptr; }
 
+/* The reply is written or dropped: its bytes go back to the budget. */
+static void out_free(hark_http_conn *c) {
+  hark_inflight_give(c->out_charge);
+  c->out_charge = 0;
+  hark_buf_free(&c->out);
+}
+
 /* Frees what one exchange used; close_after outlives it. */
 static void exchange_reset(hark_http_conn *c) {
   hark_http_set_state(c, NULL, NULL);
   hark_http_body_free(c->body_mem);
-  hark_buf_free(&c->out);
+  out_free(c);
   c->body_mem = c->body = NULL;
   c->body_len = c->body_cap = c->body_declared = c->out_off = 0;
   c->state = CONN_IDLE;
@@ -333,11 +344,48 @@ void hark_http_put_error(hark_buf *b, const char *message) {
   hark_buf_puts(b, "}");
 }
 
+/* A reply up to this size is counted in the in-flight budget whatever its
+ * bound: an error reply always goes out, and a connection holds one reply
+ * at a time. */
+#define REPLY_ALWAYS (64u * 1024u)
+
+/* Takes what reply `b` holds from the in-flight budget, or when it does
+ * not fit, makes it a 503 saying so. */
+static bool reply_charge(int *status, const char **ctype, hark_buf *b, size_t *charge) {
+  *charge = b->cap;
+  if (b->cap <= REPLY_ALWAYS) {
+    hark_inflight_add(b->cap);
+    return true;
+  }
+  if (hark_inflight_take(b->cap)) return true;
+  unsigned long long now = hark_inflight_bytes(), max = hark_inflight_max();
+  size_t len = b->len - HARK_HTTP_HEADROOM;
+  hark_limit_hit(HARK_LIMIT_INFLIGHT_BYTES,
+                 "http: a reply of %zu bytes dropped: %llu of %llu bytes in flight "
+                 "(--max-inflight-bytes): 503",
+                 len, now, max);
+  char msg[300];
+  snprintf(msg, sizeof msg,
+           "the reply of %zu bytes does not fit in the server's in-flight memory budget now "
+           "(%llu of %llu bytes held; --max-inflight-bytes); try again later",
+           len, now, max);
+  hark_buf_free(b);
+  hark_http_body_begin(b);
+  hark_http_put_error(b, msg);
+  *ctype = JSON;
+  *status = 503;
+  *charge = b->cap;
+  hark_inflight_add(b->cap);
+  return false;
+}
+
 /* The headers go right before the body, in the headroom `b` begins with,
  * so the reply leaves in one write. */
 void hark_http_reply(hark_http_conn *c, int status, const char *ctype, hark_buf *b,
                      const char *hname, const char *hvalue) {
   struct lws *wsi = c->wsi;
+  size_t charge;
+  if (!reply_charge(&status, &ctype, b, &charge)) hname = NULL; /* it named the reply gone */
   unsigned char hdr[HARK_HTTP_HEADROOM], *start = hdr + LWS_PRE, *p = start,
                                          *end = hdr + sizeof hdr;
   char num[32];
@@ -362,13 +410,15 @@ void hark_http_reply(hark_http_conn *c, int status, const char *ctype, hark_buf 
         c->close_after ? 5 : 10, &p, end);
   if (bad || lws_finalize_http_header(wsi, &p, end)) {
     HARK_ERROR("http: cannot build reply headers; closing the connection");
+    hark_inflight_give(charge);
     hark_buf_free(b);
     lws_set_timeout(wsi, PENDING_TIMEOUT_CLOSE_SEND, LWS_TO_KILL_ASYNC);
     return;
   }
   size_t hlen = (size_t)(p - start);
-  hark_buf_free(&c->out);
+  out_free(c);
   c->out = *b;
+  c->out_charge = charge;
   *b = (hark_buf){0};
   c->out_off = HARK_HTTP_HEADROOM - hlen;
   memcpy(c->out.data + c->out_off, start, hlen);

@@ -367,6 +367,9 @@ void hark_limit_render(hark_buf *b);
 void hark_inflight_set_max(uint64_t max);
 uint64_t hark_inflight_max(void);
 bool hark_inflight_take(uint64_t n);
+/* Counts `n` bytes already held whatever the bound (a stream's reply,
+ * made before it could be refused): the next takers see them. */
+void hark_inflight_add(uint64_t n);
 void hark_inflight_give(uint64_t n);
 uint64_t hark_inflight_bytes(void);
 

@@ -53,6 +53,7 @@ struct hark_http_conn {
   bool kept;            /* the whole reply is with lws, which completes the exchange */
   hark_buf out;         /* the reply: headers + body from out_off */
   size_t out_off;
+  size_t out_charge;    /* what `out` took from the in-flight budget */
   hark_http_call *call; /* the exchange's call, or NULL */
   hark_ws *ws;          /* a WebSocket connection's state (ws.c) */
   conn_timer timer;

@@ -9,8 +9,9 @@
  * Also the in-flight byte budget (--max-inflight-bytes): one atomic count
  * of the bytes clients have made the server hold — request bodies being
  * received and their buffers until the request is freed, gRPC messages
- * being assembled or in the engine — that a taker may not push past the
- * bound. Whoever takes bytes gives back exactly as many, once.
+ * being assembled or in the engine, replies being written — that a taker
+ * may not push past the bound (a reply of a stream, already made, is
+ * added past it: its connection stops being read instead). Whoever takes bytes gives back exactly as many, once.
  */
 #include <stdarg.h>
 #include <stdatomic.h>
@@ -65,6 +66,10 @@ bool hark_inflight_take(uint64_t n) {
   return true;
 }
 
+void hark_inflight_add(uint64_t n) {
+  atomic_fetch_add_explicit(&inflight, n, memory_order_relaxed);
+}
+
 void hark_inflight_give(uint64_t n) {
   if (!n) return;
   uint64_t before = atomic_fetch_sub_explicit(&inflight, n, memory_order_relaxed);
@@ -115,7 +120,8 @@ void hark_limit_render(hark_buf *b) {
   }
   hark_buf_puts(b,
                 "# HELP hark_inflight_bytes Bytes clients make the server hold now (request "
-                "bodies and gRPC messages being received or in the engine), bounded by "
+                "bodies and gRPC messages being received or in the engine, replies being "
+                "written), bounded by "
                 "--max-inflight-bytes\n"
                 "# TYPE hark_inflight_bytes gauge\n"
                 "hark_inflight_bytes ");

@@ -10,8 +10,24 @@
  * lock on the caller's thread; nothing here blocks on I/O.
  *
  * Below the registry, the binding of tensors to regions that the KServe
- * codecs (JSON and gRPC) and the response writer share: an input read in
- * place, an output's window held, an output copied in.
+ * codecs (JSON and gRPC) and the response writer share: an input copied
+ * out, an output's window held, an output copied in.
+ *
+ * The client owns the object and may truncate it at any time; a load or
+ * store through the mapping past its new end is SIGBUS, which kills the
+ * server. An fstat check before the access only narrows that to a race.
+ * So tensors never touch the mapping: an input is copied out with
+ * pread(2) on the region's fd and an output copied in with pwrite(2). The
+ * kernel does the copy, and a truncated object gives a short read (a clear
+ * error to the client) instead of a fault; a write past a new end grows
+ * the object rather than faulting. No signal handler, no per-thread jump
+ * buffer (which every thread touching the bytes, backends included, would
+ * need): the backend reads the private copy. The copy is charged to the
+ * in-flight budget while the request holds it.
+ *
+ * The registry holds at most `max_regions` regions (each an fd and a
+ * mapping): past it a registration is refused, so registrations cannot use
+ * every descriptor the server has for connections.
  */
 #include "frontend/kserve/shm.h"
 
@@ -26,6 +42,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "frontend/http/http.h"
 #include "util/alloc.h"
 
 struct hark_shm_region {
@@ -42,10 +59,12 @@ struct hark_shm_region {
 struct hark_shm {
   pthread_mutex_t mu;
   hark_shm_region *head; /* registered regions; guarded by mu */
+  size_t n, max_regions; /* how many are registered, and at most */
 };
 
-hark_shm *hark_shm_new(void) {
+hark_shm *hark_shm_new(size_t max_regions) {
   hark_shm *shm = hark_xcalloc(1, sizeof *shm);
+  shm->max_regions = max_regions ? max_regions : HARK_SHM_DEFAULT_MAX_REGIONS;
   pthread_mutex_init(&shm->mu, NULL);
   return shm;
 }
@@ -133,10 +152,16 @@ hark_error *hark_shm_register(hark_shm *shm, const char *name, const char *key, 
   if (find(shm, name))
     err = hark_error_new(HARK_ERR_ALREADY_EXISTS, "shared memory region '%s' already in manager",
                          name);
+  else if (shm->n >= shm->max_regions)
+    err = hark_error_new(HARK_ERR_RESOURCE_EXHAUSTED,
+                         "shared memory region '%s' not registered: %zu regions are registered, "
+                         "at most %zu (--shared-memory-max-regions); unregister some first",
+                         name, shm->n, shm->max_regions);
   if (!err) err = region_map(r);
   if (!err) {
     r->next = shm->head;
     shm->head = r;
+    shm->n++;
   }
   pthread_mutex_unlock(&shm->mu);
   if (err) region_destroy(r);
@@ -155,6 +180,7 @@ void hark_shm_unregister(hark_shm *shm, const char *name) {
     *pp = r->next;
     r->next = gone;
     gone = r;
+    shm->n--;
   }
   pthread_mutex_unlock(&shm->mu);
   while (gone) { /* outside the lock: munmap may take a while */
@@ -234,9 +260,8 @@ hark_error *hark_shm_span(hark_shm_region *r, uint64_t offset, uint64_t size, co
                           (unsigned long long)r->byte_size);
   /* The object may have been truncated (or unlinked and truncated) since it
    * was mapped; touching pages past its end would be SIGBUS. This check
-   * narrows that to a race: a client that truncates the object between the
-   * check and the read or write that follows still crashes the server,
-   * exactly as with Triton. Only a client trusted with the port can. */
+   * narrows that to a race, so the tensors' bytes never go through the
+   * mapping (hark_shm_read, hark_shm_write). */
   struct stat st;
   uint64_t need = r->offset + offset + size;
   if (fstat(r->fd, &st) != 0)
@@ -249,6 +274,60 @@ hark_error *hark_shm_span(hark_shm_region *r, uint64_t offset, uint64_t size, co
                           what, r->name, r->key, (long long)st.st_size, (unsigned long long)need);
   *out = r->base + offset;
   return NULL;
+}
+
+static hark_error *truncated(hark_shm_region *r, const char *what, uint64_t need) {
+  return hark_error_new(HARK_ERR_INVALID_ARG,
+                        "%s: shared memory region '%s' is no longer valid: its object '%s' was "
+                        "truncated below the %llu bytes it needs",
+                        what, r->name, r->key, (unsigned long long)need);
+}
+
+hark_error *hark_shm_read(hark_shm_region *r, uint64_t offset, uint64_t size, const char *what,
+                          void *dst) {
+  void *p;
+  hark_error *err = hark_shm_span(r, offset, size, what, &p); /* the bounds, and a clear error */
+  if (err) return err;
+  uint64_t at = r->offset + offset, done = 0;
+  while (done < size) {
+    size_t want = size - done > (1u << 30) ? (1u << 30) : (size_t)(size - done);
+    ssize_t n = pread(r->fd, (char *)dst + done, want, (off_t)(at + done));
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0)
+      return hark_error_new(HARK_ERR_INVALID_ARG, "%s: shared memory region '%s': read: %s", what,
+                            r->name, strerror(errno));
+    if (n == 0) return truncated(r, what, at + size); /* it shrank under us */
+    done += (uint64_t)n;
+  }
+  return NULL;
+}
+
+hark_error *hark_shm_write(hark_shm_region *r, uint64_t offset, const void *src, uint64_t size,
+                           const char *what) {
+  void *p;
+  hark_error *err = hark_shm_span(r, offset, size, what, &p);
+  if (err) return err;
+  uint64_t at = r->offset + offset, done = 0;
+  while (done < size) {
+    size_t want = size - done > (1u << 30) ? (1u << 30) : (size_t)(size - done);
+    ssize_t n = pwrite(r->fd, (const char *)src + done, want, (off_t)(at + done));
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0)
+      return hark_error_new(HARK_ERR_INVALID_ARG, "%s: shared memory region '%s': write: %s", what,
+                            r->name, n < 0 ? strerror(errno) : "no progress");
+    done += (uint64_t)n;
+  }
+  return NULL;
+}
+
+/* An input's private copy: what it took from the in-flight budget in its
+ * first bytes, the data 64-byte aligned after them. */
+#define COPY_HEADER 64u
+
+static void copy_free(void *mem) {
+  if (!mem) return;
+  hark_inflight_give(*(size_t *)mem);
+  free(mem);
 }
 
 /* ---- binding tensors to regions (shm.h) ---------------------------------------- */
@@ -279,26 +358,35 @@ hark_error *hark_kserve_shm_input(hark_shm *shm, hark_request *req, const char *
   hark_request_attach(req, r, hark_shm_release);
   char what[200];
   snprintf(what, sizeof what, "input '%.150s'", name);
-  void *p;
-  if ((err = hark_shm_span(r, offset, byte_size, what, &p))) return err;
+  /* The backend reads a private copy, never the client's mapping (see
+   * the top of this file). */
+  if (byte_size > SIZE_MAX - COPY_HEADER)
+    return hark_error_new(HARK_ERR_INVALID_ARG, "input '%s': %llu bytes is too large", name,
+                          (unsigned long long)byte_size);
+  size_t len = (size_t)byte_size;
+  if (!hark_inflight_take(len))
+    return hark_error_new(HARK_ERR_UNAVAILABLE,
+                          "input '%s' of %zu bytes from shared memory does not fit in the "
+                          "server's in-flight memory budget now (%llu of %llu bytes held; "
+                          "--max-inflight-bytes); try again later",
+                          name, len, (unsigned long long)hark_inflight_bytes(),
+                          (unsigned long long)hark_inflight_max());
+  void *mem = NULL;
+  if (posix_memalign(&mem, 64, COPY_HEADER + len + 1) != 0) { /* client-sized */
+    hark_inflight_give(len);
+    return hark_error_new(HARK_ERR_RESOURCE_EXHAUSTED, "out of memory for input '%s'", name);
+  }
+  *(size_t *)mem = len;
+  hark_request_attach(req, mem, copy_free);
+  void *p = (char *)mem + COPY_HEADER;
+  if ((err = hark_shm_read(r, offset, byte_size, what, p))) return err;
   /* BYTES in shared memory are laid out as in the binary extension:
    * each element a 4-byte little-endian length and its bytes. */
-  if (dt == HARK_TYPE_BYTES && !hark_bytes_check(p, (size_t)byte_size, count))
+  if (dt == HARK_TYPE_BYTES && !hark_bytes_check(p, len, count))
     return hark_error_new(HARK_ERR_INVALID_ARG,
                           "input '%s': shared memory region '%s' does not hold %lld "
                           "length-prefixed BYTES elements filling shared_memory_byte_size %llu",
                           name, region, (long long)count, (unsigned long long)byte_size);
-  /* The backend reads it in place (no copy): the client must leave the
-   * region alone until the response arrives, as with Triton. Typed
-   * elements must be aligned for that; an odd offset costs a copy. */
-  if (esize > 1 && (uintptr_t)p % esize) {
-    void *copy = malloc(byte_size ? (size_t)byte_size : 1); /* client-sized */
-    if (!copy)
-      return hark_error_new(HARK_ERR_RESOURCE_EXHAUSTED, "out of memory for input '%s'", name);
-    memcpy(copy, p, (size_t)byte_size);
-    hark_request_attach(req, copy, free);
-    p = copy;
-  }
   *data = p;
   return NULL;
 }
@@ -330,9 +418,5 @@ hark_error *hark_kserve_shm_write(hark_shm_region *r, uint64_t offset, uint64_t 
                           hark_shm_region_name(r));
   char what[200];
   snprintf(what, sizeof what, "output '%.150s'", t->name);
-  void *p;
-  hark_error *err = hark_shm_span(r, offset, t->byte_size, what, &p);
-  if (err) return err;
-  if (t->byte_size) memcpy(p, t->data, t->byte_size);
-  return NULL;
+  return hark_shm_write(r, offset, t->data, t->byte_size, what);
 }

@@ -28,8 +28,10 @@
 typedef struct hark_shm hark_shm;
 typedef struct hark_shm_region hark_shm_region;
 
-/* An empty registry. Never NULL. */
-hark_shm *hark_shm_new(void);
+/* An empty registry that holds at most `max_regions` regions (0: the
+ * default); past it a registration is RESOURCE_EXHAUSTED. Never NULL. */
+#define HARK_SHM_DEFAULT_MAX_REGIONS 1024u
+hark_shm *hark_shm_new(size_t max_regions);
 /* Drops every registered region (regions still held by requests stay
  * mapped until released). NULL is a no-op. */
 void hark_shm_free(hark_shm *shm);
@@ -37,8 +39,9 @@ void hark_shm_free(hark_shm *shm);
 /*
  * Registers `name` as bytes [offset, offset + byte_size) of the POSIX shm
  * object `key`. Copies the strings. Errors: ALREADY_EXISTS when `name` is
- * registered; INVALID_ARG when the object cannot be opened, the window is
- * empty or does not fit in the object, or the mapping fails.
+ * registered; RESOURCE_EXHAUSTED when the registry is full; INVALID_ARG
+ * when the object cannot be opened, the window is empty or does not fit
+ * in the object, or the mapping fails.
  */
 hark_error *hark_shm_register(hark_shm *shm, const char *name, const char *key, uint64_t offset,
                               uint64_t byte_size);
@@ -83,6 +86,13 @@ uint64_t hark_shm_region_size(const hark_shm_region *r);
  */
 hark_error *hark_shm_span(hark_shm_region *r, uint64_t offset, uint64_t size, const char *what,
                           void **out);
+/* Copies bytes [offset, offset + size) of region `r` to `dst`, or `src` to
+ * them, through the region's descriptor, never its mapping: an object
+ * truncated meanwhile is INVALID_ARG naming `what`, not SIGBUS. */
+hark_error *hark_shm_read(hark_shm_region *r, uint64_t offset, uint64_t size, const char *what,
+                          void *dst);
+hark_error *hark_shm_write(hark_shm_region *r, uint64_t offset, const void *src, uint64_t size,
+                           const char *what);
 
 /* ---- binding tensors to regions (both protocols, and the response writer) ------ */
 
@@ -90,7 +100,8 @@ hark_error *hark_shm_span(hark_shm_region *r, uint64_t offset, uint64_t size, co
  * An input's data in shared memory: checks `byte_size` against the tensor
  * (count elements of `dt`; BYTES: length-prefixed elements filling it) and
  * offset + byte_size against the region `region` of `shm`, holds the region
- * for `req` (released when it is freed), and returns the data's address.
+ * for `req` (released when it is freed), and returns the address of a
+ * copy of the data that `req` owns (charged to the in-flight budget).
  * INVALID_ARG naming input `name` otherwise. Shared by HTTP and gRPC.
  */
 hark_error *hark_kserve_shm_input(hark_shm *shm, hark_request *req, const char *name,
