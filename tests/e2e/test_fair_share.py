@@ -74,12 +74,9 @@ async def vosk_latencies(uri, audio, chunk=CHUNK):
     return lat, final.get("text", "")
 
 
-# Decoders made at load, and a stream may hold two minutes of audio (the
-# vanishing client's one big message).
+# A stream may hold two minutes of audio (the vanishing client's one big
+# message).
 ASR = model_config("asr").replace(
-    '{ key: "decoder_pool_size"',
-    '{ key: "decoder_pool_preload" value: { string_value: "2" } },\n'
-    '  { key: "decoder_pool_size"').replace(
     '{ key: "max_buffered_ms" value: { string_value: "10000" } }',
     '{ key: "max_buffered_ms" value: { string_value: "150000" } }')
 
