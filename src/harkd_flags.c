@@ -336,6 +336,15 @@ const hark_flag harkd_flags[] = {
           "ones (default 1000; 0: arrival order)"),
     F_INT("max-queue-size", "N", server.max_queue_size, 1, 1 << 24,
           "per-model queue cap when config sets none (4096)"),
+    F_INT("max-recording-bytes", "N", server.max_recording_bytes, 1024, LONG_MAX,
+          "largest whole recording: a request to a streaming\n"
+          "model with no sequence id, or that starts and ends\n"
+          "its sequence (Riva Recognize, a one-shot KServe\n"
+          "infer); more is refused 400 / INVALID_ARGUMENT\n"
+          "(default 33554432, ~17 min of 16 kHz PCM)"),
+    F_INT("max-correlation-id-bytes", "N", server.max_correlation_id_bytes, 1, 1 << 20,
+          "longest string sequence id (KServe sequence_id);\n"
+          "longer is refused 400 / INVALID_ARGUMENT (256)"),
     F_STR("speech-model", "NAME", fe.speech.speech_model,
           "the model a WebSocket on / and a Riva stream naming\n"
           "no model stream to (default asr)"),

@@ -67,7 +67,20 @@ typedef struct hark_server_options {
    * this many microseconds run before longer ones (a longer one waits for
    * them at most as long as it runs itself). 0: arrival order. */
   uint32_t short_batch_us;
+  /* Bytes of input one whole recording may carry: a request to a
+   * sequence-batched (streaming) model with no correlation id, or one that
+   * both starts and ends its sequence (Riva Recognize, a one-shot KServe
+   * infer). It runs to its end on a worker, so its size is its cost; more
+   * is refused, INVALID_ARG. 0: HARK_DEFAULT_MAX_RECORDING_BYTES. */
+  uint64_t max_recording_bytes;
+  /* Bytes a string correlation id may have (a sequence's id is kept for
+   * its life and echoed in every reply); longer ones are refused,
+   * INVALID_ARG. 0: HARK_DEFAULT_MAX_CORRELATION_ID_BYTES. */
+  uint32_t max_correlation_id_bytes;
 } hark_server_options;
+
+#define HARK_DEFAULT_MAX_RECORDING_BYTES (32ull << 20) /* ~17 min of 16 kHz 16-bit PCM */
+#define HARK_DEFAULT_MAX_CORRELATION_ID_BYTES 256u
 
 /* Starts the worker pool and loads the repository per the control mode.
  * A model that fails to load is logged and reported by the index; it does
@@ -205,9 +218,11 @@ typedef struct hark_model_stats {
 /* A consistent-enough snapshot (counters are read one by one). */
 void hark_model_stats_read(const hark_model *model, hark_model_stats *out);
 /* Of the model's pending requests, those a new sequence in namespace `ns`
- * may wait behind: pending, less the requests another namespace group
- * parks in the sequence batcher's backlog within its own quota (KServe
- * clients' sequences for a speech session, and the other way round).
+ * may wait behind: pending, less one-shots (requests without a correlation
+ * id: whole recordings, which wait in the worker pool's bulk lane) and the
+ * requests another namespace group parks in the sequence batcher's backlog
+ * within its own quota (KServe clients' sequences for a speech session,
+ * and the other way round).
  * What speech admission compares with --stream-backlog-limit. */
 uint64_t hark_model_pending_for(const hark_model *model, hark_corr_ns ns);
 

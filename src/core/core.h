@@ -45,6 +45,7 @@ struct hark_request {
   uint64_t received_ns, queued_ns, exec_start_ns, input_end_ns, infer_end_ns;
   atomic_bool finished;
   hark_cancel *cancel; /* the front end's token (a reference), or NULL */
+  bool oneshot;        /* no correlation id: counted in stats.pending_oneshot */
 };
 
 struct hark_cancel {
@@ -81,6 +82,7 @@ typedef struct hark_amodel_stats {
   hark_astat success, fail, queue, compute_input, compute_infer, compute_output;
   atomic_uint_fast64_t fail_rejected, fail_canceled, fail_backend, fail_other;
   atomic_int_fast64_t pending;
+  atomic_int_fast64_t pending_oneshot; /* of them, requests without a correlation id */
   hark_ahist request_duration, queue_duration;
   hark_abatch *batch; /* index batch_size - 1, max(1, max_batch_size) long */
   uint32_t n_batch;

@@ -46,6 +46,7 @@ void hark_stats_record_final(hark_model *m, const hark_request *req, const hark_
   hark_amodel_stats *st = &m->stats;
   uint64_t total = span(req->received_ns, now);
   atomic_fetch_sub(&st->pending, 1);
+  if (req->oneshot) atomic_fetch_sub(&st->pending_oneshot, 1);
   atomic_store(&st->last_inference_ms, wall_ms());
   hark_ahist_observe(&st->request_duration, total / 1000);
   uint64_t queued =

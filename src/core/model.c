@@ -233,7 +233,10 @@ uint32_t hark_model_queued(const hark_model *m) {
 }
 
 uint64_t hark_model_pending_for(const hark_model *m, hark_corr_ns ns) {
-  int64_t pending = atomic_load(&m->stats.pending);
+  /* One-shots (whole recordings) wait in the pool's bulk lane, not in
+   * front of a stream's chunks: a new stream does not wait behind them
+   * (issue 24: 24 one-shot infers made every new stream 503 for 57 s). */
+  int64_t pending = atomic_load(&m->stats.pending) - atomic_load(&m->stats.pending_oneshot);
   uint32_t parked = m->sched ? hark_sched_parked(m->sched, ns) : 0;
   /* Two snapshots a moment apart: never below zero. */
   return pending > (int64_t)parked ? (uint64_t)(pending - parked) : 0;

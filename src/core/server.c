@@ -26,6 +26,8 @@
 struct hark_server {
   bool strict_readiness;
   uint32_t default_max_queue;
+  uint64_t max_recording_bytes;
+  uint32_t max_correlation_id_bytes;
   hark_pool *pool;
   hark_backends *backends;
   hark_repository *repo;
@@ -56,6 +58,11 @@ hark_error *hark_server_new(const hark_server_options *opts, hark_server **out) 
   hark_server *s = hark_xcalloc(1, sizeof *s);
   s->strict_readiness = opts->strict_readiness;
   s->default_max_queue = opts->max_queue_size ? opts->max_queue_size : 4096;
+  s->max_recording_bytes =
+      opts->max_recording_bytes ? opts->max_recording_bytes : HARK_DEFAULT_MAX_RECORDING_BYTES;
+  s->max_correlation_id_bytes = opts->max_correlation_id_bytes
+                                    ? opts->max_correlation_id_bytes
+                                    : HARK_DEFAULT_MAX_CORRELATION_ID_BYTES;
   s->backends = hark_backends_new(opts->backend_directory ? opts->backend_directory
                                                           : HARK_DEFAULT_BACKEND_DIR);
   double poll = opts->repository_poll_secs > 0 ? opts->repository_poll_secs : 15.0;
@@ -146,6 +153,43 @@ void hark_server_model_foreach(hark_server *s, void (*fn)(hark_model *, void *),
 
 void hark_server_thread_may_inline(bool on) { hark_pool_thread_may_inline(on); }
 
+/* No correlation id: a one-shot (on a sequence model, a whole recording). */
+static bool is_oneshot(const hark_request *req) {
+  return req->correlation_id_str ? !*req->correlation_id_str : req->correlation_id == 0;
+}
+
+/*
+ * The bounds on what one request may make the engine keep or do that the
+ * transports' byte limits do not see (issue 24): a string correlation id
+ * is kept for its sequence's life and echoed in every reply, and a whole
+ * recording on a streaming model is decoded to its end on a worker (its
+ * size is its CPU time), where a stream's audio comes bounded chunk by
+ * chunk. A stream's chunks (a sequence request that does not both start
+ * and end it) are not whole recordings.
+ */
+static hark_error *check_bounds(const hark_server *s, const hark_request *req) {
+  const char *sid = req->correlation_id_str;
+  size_t sid_len = sid ? strlen(sid) : 0;
+  if (sid_len > s->max_correlation_id_bytes)
+    return hark_error_new(HARK_ERR_INVALID_ARG,
+                          "sequence id of %zu bytes to model '%s': at most %u bytes "
+                          "(--max-correlation-id-bytes)",
+                          sid_len, req->model->name, s->max_correlation_id_bytes);
+  if (!req->model->config->sequence_batching.enabled) return NULL;
+  const uint32_t both = HARK_REQUEST_SEQUENCE_START | HARK_REQUEST_SEQUENCE_END;
+  if (!is_oneshot(req) && (req->flags & both) != both) return NULL;
+  uint64_t bytes = 0;
+  for (uint32_t i = 0; i < req->n_inputs; i++) bytes += req->inputs[i].byte_size;
+  if (bytes <= s->max_recording_bytes) return NULL;
+  return hark_error_new(HARK_ERR_INVALID_ARG,
+                        "a whole recording of %llu bytes to model '%s' (a request without a "
+                        "sequence id, or one that starts and ends its sequence) is over the "
+                        "bound of %llu bytes (--max-recording-bytes); stream longer audio "
+                        "(Vosk WebSocket, Riva StreamingRecognize, a KServe sequence)",
+                        (unsigned long long)bytes, req->model->name,
+                        (unsigned long long)s->max_recording_bytes);
+}
+
 hark_error *hark_server_infer(hark_server *s, hark_request *req) {
   hark_model *m = req->model;
   if (!atomic_load(&s->live))
@@ -161,11 +205,17 @@ hark_error *hark_server_infer(hark_server *s, hark_request *req) {
     return hark_error_new(HARK_ERR_UNAVAILABLE, "model '%s' version %lld is not ready", m->name,
                           (long long)m->version);
   hark_error *err = hark_request_validate(req);
+  if (!err) err = check_bounds(s, req);
   if (err) return err;
   req->received_ns = hark_now_ns();
+  req->oneshot = is_oneshot(req);
   atomic_fetch_add(&m->stats.pending, 1);
+  if (req->oneshot) atomic_fetch_add(&m->stats.pending_oneshot, 1);
   err = hark_model_enqueue(m, req);
-  if (err) atomic_fetch_sub(&m->stats.pending, 1);
+  if (err) {
+    atomic_fetch_sub(&m->stats.pending, 1);
+    if (req->oneshot) atomic_fetch_sub(&m->stats.pending_oneshot, 1);
+  }
   return err;
 }
 

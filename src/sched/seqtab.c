@@ -79,7 +79,8 @@ struct hark_seqtab {
   seq_list ready, idle, backlog[SEQ_NS_LISTS];
   uint32_t n_backlog, next_backlog; /* sequences in all backlogs; whose turn */
   uint32_t queued, in_flight;
-  uint32_t queued_backlog; /* of `queued`, those of sequences without a slot */
+  uint32_t oneshots_in_flight; /* of in_flight, one-shot sequences */
+  uint32_t queued_backlog;     /* of `queued`, those of sequences without a slot */
   /* The client group: its bounds (the policy's share) and use. */
   uint32_t client_max_slots, client_max_queued, client_max_backlog;
   uint32_t other_max_queued, other_max_backlog;
@@ -90,6 +91,7 @@ struct hark_seqtab {
   hark_batch_policy bp;
   hark_adaptive adapt;    /* oldest: bp's max_queue_delay_ns */
   hark_batch_item *items; /* oldest: max_batch + 1 */
+  hark_seq **cands;       /* oldest: the sequences of items */
 };
 
 void hark_seq_policy_init(hark_seq_policy *p, const hark_model_config *cfg, uint32_t n_instances,
@@ -111,6 +113,7 @@ void hark_seq_policy_init(hark_seq_policy *p, const hark_model_config *cfg, uint
   p->max_queued = max_queue ? max_queue : 4096;
   p->max_backlog = p->max_queued;
   p->client_share_pct = hark_model_config_is_speech(cfg) ? HARK_SEQ_CLIENT_SHARE_DEFAULT : 100;
+  p->max_oneshots_running = p->oldest && p->n_instances > 1 ? p->n_instances - 1 : 0;
 }
 
 bool hark_seq_ns_is_client(uint32_t ns) {
@@ -416,13 +419,14 @@ hark_seqtab *hark_seqtab_new(const hark_seq_policy *p) {
   t->n_slots = t->p.oldest ? 0 : t->p.n_instances * t->p.max_batch;
   t->slots = calloc(t->n_slots ? t->n_slots : 1, sizeof *t->slots);
   t->items = calloc(t->p.max_batch + 1, sizeof *t->items);
+  t->cands = calloc(t->p.max_batch + 1, sizeof *t->cands);
   t->bp = (hark_batch_policy){.max_batch_size = t->p.max_batch,
                               .max_queue_delay_ns = t->p.max_queue_delay_ns};
   for (uint32_t i = 0; i < t->p.n_preferred; i++)
     t->bp.preferred[t->bp.n_preferred++] = t->p.preferred[i];
   hark_adaptive_init(&t->adapt, t->p.oldest ? &t->p.adaptive : NULL, t->p.max_queue_delay_ns);
   t->bp.max_queue_delay_ns = atomic_load(&t->adapt.delay_ns);
-  if (!t->buckets || !t->slots || !t->items) {
+  if (!t->buckets || !t->slots || !t->items || !t->cands) {
     hark_seqtab_free(t);
     return NULL;
   }
@@ -441,6 +445,7 @@ void hark_seqtab_free(hark_seqtab *t) {
   free(t->buckets);
   free(t->slots);
   free(t->items);
+  free(t->cands);
   free(t);
 }
 
@@ -520,6 +525,7 @@ static void dispatch(hark_seqtab *t, hark_seq *s, hark_seq_entry *out) {
   s->in_flight = true;
   s->flight_flags = out->flags;
   t->in_flight++;
+  if (s->oneshot) t->oneshots_in_flight++;
   if (out->flags & HARK_REQUEST_SEQUENCE_START) drop_states(t, s); /* a restart */
 }
 
@@ -554,9 +560,11 @@ static uint32_t form_direct(hark_seqtab *t, uint32_t instance, bool flush, uint6
 
 static uint32_t form_oldest(hark_seqtab *t, bool flush, uint64_t now, hark_seq_entry *out,
                             uint64_t *wake) {
-  uint32_t n = 0;
+  uint32_t n = 0, oneshots = t->oneshots_in_flight, cap = t->p.max_oneshots_running;
   uint64_t first = UINT64_MAX;
   for (hark_seq *s = t->ready.head; s && n <= t->p.max_batch; s = s->next) {
+    if (s->oneshot && cap && oneshots++ >= cap) continue; /* waits for a running one */
+    t->cands[n] = s;
     t->items[n++] = (hark_batch_item){1, s->head->enqueued_ns};
     if (s->head->enqueued_ns < first) first = s->head->enqueued_ns;
   }
@@ -573,7 +581,7 @@ static uint32_t form_oldest(hark_seqtab *t, bool flush, uint64_t now, hark_seq_e
     return 0;
   }
   hark_adaptive_formed(&t->adapt, t->ready.n);
-  for (uint32_t i = 0; i < d.n_requests; i++) dispatch(t, t->ready.head, &out[i]);
+  for (uint32_t i = 0; i < d.n_requests; i++) dispatch(t, t->cands[i], &out[i]);
   return d.n_requests;
 }
 
@@ -586,6 +594,7 @@ uint32_t hark_seqtab_form(hark_seqtab *t, uint32_t instance, bool flush, uint64_
 void hark_seqtab_done(hark_seqtab *t, hark_seq *s, uint64_t now) {
   s->in_flight = false;
   t->in_flight--;
+  if (s->oneshot) t->oneshots_in_flight--;
   bool ended = false;
   if (s->flight_flags & HARK_REQUEST_SEQUENCE_END) {
     drop_states(t, s);

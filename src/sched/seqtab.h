@@ -83,6 +83,12 @@ typedef struct hark_seq_policy {
   /* The client group's share, in percent, of the slots, max_queued and
    * max_backlog (each at least 1); 0 or 100: no quota. */
   uint32_t client_share_pct;
+  /* oldest: one-shot sequences (whole recordings) that may run at once;
+   * 0: no bound. By default n_instances - 1 (with two or more), so a
+   * flood of whole recordings, which wait for the worker pool's bulk lane
+   * once they hold an instance, always leaves an instance to the streams'
+   * chunks; they run before younger streaming work otherwise. */
+  uint32_t max_oneshots_running;
 } hark_seq_policy;
 
 /* The default client share of a speech model, and the model config

@@ -486,6 +486,34 @@ static void test_one_shot(void **state) {
   hark_seqtab_free(t);
 }
 
+/* oldest: whole recordings hold at most max_oneshots_running instances; a
+ * stream's younger request passes the ones waiting (issue 24). */
+static void test_oneshots_leave_an_instance(void **state) {
+  (void)state;
+  hark_seq_policy p = oldest_policy(8, 1);
+  p.n_instances = 3;
+  p.max_oneshots_running = 2;
+  hark_seqtab *t = hark_seqtab_new(&p);
+  hark_seq_entry e[3];
+  for (int i = 1; i <= 3; i++) assert_int_equal(hark_seqtab_push(t, NULL, 0, ITEM(i), 0), 0);
+  push_ok(t, num(7), START, 7, 1);
+  assert_int_equal(form(t, 0, 2, &e[0]), 1);
+  assert_int_equal(form(t, 1, 2, &e[1]), 1);
+  assert_int_equal(form(t, 2, 2, &e[2]), 1);
+  assert_int_equal(ID(e[0]), 1);
+  assert_int_equal(ID(e[1]), 2);
+  assert_int_equal(ID(e[2]), 7); /* not the third one-shot */
+  hark_seq_entry more;
+  assert_int_equal(form(t, 0, 2, &more), 0);
+  hark_seqtab_done(t, e[0].seq, 3);
+  assert_int_equal(form(t, 0, 3, &more), 1);
+  assert_int_equal(ID(more), 3);
+  hark_seqtab_done(t, more.seq, 4);
+  hark_seqtab_done(t, e[1].seq, 4);
+  hark_seqtab_done(t, e[2].seq, 4);
+  hark_seqtab_free(t);
+}
+
 static void test_queue_bound(void **state) {
   (void)state;
   hark_seq_policy p = direct_policy(1, 1);
@@ -939,6 +967,7 @@ int main(void) {
       cmocka_unit_test(test_oldest_no_wait_when_nobody_else_can_come),
       cmocka_unit_test(test_oldest_adaptive_delay),
       cmocka_unit_test(test_one_shot),
+      cmocka_unit_test(test_oneshots_leave_an_instance),
       cmocka_unit_test(test_queue_bound),
       cmocka_unit_test(test_many_sequences),
       cmocka_unit_test(test_client_quota),

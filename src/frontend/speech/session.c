@@ -79,6 +79,12 @@ struct hark_speech_session {
   void *userp;
   uint64_t corr_id;
   char id[32];
+  /* Set when the codec closes the session (its client is gone): the
+   * request of the stream's audio in flight stops between decoder blocks
+   * (hark_request_is_cancelled) instead of decoding for nobody. Only audio
+   * and reset requests carry it: an END must run, so the model frees the
+   * stream's state. */
+  hark_cancel *gone;
   /* gated models: the VAD model (a reference), or why it cannot be had */
   hark_model *vad;
   hark_error *vad_unavailable;
@@ -249,6 +255,7 @@ static void item_free(item *it) {
 }
 
 static void session_free(hark_speech_session *s) {
+  hark_cancel_unref(s->gone);
   if (s->model) hark_model_release(s->model);
   if (s->vad) hark_model_release(s->vad);
   hark_error_free(s->vad_unavailable);
@@ -339,6 +346,7 @@ static bool submit_model(hark_speech_session *s, item *it) {
   }
   if (!s->st.partials) hark_request_set_parameter(req, "partial", "false");
   if (it->kind == HARK_SPEECH_RESET) hark_request_set_parameter(req, "flush", "true");
+  if (!(it->flags & HARK_REQUEST_SEQUENCE_END)) hark_request_set_cancel(req, s->gone);
   hark_request_set_flags(req, it->flags);
   hark_request_set_correlation_ns(req, HARK_CORR_NS_SESSION);
   hark_request_set_correlation_id(req, s->corr_id);
@@ -609,6 +617,7 @@ hark_speech_session *hark_speech_open(hark_server *server, hark_speech_admission
   s->adm = adm;
   s->h = handler;
   s->userp = userp;
+  s->gone = hark_cancel_new();
   uint64_t n = atomic_fetch_add(&next_stream, 1);
   s->corr_id = stream_corr_id();
   snprintf(s->id, sizeof s->id, "%s-%llu", proto, (unsigned long long)n);
@@ -704,6 +713,7 @@ bool hark_speech_ended(hark_speech_session *s) {
 }
 
 void hark_speech_close(hark_speech_session *s) {
+  hark_cancel_set(s->gone); /* the audio in flight decodes for nobody now */
   pthread_mutex_lock(&s->mu);
   s->closed = true;
   if (!s->ended && s->model) { /* after what is in flight; the audio waiting is dropped */
