@@ -14,7 +14,7 @@
  * model's, created by START and freed by END, so it works under any
  * scheduler; `max_sequences` bounds the table like a decoder pool (a START
  * past it is UNAVAILABLE). Audio that begins with "FAIL" fails the request
- * (INTERNAL); audio that begins with "SLOW" takes 300 ms — test hooks.
+ * (INTERNAL); audio that begins with "SLOW" takes 300 ms, with "LONG" 3 s — test hooks.
  */
 #include <pthread.h>
 #include <stddef.h>
@@ -233,8 +233,8 @@ static hark_error *run(echo_model *m, hark_request *req, hark_response *resp) {
     if (flags & HARK_REQUEST_SEQUENCE_END) seq_end(m, ns, id);
     return hark_error_new(HARK_ERR_INTERNAL, "echo_asr: failing as asked");
   }
-  if (n >= 4 && !memcmp(pcm, "SLOW", 4)) {
-    struct timespec ts = {0, 300 * 1000000L};
+  if (n >= 4 && (!memcmp(pcm, "SLOW", 4) || !memcmp(pcm, "LONG", 4))) {
+    struct timespec ts = {pcm[0] == 'L' ? 3 : 0, pcm[0] == 'L' ? 0 : 300 * 1000000L};
     while (nanosleep(&ts, &ts) != 0) {
     }
   }

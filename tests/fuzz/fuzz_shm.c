@@ -267,7 +267,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
   if (real_fd < 0) make_object();
   object_size = 3 * page;
   if (ftruncate(real_fd, (off_t)object_size) != 0) abort();
-  hark_shm *shm = hark_shm_new();
+  hark_shm *shm = hark_shm_new(1024);
   input in = {data, size};
   for (int ops = 0; in.n && ops < 64; ops++) {
     uint8_t op = byte(&in);
