@@ -36,6 +36,10 @@ OUT_JSON=${OUT_JSON:-/tmp/sherpa_vs_hark.jsonl}
 AUDIO_DIR=${AUDIO_DIR:-/usr/share/pocketsphinx/test/data/librivox}
 FILES=("$AUDIO_DIR"/*.wav)
 log() { printf '[%s] %s\n' "$(date +%H:%M:%S)" "$*" >&2; }
+BUILD_DIR=${BUILD_DIR:-$root/build}
+for b in harkd hark; do
+  [[ -x $BUILD_DIR/bin/$b ]] || { log "$BUILD_DIR/bin/$b is missing: cmake --build build --target harkd hark hark_neural_asr"; exit 1; }
+done
 
 NODE_PATH=$("$root/tools/sherpa/build.sh" "$SHERPA_CACHE") || {
   log "sherpa-onnx is not installed as tools/sherpa/build.sh wants it: stopping"
