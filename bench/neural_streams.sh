@@ -55,7 +55,9 @@
 # try more max_batch_size 1 configurations alone), START_N / START_N_B1 (where a search
 # starts instead of the bare estimate), MAX_N (400), RESOLUTION (10),
 # BARE_SECONDS (8), FBANK_SECONDS (5), AUDIO_DIR, P99_CHUNK_MS,
-# P99_FINAL_MS, MAX_REPLY_MS, HARKD_ARGS (more harkd flags), PROFILE
+# P99_FINAL_MS, MAX_REPLY_MS, HARKD_ARGS (more harkd flags), PRECISION (the
+# model's precision parameter: fp32, int8, bf16; empty: the default),
+# KEEP_RESULTS (a folder: each trial's JSON copied there), PROFILE
 # (seconds; 0 = off, the default): after the batched search, one more
 # trial at its N with `perf record -F 499` on harkd for that long (not
 # counted in any figure), and where the samples fell by thread name and
@@ -87,6 +89,8 @@ P99_CHUNK_MS=${P99_CHUNK_MS:-200}
 P99_FINAL_MS=${P99_FINAL_MS:-500}
 MAX_REPLY_MS=${MAX_REPLY_MS:-2000}
 HARKD_ARGS=${HARKD_ARGS:-}
+PRECISION=${PRECISION:-}
+KEEP_RESULTS=${KEEP_RESULTS:-}
 CORES=$(nproc)
 FBANK_COST=$BUILD_DIR/bin/fbank_cost
 BARE=$BENCH_ROOT/bench/nasr_bare_loop.py
@@ -128,13 +132,15 @@ for l in open(sys.argv[1]):
 make_repo() {
   rm -rf "$1"
   mkdir -p "$1"
-  $PY - "$BENCH_ROOT/tests/e2e" "$@" "$DELAY_US" "$MODEL_DIR" <<'PY' || bench_die "cannot write the repository"
+  $PY - "$BENCH_ROOT/tests/e2e" "$@" "$DELAY_US" "$MODEL_DIR" "$PRECISION" <<'PY' || bench_die "cannot write the repository"
 import sys
 sys.path.insert(0, sys.argv[1])
 import asr_models
-repo, mb, inst, intra, delay, model = sys.argv[2:8]
+repo, mb, inst, intra, delay, model, precision = sys.argv[2:9]
 import os
 params = {"INTRA_OP_THREAD_COUNT": intra} if intra else {}
+if precision:
+    params["precision"] = precision
 if os.environ.get("ROUND_WAIT_MS") and int(mb) > 1:
     params["round_wait_ms"] = os.environ["ROUND_WAIT_MS"]
 cfg = asr_models.config("nasr", max_batch=int(mb), instances=int(inst), params=params,
@@ -411,6 +417,7 @@ if has streams; then
   done
 fi
 stop_server
+[[ -z $KEEP_RESULTS ]] || cp "$RESULTS"/*.json "$KEEP_RESULTS"/ 2>/dev/null || true
 
 # ---- report ---------------------------------------------------------------------
 cat <<EOF

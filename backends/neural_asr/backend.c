@@ -260,6 +260,16 @@ static hark_error *model_init(hark_model *hm) {
       err = hark_error_new(HARK_ERR_INVALID_ARG,
                            "%s: parameter family must be 'transducer' or 'ctc', got '%s'",
                            m->set.label, family);
+    const char *prec = hark_model_parameter(hm, "precision");
+    asr_precision precision = ASR_FP32;
+    if (!err && prec && !strcmp(prec, "int8"))
+      precision = ASR_INT8;
+    else if (!err && prec && !strcmp(prec, "bf16"))
+      precision = ASR_BF16;
+    else if (!err && prec && strcmp(prec, "fp32"))
+      err = hark_error_new(HARK_ERR_INVALID_ARG,
+                           "%s: parameter precision must be 'fp32', 'int8' or 'bf16', got '%s'",
+                           m->set.label, prec);
     asr_net_opts o = {.model_label = m->set.label,
                       .file = path,
                       .family = family && !strcmp(family, "ctc") ? ASR_CTC : ASR_TRANSDUCER,
@@ -273,7 +283,8 @@ static hark_error *model_init(hark_model *hm) {
                       .vocab_size = m->tokens.n,
                       .search = m->set.search,
                       .beam = m->set.beam,
-                      .intra_threads = threads ? (int)threads : dflt};
+                      .intra_threads = threads ? (int)threads : dflt,
+                      .precision = precision};
     if (!err && !(m->net = asr_net_load(&o, why, sizeof why)))
       err = hark_error_new(HARK_ERR_INVALID_ARG, "%s", why);
   }

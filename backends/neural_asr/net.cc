@@ -24,13 +24,19 @@
 #include "hark/backend.h"
 
 #include <ATen/Parallel.h>
+#include <ATen/core/dispatch/Dispatcher.h>
+#include <torch/csrc/jit/api/function_impl.h>
+#include <torch/csrc/jit/passes/dead_code_elimination.h>
+#include <torch/csrc/jit/passes/inliner.h>
 #include <torch/script.h>
 
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <cstring>
+#include <fstream>
 #include <memory>
+#include <sstream>
 #include <string>
 #include <vector>
 
@@ -211,6 +217,11 @@ at::Tensor context_tensor(const std::vector<const std::vector<int64_t> *> &ctxs)
   return y;
 }
 
+/* The encoder's input in the precision it runs in. */
+at::Tensor encoder_input(const asr_net &n, const at::Tensor &x) {
+  return n.o.precision == ASR_BF16 ? x.to(torch::kBFloat16) : x;
+}
+
 /* The encoder on n chunks at once; the new states are returned through
  * `next`, one vector per stream. */
 at::Tensor encode(asr_net &n, asr_net_stream **ss, const float *const *feats, uint32_t count,
@@ -231,11 +242,11 @@ at::Tensor encode(asr_net &n, asr_net_stream **ss, const float *const *feats, ui
     for (uint32_t i = 0; i < count; i++) parts.push_back(ss[i]->states[k]);
     states.push_back(torch::cat(parts, n.axes[k]));
   }
-  c10::IValue r = n.encoder.forward({x, lens, states});
+  c10::IValue r = n.encoder.forward({encoder_input(n, x), lens, states});
   if (!r.isTuple() || r.toTupleRef().elements().size() != 3)
     throw failure(n.label + ": encoder must return (encoder_out, encoder_out_lens, states)");
   const auto &el = r.toTupleRef().elements();
-  at::Tensor out = as_tensor(el[0], n.label + ": encoder_out");
+  at::Tensor out = as_tensor(el[0], n.label + ": encoder_out").to(torch::kFloat);
   std::vector<at::Tensor> ns = tensor_list(el[2], n.label + ": encoder's new states");
   if (out.dim() != 3 || out.size(0) != count || out.size(1) != n.info.out_frames)
     throw failure(n.label + ": encoder gave " + shape_of(out) + " for " + std::to_string(count) +
@@ -532,7 +543,7 @@ void dry_run(asr_net &n) {
   for (auto &t : n.init) st.push_back(t);
   c10::IValue r;
   try {
-    r = n.encoder.forward({x, torch::full({1}, T, torch::kLong), st});
+    r = n.encoder.forward({encoder_input(n, x), torch::full({1}, T, torch::kLong), st});
   } catch (const std::exception &e) {
     const c10::Error *ce = dynamic_cast<const c10::Error *>(&e);
     std::string why = ce ? ce->what_without_backtrace() : e.what();
@@ -584,6 +595,166 @@ void chunking(asr_net &n) {
   n.info.pad_frames = n.o.pad_frames;
 }
 
+/* ---- precision ------------------------------------------------------------ */
+
+const char *precision_name(asr_precision p) {
+  return p == ASR_INT8 ? "int8" : p == ASR_BF16 ? "bf16" : "fp32";
+}
+
+/* Whether /proc/cpuinfo's flags name `flag`. */
+bool cpu_has(const std::string &flag) {
+  std::ifstream f("/proc/cpuinfo");
+  std::string line;
+  while (std::getline(f, line)) {
+    if (line.compare(0, 5, "flags") != 0) continue;
+    std::istringstream words(line.substr(line.find(':') + 1));
+    std::string w;
+    while (words >> w)
+      if (w == flag) return true;
+    return false;
+  }
+  return false;
+}
+
+/* The module attribute a graph value reads: a chain of prim::GetAttr from
+ * the method's self, followed on the module's object; none when the value
+ * is anything else. */
+c10::optional<c10::IValue> attr_value(const torch::jit::Module &m, const torch::jit::Graph &g,
+                                      torch::jit::Value *v) {
+  std::vector<std::string> names;
+  while (v->node()->kind() == c10::prim::GetAttr) {
+    names.push_back(v->node()->s(c10::attr::name));
+    v = v->node()->input(0);
+  }
+  if (v != g.inputs().at(0)) return c10::nullopt;
+  c10::IValue cur = m._ivalue();
+  for (auto it = names.rbegin(); it != names.rend(); ++it) {
+    if (!cur.isObject()) return c10::nullopt;
+    cur = cur.toObjectRef().getAttr(*it);
+  }
+  return cur;
+}
+
+void collect_linears(torch::jit::Block *b, std::vector<torch::jit::Node *> &out) {
+  for (torch::jit::Node *node : b->nodes()) {
+    if (node->kind() == c10::aten::linear && node->inputs().size() == 3) out.push_back(node);
+    for (torch::jit::Block *sub : node->blocks()) collect_linears(sub, out);
+  }
+}
+
+/* An FP32 weight [out, in] as int8 per output channel (symmetric), and its
+ * bias, prepacked for quantized::linear_dynamic by the engine in force. */
+c10::IValue prepack(const at::Tensor &w, const c10::optional<at::Tensor> &b) {
+  at::Tensor wf = w.to(torch::kFloat).contiguous();
+  at::Tensor scale = wf.abs().amax(1).clamp_min(1e-8).div(127.0).to(torch::kDouble);
+  at::Tensor zero = torch::zeros({wf.size(0)}, torch::kLong);
+  at::Tensor q = at::quantize_per_channel(wf, scale, zero, 0, torch::kQInt8);
+  static const c10::OperatorHandle op =
+      c10::Dispatcher::singleton().findSchemaOrThrow("quantized::linear_prepack", "");
+  torch::jit::Stack st{q, b ? c10::IValue(b->to(torch::kFloat).contiguous()) : c10::IValue()};
+  op.callBoxed(&st);
+  return st.at(0);
+}
+
+/* Method `method` of m with its calls inlined and every aten::linear whose
+ * weight (and bias) are m's own attributes replaced by
+ * quantized::linear_dynamic on a prepacked constant. The method's graph is
+ * m's type's own (a submodule's, shared by every instance of its type, is
+ * copied in by the inlining, never changed). How many were replaced. */
+uint32_t quantise_method(torch::jit::Module &m, const char *method) {
+  auto meth = m.find_method(method);
+  if (!meth) return 0;
+  std::shared_ptr<torch::jit::Graph> g = torch::jit::toGraphFunction(meth->function()).graph();
+  torch::jit::Inline(*g);
+  std::vector<torch::jit::Node *> linears;
+  collect_linears(g->block(), linears);
+  uint32_t done = 0;
+  for (torch::jit::Node *node : linears) {
+    auto w = attr_value(m, *g, node->input(1));
+    if (!w || !w->isTensor() || w->toTensor().dim() != 2 || !w->toTensor().is_floating_point())
+      continue;
+    c10::optional<at::Tensor> bias;
+    if (node->input(2)->type()->kind() != c10::TypeKind::NoneType) {
+      auto b = attr_value(m, *g, node->input(2));
+      if (!b) continue;
+      if (b->isTensor())
+        bias = b->toTensor();
+      else if (!b->isNone())
+        continue;
+    }
+    c10::IValue packed = prepack(w->toTensor(), bias);
+    torch::jit::WithInsertPoint here(node);
+    torch::jit::Value *p = g->insertConstant(packed);
+    torch::jit::Value *y = g->insert(c10::Symbol::fromQualString("quantized::linear_dynamic"),
+                                     {node->input(0), p, false});
+    node->output()->replaceAllUsesWith(y);
+    node->destroy();
+    done++;
+  }
+  torch::jit::EliminateDeadCode(g);
+  return done;
+}
+
+/* INT8: the encoder's linear layers, and the joiner's (its forward: the
+ * output layer, and the projections when it applies them itself) or the
+ * CTC head's. */
+void make_int8(asr_net &n) {
+  auto &ctx = at::globalContext();
+  const auto &engines = ctx.supportedQEngines();
+  at::QEngine want = at::QEngine::NoQEngine;
+  for (at::QEngine e : {at::QEngine::ONEDNN, at::QEngine::FBGEMM})
+    if (want == at::QEngine::NoQEngine &&
+        std::find(engines.begin(), engines.end(), e) != engines.end())
+      want = e;
+  if (want == at::QEngine::NoQEngine)
+    throw failure(n.label +
+                  ": parameter precision int8: this libtorch has no x86 quantised engine "
+                  "(oneDNN or FBGEMM) for dynamic int8 linear layers");
+  at::QEngine before = ctx.qEngine();
+  ctx.setQEngine(want);
+  try {
+    uint32_t enc = quantise_method(n.encoder, "forward");
+    if (enc == 0)
+      throw failure(n.label +
+                    ": parameter precision int8: the encoder's forward has no linear "
+                    "layer (aten::linear on its own weights) to quantise");
+    n.info.quantised = enc;
+    if (n.info.family == ASR_CTC)
+      n.info.quantised += quantise_method(n.ctc, "forward");
+    else
+      n.info.quantised += quantise_method(n.joiner, "forward");
+  } catch (...) {
+    ctx.setQEngine(before);
+    throw;
+  }
+  ctx.setQEngine(before);
+}
+
+/* BF16: every FP32 tensor the encoder holds (parameters, buffers, other
+ * tensor attributes and lists of tensors such as an LSTM's _flat_weights,
+ * its submodules' too) in bfloat16. */
+void make_bf16(asr_net &n) {
+  if (!cpu_has("avx512_bf16"))
+    throw failure(n.label +
+                  ": parameter precision bf16: this processor has no AVX512_BF16 "
+                  "(/proc/cpuinfo flags); use fp32 or int8");
+  for (const torch::jit::Module &sub : n.encoder.modules()) {
+    c10::intrusive_ptr<c10::ivalue::Object> obj = sub._ivalue();
+    for (size_t i = 0; i < obj->slots().size(); i++) {
+      const c10::IValue &v = obj->getSlot(i);
+      if (v.isTensor() && v.toTensor().scalar_type() == torch::kFloat) {
+        obj->setSlot(i, v.toTensor().to(torch::kBFloat16));
+      } else if (v.isTensorList()) { /* an LSTM's _flat_weights */
+        c10::List<at::Tensor> list = v.toTensorList().copy();
+        for (size_t k = 0; k < list.size(); k++)
+          if (list.get(k).scalar_type() == torch::kFloat)
+            list.set(k, list.get(k).to(torch::kBFloat16));
+        obj->setSlot(i, list);
+      }
+    }
+  }
+}
+
 void load(asr_net &n) {
   try {
     n.module = torch::jit::load(n.o.file, c10::Device(c10::kCPU));
@@ -630,7 +801,16 @@ void load(asr_net &n) {
   if (forward_args(n.encoder) != 3)
     throw failure(n.label + ": encoder.forward takes " + std::to_string(forward_args(n.encoder)) +
                   " arguments; the contract is forward(features, feature_lengths, states)");
+  if (n.o.precision == ASR_INT8) make_int8(n);
+  if (n.o.precision == ASR_BF16) make_bf16(n);
   discover_axes(n);
+  if (n.o.precision == ASR_BF16) {
+    n.info.state_bytes = 0;
+    for (at::Tensor &t : n.init) {
+      if (t.scalar_type() == torch::kFloat) t = t.to(torch::kBFloat16);
+      n.info.state_bytes += t.nbytes();
+    }
+  }
   if (n.info.family == ASR_TRANSDUCER) {
     if (n.info.blank_id < 0 || n.info.blank_id >= (int64_t)n.o.vocab_size)
       throw failure(n.label + ": decoder.blank_id " + std::to_string(n.info.blank_id) +
@@ -638,7 +818,15 @@ void load(asr_net &n) {
     std::vector<int64_t> ctx(n.info.context_size, n.info.blank_id);
     n.init_dec = run_decoder(n, context_tensor({&ctx})).clone();
   }
-  dry_run(n);
+  if (n.o.precision == ASR_FP32) return dry_run(n);
+  try {
+    dry_run(n);
+  } catch (const std::exception &e) {
+    const c10::Error *ce = dynamic_cast<const c10::Error *>(&e);
+    throw failure(std::string(ce ? ce->what_without_backtrace() : e.what()) +
+                  " (parameter precision " + precision_name(n.o.precision) +
+                  ": the model does not run so; fp32 does)");
+  }
 }
 
 /* A TorchScript exception's message is its whole traceback: a client
@@ -690,6 +878,12 @@ asr_net *asr_net_load(const asr_net_opts *o, char *err, size_t errlen) {
     load(*n);
   });
   if (rc != 0) return nullptr;
+  if (o->precision == ASR_INT8)
+    HARK_BACKEND_LOG(HARK_BACKEND_LOG_INFO, "%s: precision int8: %u linear layers quantised",
+                     n->label.c_str(), n->info.quantised);
+  else if (o->precision == ASR_BF16)
+    HARK_BACKEND_LOG(HARK_BACKEND_LOG_INFO, "%s: precision bf16: the encoder in bfloat16",
+                     n->label.c_str());
   n->o.file = nullptr; /* `file` dies here; only load needed it */
   return n.release();
 }

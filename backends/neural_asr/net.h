@@ -32,6 +32,16 @@ typedef enum asr_family { ASR_TRANSDUCER = 0, ASR_CTC } asr_family;
  * search (icefall's, at most one token a frame) or CTC prefix beam search,
  * `beam` hypotheses kept: the n-best. */
 typedef enum asr_search { ASR_GREEDY = 0, ASR_BEAM } asr_search;
+/* The network's arithmetic (parameter `precision`), made at load from the
+ * FP32 file. INT8: every linear layer of the encoder and of the joiner's /
+ * CTC head's forward (aten::linear on the module's own weights) becomes a
+ * dynamically quantised one (int8 weights per output channel, activations
+ * quantised per call; libtorch's oneDNN or FBGEMM engine). BF16: the
+ * encoder's floating weights, its input and its states in bfloat16 (the
+ * processor must have AVX512_BF16), its output back to float for the
+ * search, which stays FP32. A model or processor that cannot fails to
+ * load with the reason. */
+typedef enum asr_precision { ASR_FP32 = 0, ASR_INT8, ASR_BF16 } asr_precision;
 
 typedef struct asr_net_opts {
   const char *model_label; /* "neural_asr: model 'x' version 1", for messages */
@@ -47,6 +57,7 @@ typedef struct asr_net_opts {
   asr_search search;
   uint32_t beam; /* hypotheses kept (ASR_BEAM) */
   int intra_threads;
+  asr_precision precision;
 } asr_net_opts;
 
 /* What the model turned out to be, found by one dry run at load. */
@@ -58,6 +69,7 @@ typedef struct asr_net_info {
   uint32_t chunk_frames, pad_frames; /* the chunking in force */
   uint32_t n_states;                 /* tensors in the encoder's state list */
   size_t state_bytes;                /* one stream's state, all tensors */
+  uint32_t quantised;                /* INT8: linear layers made int8 */
 } asr_net_info;
 
 typedef struct asr_net asr_net;
