@@ -286,9 +286,20 @@ hyp extended(const hyp &h, int64_t y, uint64_t frame, float p) {
   return e;
 }
 
-/* The decoder's context for h: its last context_size tokens, blanks before. */
+/* An utterance's first context, as icefall and sherpa start it:
+ * [-1, ..., -1, blank]. icefall's decoder gives -1 a zero embedding, which
+ * is what it trained on (its decoder pads the left of the first blank with
+ * zeros); blanks there instead would shift the first tokens. */
+std::vector<int64_t> start_context(const asr_net &n) {
+  std::vector<int64_t> c(n.info.context_size, -1);
+  c.back() = n.info.blank_id;
+  return c;
+}
+
+/* The decoder's context for h: its last context_size tokens, the start
+ * context before. */
 std::vector<int64_t> context_of(const asr_net &n, const hyp &h) {
-  std::vector<int64_t> c(n.info.context_size, n.info.blank_id);
+  std::vector<int64_t> c = start_context(n);
   size_t k = std::min(h.ys.size(), c.size());
   for (size_t i = 0; i < k; i++) c[c.size() - k + i] = h.ys[h.ys.size() - k + i];
   return c;
@@ -815,7 +826,7 @@ void load(asr_net &n) {
     if (n.info.blank_id < 0 || n.info.blank_id >= (int64_t)n.o.vocab_size)
       throw failure(n.label + ": decoder.blank_id " + std::to_string(n.info.blank_id) +
                     " is not a token id of tokens.txt");
-    std::vector<int64_t> ctx(n.info.context_size, n.info.blank_id);
+    std::vector<int64_t> ctx = start_context(n);
     n.init_dec = run_decoder(n, context_tensor({&ctx})).clone();
   }
   if (n.o.precision == ASR_FP32) return dry_run(n);

@@ -39,11 +39,21 @@ def _cache_root():
     raise RuntimeError("no writable cache for the neural test models")
 
 
-def _scripts_hash(*args):
+# What each cached thing is keyed by: the scripts that make it. The random
+# models come from make_model.py and asrmodel.py; the trained one also from
+# train_digits.py and reference.py (its features and held-out decoding); the
+# reference decodes cached beside a model from reference.py alone, so a
+# change to the reference search recomputes them without making the models
+# again.
+MADE_BY = ("asrmodel.py", "make_model.py")
+TRAINED_BY = ("asrmodel.py", "reference.py", "train_digits.py")
+
+
+def _scripts_hash(*args, scripts):
     h = hashlib.sha256()
-    for path in sorted(glob.glob(os.path.join(TOOLS, "*.py"))):
-        with open(path, "rb") as f:
-            h.update(os.path.basename(path).encode() + b"\0" + f.read())
+    for name in scripts:
+        with open(os.path.join(TOOLS, name), "rb") as f:
+            h.update(name.encode() + b"\0" + f.read())
     h.update(repr(args).encode())
     return h.hexdigest()[:16]
 
@@ -64,7 +74,8 @@ def _atomic_build(final, build):
 
 def model_dir(family, size="tiny", seed=1, extra=()):
     args = (family, size, seed, tuple(extra))
-    final = os.path.join(_cache_root(), f"{size}-{family}-{seed}-{_scripts_hash(*args)}")
+    key = _scripts_hash(*args, scripts=MADE_BY)
+    final = os.path.join(_cache_root(), f"{size}-{family}-{seed}-{key}")
 
     def build(tmp):
         subprocess.run([PYTHON, os.path.join(TOOLS, "make_model.py"), "--out", tmp, "--family",
@@ -78,7 +89,8 @@ def trained_dir(seed=1):
     (tools/asr_models/train_digits.py): DIR with model.pt, tokens.txt and
     test/ (held-out WAVs, test/transcripts.txt "NNN.wav WORD ..."). Trained
     once per cache (a few minutes on 2 cores)."""
-    final = os.path.join(_cache_root(), f"digits-{seed}-{_scripts_hash('digits', seed)}")
+    key = _scripts_hash("digits", seed, scripts=TRAINED_BY)
+    final = os.path.join(_cache_root(), f"digits-{seed}-{key}")
 
     def build(tmp):
         subprocess.run([PYTHON, os.path.join(TOOLS, "train_digits.py"), "--out", tmp, "--seed",
@@ -110,8 +122,8 @@ def wer(ref_words, hyp_words):
 def reference(model, family, wavs, chunk=32, pad=13):
     """The reference decoder's results for each wav, alone (cached in the
     model's folder)."""
-    key = hashlib.sha256(repr((family, chunk, pad, [os.path.abspath(w) for w in wavs]))
-                         .encode()).hexdigest()[:16]
+    key = _scripts_hash(family, chunk, pad, [os.path.abspath(w) for w in wavs],
+                        scripts=("reference.py",))
     path = os.path.join(model, f"reference-{key}.jsonl")
     if not os.path.exists(path):
         out = subprocess.run([PYTHON, os.path.join(TOOLS, "reference.py"), "--model", model,

@@ -104,7 +104,7 @@ def greedy_transducer(model, enc: torch.Tensor):
     at most. Returns (tokens, frames, near-tie frames)."""
     blank = int(model.decoder.blank_id)
     ctx = int(model.decoder.context_size)
-    hyp: List[int] = [blank] * ctx
+    hyp: List[int] = [-1] * (ctx - 1) + [blank]  # as icefall and sherpa start
     tokens: List[int] = []
     frames: List[int] = []
     ties: List[int] = []
