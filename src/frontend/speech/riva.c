@@ -33,7 +33,9 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "frontend/security/restrict.h"
 #include "frontend/speech/asr_result.h"
+#include "frontend/speech/offline.h"
 #include "frontend/speech/riva_config.h"
 #include "frontend/speech/session.h"
 #include "frontend/speech/speech.h"
@@ -321,51 +323,50 @@ static void streaming_closed(hark_grpc_call *c) {
 typedef struct recognize_job {
   hark_grpc_call *c;
   hark_riva_config cfg;
-  hark_response *last;
 } recognize_job;
 
-static void recognize_reply(recognize_job *rj) {
-  hark_asr_result r;
-  hark_asr_result_read(rj->last, &r);
-  r.is_final = true; /* the whole recording: one final */
-  alt_set a;
-  alt_set_build(&a, &r, rj->cfg.alternatives, rj->cfg.st.words);
+/* One result per channel (channel_tag 1..n), each the whole recording's
+ * final. */
+static void recognize_reply(recognize_job *rj, hark_response **resps, uint32_t n) {
   Nvidia__Riva__Asr__RecognizeResponse msg = NVIDIA__RIVA__ASR__RECOGNIZE_RESPONSE__INIT;
-  Nvidia__Riva__Asr__SpeechRecognitionResult res =
-      NVIDIA__RIVA__ASR__SPEECH_RECOGNITION_RESULT__INIT;
-  Nvidia__Riva__Asr__SpeechRecognitionResult *res_p = &res;
+  Nvidia__Riva__Asr__SpeechRecognitionResult *res = hark_xcalloc(n, sizeof *res);
+  Nvidia__Riva__Asr__SpeechRecognitionResult **res_p = hark_xcalloc(n, sizeof *res_p);
+  alt_set *a = hark_xcalloc(n, sizeof *a);
   Nvidia__Riva__RequestId id = NVIDIA__RIVA__REQUEST_ID__INIT;
-  res.alternatives = a.alt_p;
-  res.n_alternatives = a.n_alt;
-  res.channel_tag = 1;
-  res.audio_processed = r.audio_processed;
-  msg.results = &res_p;
-  msg.n_results = 1;
+  for (uint32_t i = 0; i < n; i++) {
+    hark_asr_result r;
+    hark_asr_result_read(resps[i], &r);
+    r.is_final = true; /* the whole recording: one final */
+    alt_set_build(&a[i], &r, rj->cfg.alternatives, rj->cfg.st.words);
+    nvidia__riva__asr__speech_recognition_result__init(&res[i]);
+    res[i].alternatives = a[i].alt_p;
+    res[i].n_alternatives = a[i].n_alt;
+    res[i].channel_tag = (int32_t)i + 1;
+    res[i].audio_processed = r.audio_processed;
+    res_p[i] = &res[i];
+  }
+  msg.results = res_p;
+  msg.n_results = n;
   if (rj->cfg.request_id) {
     id.value = rj->cfg.request_id;
     msg.id = &id;
   }
   hark_grpc_reply(rj->c, &msg.base, HARK_GRPC_OK, NULL);
-  alt_set_free(&a);
+  for (uint32_t i = 0; i < n; i++) alt_set_free(&a[i]);
+  free(a);
+  free(res_p);
+  free(res);
 }
 
-static void on_recognize_response(hark_response *resp, uint32_t flags, hark_error *err,
-                                  void *userp) {
+static void on_recognized(void *userp, hark_response **resps, uint32_t n, hark_error *err) {
   recognize_job *rj = userp;
-  if (resp) {
-    hark_response_free(rj->last);
-    rj->last = resp;
-  }
-  if (!(flags & HARK_RESPONSE_FINAL)) {
-    hark_error_free(err);
-    return;
-  }
   hark_grpc_call *c = rj->c;
   if (err)
     hark_grpc_reply_error(c, err);
   else
-    recognize_reply(rj);
-  hark_response_free(rj->last);
+    recognize_reply(rj, resps, n);
+  for (uint32_t i = 0; i < n; i++) hark_response_free(resps[i]);
+  free(resps);
   hark_riva_config_fini(&rj->cfg);
   free(rj);
   hark_grpc_call_unref(c); /* the engine's reference */
@@ -376,23 +377,18 @@ static void recognize(hark_grpc_call *c, ProtobufCMessage *m) {
   hark_riva *r = hark_grpc_call_service(c);
   recognize_job *rj = hark_xcalloc(1, sizeof *rj);
   rj->c = c;
-  hark_request *req = NULL;
   hark_error *err = hark_riva_config_parse(r->server, r->speech_model, r->sample_rate, q->config,
                                            false, q->id, &rj->cfg);
-  if (!err)
-    err =
-        hark_speech_request_oneshot(rj->cfg.model, &rj->cfg.st, q->audio.data, q->audio.len, &req);
   if (!err) {
-    if (q->id && *q->id->value) hark_request_set_id(req, q->id->value);
-    hark_request_set_callback(req, on_recognize_response, rj);
-    /* A client that cancels (or goes) stops the decode between blocks. */
-    hark_request_set_cancel(req, hark_grpc_call_cancel_token(c));
+    hark_offline_audio audio = {q->audio.data, q->audio.len,
+                                rj->cfg.file ? HARK_OFFLINE_FILE : HARK_OFFLINE_RAW,
+                                rj->cfg.channels, rj->cfg.separate};
     hark_grpc_call_ref(c);
-    err = hark_server_infer(r->server, req);
-    if (err) {
-      hark_grpc_call_unref(c);
-      hark_request_free(req);
-    }
+    /* A client that cancels (or goes) stops the decode between blocks. */
+    err = hark_offline_run(r->server, rj->cfg.model, &rj->cfg.st, &audio,
+                           hark_grpc_call_cancel_token(c), q->id ? q->id->value : NULL,
+                           on_recognized, rj);
+    if (err) hark_grpc_call_unref(c);
   }
   if (err) {
     hark_riva_config_fini(&rj->cfg);
@@ -409,6 +405,7 @@ typedef Nvidia__Riva__Asr__RivaSpeechRecognitionConfigResponse__Config__Paramete
 /* The reply's parts, in one arena (internal-sized). */
 typedef struct config_list {
   const char *want; /* "" = every speech model */
+  bool hide_paths;  /* the caller may not see model-repository: no paths */
   hark_arena *a;
   pb_model_config **models;
   size_t n, cap;
@@ -455,8 +452,13 @@ static void add_entry(config_list *l, hark_model *model, bool online) {
   snprintf(num, sizeof num, "%lld", (long long)hark_model_version(model));
   add_param(l->a, mc, &cap, "version", num);
   add_param(l->a, mc, &cap, "backend", cfg->backend ? cfg->backend : "");
-  for (uint32_t i = 0; i < cfg->n_parameters; i++)
-    add_param(l->a, mc, &cap, cfg->parameters[i].key, cfg->parameters[i].value);
+  /* As ModelConfig shows them: a path (a dictionary, a weights file) only
+   * to a caller allowed the model-repository API. */
+  for (uint32_t i = 0; i < cfg->n_parameters; i++) {
+    const char *v = cfg->parameters[i].value;
+    if (l->hide_paths && hark_restrict_is_path(v)) v = HARK_RESTRICT_PATH_HIDDEN;
+    add_param(l->a, mc, &cap, cfg->parameters[i].key, v);
+  }
 }
 
 /* Riva lists a deployment per mode: a streaming model (sequence batching)
@@ -480,7 +482,9 @@ static void collect_model(hark_model *model, void *userp) {
 static void get_config(hark_grpc_call *c, ProtobufCMessage *m) {
   Nvidia__Riva__Asr__RivaSpeechRecognitionConfigRequest *q = (void *)m;
   hark_riva *r = hark_grpc_call_service(c);
-  config_list l = {.want = q->model_name ? q->model_name : "", .a = hark_arena_new()};
+  config_list l = {.want = q->model_name ? q->model_name : "",
+                   .hide_paths = !hark_grpc_call_allowed(c, HARK_API_MODEL_REPOSITORY),
+                   .a = hark_arena_new()};
   hark_server_model_foreach(r->server, collect_model, &l);
   Nvidia__Riva__Asr__RivaSpeechRecognitionConfigResponse resp =
       NVIDIA__RIVA__ASR__RIVA_SPEECH_RECOGNITION_CONFIG_RESPONSE__INIT;

@@ -25,6 +25,9 @@ typedef struct hark_riva_config {
   hark_speech_settings st; /* what the session sends the model */
   uint32_t alternatives;   /* >= 1: how many a result carries */
   char *request_id;        /* echoed; NULL when none */
+  bool file;               /* FLAC or OGG_OPUS: a file to decode (offline.h) */
+  uint32_t channels;       /* audio_channel_count (raw PCM); 0: 1 */
+  bool separate;           /* separate_recognition_per_channel */
 } hark_riva_config;
 
 /*
