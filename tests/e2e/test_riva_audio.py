@@ -1,5 +1,5 @@
 """Riva Recognize (offline) on the audio Riva clients send, against the real
-harkd: FLAC and OGG_OPUS, WAV of float, 24/32-bit and 8-bit unsigned
+harkd: FLAC and OGG_OPUS (offline and streamed), WAV of float, 24/32-bit and 8-bit unsigned
 samples, several channels (one result per channel with
 separate_recognition_per_channel, else a downmix), rates outside 8..48 kHz
 resampled, and empty or header-only audio refused with INVALID_ARGUMENT.
@@ -167,6 +167,23 @@ class RivaAudio(harness.ServerTest):
         resp = self.recognize(lo, sample_rate_hertz=4000)
         self.assertEqual(len(resp.results), 1)  # answered (telephone-band words or none)
         self.assertGreater(resp.results[0].audio_processed, 0)
+
+    # ---- streaming ----------------------------------------------------------------
+
+    def test_streaming_flac_and_ogg_opus(self):
+        from test_riva import config, stream as riva_stream, text as riva_text
+        flac = sf_bytes(self.x, self.rate, "FLAC", "PCM_16")
+        responses, n = riva_stream(self.stub, flac, encoding=raudio.FLAC, rate=self.rate)
+        self.assertIn(len(responses) - n, (0, 1))  # one response per message, then the final
+        self.assertEqual(riva_text(responses), self.ref)
+        opus = sf_bytes(self.x, self.rate, "OGG", "OPUS")
+        responses, n = riva_stream(self.stub, opus, encoding=raudio.OGGOPUS, rate=self.rate)
+        got = riva_text(responses)
+        self.assertLess(wer(self.ref, got), 0.35, (self.ref, got))
+        # a stream that is not a file it can decode ends with INVALID_ARGUMENT
+        with self.assertRaises(grpc.RpcError) as ctx:
+            riva_stream(self.stub, b"\0" * 5000, encoding=raudio.FLAC, rate=self.rate)
+        self.assertEqual(ctx.exception.code(), grpc.StatusCode.INVALID_ARGUMENT)
 
     # ---- empty audio --------------------------------------------------------------
 

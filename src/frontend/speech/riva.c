@@ -21,12 +21,17 @@
  * Audio: LINEAR_PCM (16-bit little-endian mono), MULAW and ALAW (expanded
  * to 16-bit PCM by the session), or ENCODING_UNSPECIFIED with a WAV header
  * at the start (the model reads it); sample_rate_hertz 8000..48000,
- * resampled by the model.
+ * resampled by the model. A streamed FLAC or OGG_OPUS file is held (up to
+ * MAX_STREAMED_FILE) and decoded when the client half-closes: every audio
+ * message still gets its response, the transcript comes at the end.
  *
- * Recognize runs the whole recording as one request (a one-shot
- * sequence); GetRivaSpeechRecognitionConfig lists the speech models (a
- * model with a BYTES input AUDIO and an output TRANSCRIPT) and their
- * parameters.
+ * Recognize runs the whole recording at once (offline.c: decoded when the
+ * model cannot read it as it is — FLAC, Ogg Opus, any WAV, channels,
+ * rates outside 8..48 kHz — one result per channel with
+ * separate_recognition_per_channel, and a gated model's VAD run first);
+ * GetRivaSpeechRecognitionConfig lists the speech models (a model with a
+ * BYTES input AUDIO and an output TRANSCRIPT) and their parameters, file
+ * paths hidden from a caller that may not see the model repository.
  */
 #include <math.h>
 #include <stdio.h>
@@ -39,6 +44,7 @@
 #include "frontend/speech/riva_config.h"
 #include "frontend/speech/session.h"
 #include "frontend/speech/speech.h"
+#include "hark/audio.h"
 #include "hark/config.h"
 #include "hark/model.h"
 #include "riva_asr.pb-c.h"
@@ -140,17 +146,25 @@ typedef struct riva_stream {
   bool interim;
   bool ended;       /* queue thread: END was submitted */
   uint32_t n_audio; /* audio messages so far */
+  /* FLAC / OGG_OPUS: the file's bytes so far, decoded at the half-close */
+  uint8_t *file;
+  size_t file_len, file_cap;
 } riva_stream;
+
+/* The most of a streamed FLAC or Ogg Opus file that is held until the
+ * client half-closes. */
+#define MAX_STREAMED_FILE (32u << 20)
 
 /* One audio message (or the END) and its place among the replies. */
 typedef struct riva_job {
   hark_grpc_slot slot; /* first: the transport hands it back */
   hark_grpc_call *c;   /* a reference, until the job is answered */
-  bool end;
+  bool end;            /* quiet: answered only with a non-empty final (END, a decoded file) */
 } riva_job;
 
 static void stream_free(void *p) {
   riva_stream *rs = p;
+  free(rs->file);
   hark_riva_config_fini(&rs->cfg);
   free(rs);
 }
@@ -219,15 +233,20 @@ static const hark_speech_handler handler = {.result = on_result};
 
 /* Queues one item of the stream with its place among the replies.
  * Queue thread. */
-static void stream_submit(hark_grpc_call *c, riva_stream *rs, hark_speech_item_kind kind,
-                          const void *audio, size_t n) {
+static void stream_submit_as(hark_grpc_call *c, riva_stream *rs, hark_speech_item_kind kind,
+                             const void *audio, size_t n, bool quiet) {
   riva_job *j = hark_xcalloc(1, sizeof *j);
   j->c = c;
-  j->end = kind == HARK_SPEECH_END;
-  if (j->end) rs->ended = true;
+  j->end = quiet;
+  if (kind == HARK_SPEECH_END) rs->ended = true;
   hark_grpc_slot_append(c, &j->slot, job_free);
   hark_grpc_call_ref(c);
   hark_speech_submit(rs->session, kind, audio, n, j);
+}
+
+static void stream_submit(hark_grpc_call *c, riva_stream *rs, hark_speech_item_kind kind,
+                          const void *audio, size_t n) {
+  stream_submit_as(c, rs, kind, audio, n, kind == HARK_SPEECH_END);
 }
 
 static hark_error *stream_configure(hark_grpc_call *c,
@@ -260,6 +279,20 @@ static hark_error *stream_configure(hark_grpc_call *c,
   return NULL;
 }
 
+/* Appends a streamed file's bytes; -1 past MAX_STREAMED_FILE. */
+static int file_append(riva_stream *rs, const uint8_t *p, size_t n) {
+  if (n > MAX_STREAMED_FILE - rs->file_len) return -1;
+  if (rs->file_len + n > rs->file_cap) {
+    size_t cap = rs->file_cap ? rs->file_cap : 65536;
+    while (cap < rs->file_len + n) cap *= 2;
+    rs->file = hark_xrealloc(rs->file, cap);
+    rs->file_cap = cap;
+  }
+  if (n) memcpy(rs->file + rs->file_len, p, n);
+  rs->file_len += n;
+  return 0;
+}
+
 static void streaming_recognize(hark_grpc_call *c, ProtobufCMessage *m) {
   Nvidia__Riva__Asr__StreamingRecognizeRequest *q = (void *)m;
   riva_stream *rs = hark_grpc_call_state(c);
@@ -285,6 +318,16 @@ static void streaming_recognize(hark_grpc_call *c, ProtobufCMessage *m) {
     if (!rs) {
       hark_grpc_stream_fail(c, HARK_GRPC_INVALID_ARGUMENT,
                             "the first message must carry streaming_config; audio came first");
+    } else if (rs->cfg.file) {
+      rs->n_audio++;
+      if (file_append(rs, q->audio_content.data, q->audio_content.len)) {
+        snprintf(text, sizeof text,
+                 "a streamed %s file is decoded when the stream ends: at most %u bytes",
+                 "FLAC or Ogg Opus", MAX_STREAMED_FILE);
+        hark_grpc_stream_fail(c, HARK_GRPC_RESOURCE_EXHAUSTED, text);
+      } else {
+        stream_submit(c, rs, HARK_SPEECH_AUDIO, NULL, 0); /* its one response */
+      }
     } else {
       rs->n_audio++;
       stream_submit(c, rs, HARK_SPEECH_AUDIO, q->audio_content.data, q->audio_content.len);
@@ -295,10 +338,41 @@ static void streaming_recognize(hark_grpc_call *c, ProtobufCMessage *m) {
   }
 }
 
-/* The client is done sending: END gives the last utterance its final. */
+/* The client is done sending: a streamed file is decoded (its channels
+ * mixed down, at 16 kHz) and goes as one item; END gives the last
+ * utterance its final. */
 static void streaming_half_close(hark_grpc_call *c) {
   riva_stream *rs = hark_grpc_call_state(c);
-  if (rs && !rs->ended && !hark_grpc_stream_over(c)) stream_submit(c, rs, HARK_SPEECH_END, NULL, 0);
+  if (!rs || rs->ended || hark_grpc_stream_over(c)) return;
+  if (rs->cfg.file) {
+    hark_audio_clip clip;
+    int16_t *pcm = NULL;
+    size_t n = 0;
+    char why[256];
+    int rc = hark_audio_clip_decode(rs->file, rs->file_len, 96u << 20, &clip, why, sizeof why);
+    if (rc == 0 && clip.frames == 0) {
+      snprintf(why, sizeof why, "AUDIO: the audio holds no samples");
+      rc = -1;
+    }
+    if (rc == 0)
+      rc = hark_audio_clip_pcm16(&clip, clip.channels == 1 ? 0 : -1, rs->cfg.st.sample_rate, &pcm,
+                                 &n, why, sizeof why);
+    hark_audio_clip_free(&clip); /* zeroed when decoding failed */
+    free(rs->file);
+    rs->file = NULL;
+    if (rc != 0) {
+      hark_grpc_stream_fail(c, HARK_GRPC_INVALID_ARGUMENT, why);
+      return;
+    }
+    rs->cfg.file = false;
+    /* In chunks of 100 ms, as a client streams; their messages were
+     * answered already, so only their finals are sent. */
+    for (size_t off = 0; off < n; off += 1600)
+      stream_submit_as(c, rs, HARK_SPEECH_AUDIO, pcm + off, (n - off < 1600 ? n - off : 1600) * 2,
+                       true); /* copied */
+    free(pcm);
+  }
+  stream_submit(c, rs, HARK_SPEECH_END, NULL, 0);
 }
 
 /* The call is over. Closing the session ends its sequence if it is still

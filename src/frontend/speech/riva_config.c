@@ -63,11 +63,6 @@ static hark_error *check_audio(const recognition_config *rc, bool streaming,
   switch (rc->encoding) {
   case NVIDIA__RIVA__AUDIO_ENCODING__FLAC:
   case NVIDIA__RIVA__AUDIO_ENCODING__OGGOPUS:
-    if (streaming)
-      return hark_error_new(HARK_ERR_INVALID_ARG,
-                            "encoding %s is supported by Recognize (offline) only: stream "
-                            "LINEAR_PCM, MULAW or ALAW",
-                            encoding_name(rc->encoding));
     out->file = true;
     st->encoding = HARK_SPEECH_PCM16;
     break;
@@ -83,14 +78,17 @@ static hark_error *check_audio(const recognition_config *rc, bool streaming,
                           encoding_name(rc->encoding), (int)rc->encoding);
   }
   /* Offline, a rate a model does not read is resampled first (offline.c). */
-  int32_t lo = streaming ? 8000 : HARK_RESAMPLE_ANY_MIN_RATE,
-          hi = streaming ? 48000 : HARK_RESAMPLE_ANY_MAX_RATE;
+  bool narrow = streaming && !out->file; /* a streamed file's header says its rate */
+  int32_t lo = narrow ? 8000 : HARK_RESAMPLE_ANY_MIN_RATE,
+          hi = narrow ? 48000 : HARK_RESAMPLE_ANY_MAX_RATE;
   if (rc->sample_rate_hertz != 0 && (rc->sample_rate_hertz < lo || rc->sample_rate_hertz > hi))
     return hark_error_new(HARK_ERR_INVALID_ARG,
                           "sample_rate_hertz %d is out of range: %d..%d Hz are supported%s",
                           (int)rc->sample_rate_hertz, (int)lo, (int)hi,
-                          streaming ? " when streaming (Recognize resamples others)" : "");
+                          narrow ? " when streaming (Recognize resamples others)" : "");
   st->sample_rate = (uint32_t)rc->sample_rate_hertz;
+  /* A streamed FLAC or Ogg Opus file reaches the model decoded, at 16 kHz. */
+  if (streaming && out->file) st->sample_rate = 16000;
   if (!st->sample_rate && st->encoding != HARK_SPEECH_PCM16)
     st->sample_rate = 8000; /* G.711 is telephone audio */
   if (rc->audio_channel_count < 0 || rc->audio_channel_count > (int32_t)HARK_AUDIO_MAX_CHANNELS ||
