@@ -349,7 +349,13 @@ static void streaming_half_close(hark_grpc_call *c) {
     int16_t *pcm = NULL;
     size_t n = 0;
     char why[256];
-    int rc = hark_audio_clip_decode(rs->file, rs->file_len, 96u << 20, &clip, why, sizeof why);
+    int rc = -1;
+    memset(&clip, 0, sizeof clip);
+    if (rs->file_len == 0)
+      snprintf(why, sizeof why, "AUDIO: the %s stream ended before any audio",
+               rs->cfg.file_encoding);
+    else
+      rc = hark_audio_clip_decode(rs->file, rs->file_len, 96u << 20, &clip, why, sizeof why);
     if (rc == 0 && clip.frames == 0) {
       snprintf(why, sizeof why, "AUDIO: the audio holds no samples");
       rc = -1;

@@ -64,6 +64,7 @@ static hark_error *check_audio(const recognition_config *rc, bool streaming,
   case NVIDIA__RIVA__AUDIO_ENCODING__FLAC:
   case NVIDIA__RIVA__AUDIO_ENCODING__OGGOPUS:
     out->file = true;
+    out->file_encoding = encoding_name(rc->encoding);
     st->encoding = HARK_SPEECH_PCM16;
     break;
   case NVIDIA__RIVA__AUDIO_ENCODING__ENCODING_UNSPECIFIED:
