@@ -85,13 +85,18 @@ void hark_audio_alaw_to_pcm16le(const uint8_t *in, size_t n, uint8_t *out);
 
 /* ---- resampling ------------------------------------------------------------ */
 
+/* The rates a client may name for a stream (a model reads these). */
 #define HARK_RESAMPLE_MIN_RATE 8000u
 #define HARK_RESAMPLE_MAX_RATE 48000u
+/* The rates the resampler itself takes: a recording outside the range above
+ * (4 kHz, 96 kHz) is brought into it by the front end that decodes it. */
+#define HARK_RESAMPLE_ANY_MIN_RATE 1000u
+#define HARK_RESAMPLE_ANY_MAX_RATE 384000u
 
 typedef struct hark_resampler hark_resampler;
 
 /* NULL on failure, with a reason in err. Rates must be within
- * [HARK_RESAMPLE_MIN_RATE, HARK_RESAMPLE_MAX_RATE]. Free with
+ * [HARK_RESAMPLE_ANY_MIN_RATE, HARK_RESAMPLE_ANY_MAX_RATE]. Free with
  * hark_resampler_free. */
 hark_resampler *hark_resampler_new(uint32_t in_rate, uint32_t out_rate, char *err, size_t errlen);
 void hark_resampler_free(hark_resampler *r);
@@ -107,6 +112,40 @@ uint32_t hark_resampler_out_rate(const hark_resampler *r);
  */
 int hark_resampler_process(hark_resampler *r, const int16_t *in, size_t n, int flush,
                            const int16_t **out, size_t *out_n);
+
+/* ---- whole recordings: decoding and channels (libhark_audio_decode) ------- */
+
+/*
+ * A recording held in memory decoded with libsndfile: WAV of any sample
+ * format (8-bit unsigned, 16/24/32-bit, float, G.711), FLAC, Ogg Opus (at
+ * 48 kHz), and whatever else libsndfile reads. Linked into harkd's front
+ * ends only (libsndfile stays out of the backends).
+ */
+#define HARK_AUDIO_MAX_CHANNELS 32u
+
+typedef struct hark_audio_clip {
+  float *samples;    /* frames x channels, interleaved, in [-1, 1]; malloc'd */
+  size_t frames;     /* samples per channel */
+  uint32_t channels; /* 1..HARK_AUDIO_MAX_CHANNELS */
+  uint32_t rate;     /* Hz */
+} hark_audio_clip;
+
+/* Decodes the file at buf (len bytes). 0 with *clip filled (free with
+ * hark_audio_clip_free), or -1 with the client's reason in err ("AUDIO:
+ * ..."). max_samples (0: none) bounds frames x channels: a small file that
+ * decodes to more is refused. A file with no samples is a clip of 0 frames. */
+int hark_audio_clip_decode(const uint8_t *buf, size_t len, size_t max_samples,
+                           hark_audio_clip *clip, char *err, size_t errlen);
+/* The same from raw interleaved 16-bit little-endian PCM; -1 (err) when len
+ * is not whole frames. */
+int hark_audio_clip_from_pcm16(const uint8_t *buf, size_t len, uint32_t channels, uint32_t rate,
+                               hark_audio_clip *clip, char *err, size_t errlen);
+void hark_audio_clip_free(hark_audio_clip *clip);
+/* One channel (0-based), or with channel < 0 the mean of all, as 16-bit
+ * samples at out_rate (0: the clip's), resampled when it differs. *out is
+ * malloc'd, the caller's to free; *out_n samples. -1 (err) on failure. */
+int hark_audio_clip_pcm16(const hark_audio_clip *clip, int channel, uint32_t out_rate,
+                          int16_t **out, size_t *out_n, char *err, size_t errlen);
 
 /* ---- normaliser: a stream's bytes to 16-bit samples at the model's rate ---- */
 

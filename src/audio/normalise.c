@@ -69,6 +69,10 @@ size_t hark_audio_norm_sample_bytes(const hark_audio_norm *a) {
 static hark_audio_norm_status make_resampler(hark_audio_norm *a, char *err, size_t errlen) {
   if (a->rs && hark_resampler_in_rate(a->rs) == a->in_rate) return HARK_AUDIO_NORM_OK;
   char why[160];
+  /* A stream names a rate a model reads; wider ones are for decoded files. */
+  if (a->in_rate < HARK_RESAMPLE_MIN_RATE || a->in_rate > HARK_RESAMPLE_MAX_RATE)
+    return fail(HARK_AUDIO_NORM_BAD_RATE, err, errlen, "sample rate %u -> %u outside %u..%u Hz",
+                a->in_rate, a->out_rate, HARK_RESAMPLE_MIN_RATE, HARK_RESAMPLE_MAX_RATE);
   hark_resampler *rs = hark_resampler_new(a->in_rate, a->out_rate, why, sizeof why);
   if (!rs) return fail(HARK_AUDIO_NORM_BAD_RATE, err, errlen, "%s", why);
   hark_resampler_free(a->rs);

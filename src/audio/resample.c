@@ -31,11 +31,11 @@ struct hark_resampler {
 #define DITHER_SEED 0x9e3779b9u
 
 hark_resampler *hark_resampler_new(uint32_t in_rate, uint32_t out_rate, char *err, size_t errlen) {
-  if (in_rate < HARK_RESAMPLE_MIN_RATE || in_rate > HARK_RESAMPLE_MAX_RATE ||
-      out_rate < HARK_RESAMPLE_MIN_RATE || out_rate > HARK_RESAMPLE_MAX_RATE) {
+  if (in_rate < HARK_RESAMPLE_ANY_MIN_RATE || in_rate > HARK_RESAMPLE_ANY_MAX_RATE ||
+      out_rate < HARK_RESAMPLE_ANY_MIN_RATE || out_rate > HARK_RESAMPLE_ANY_MAX_RATE) {
     if (err && errlen)
       snprintf(err, errlen, "sample rate %u -> %u outside %u..%u Hz", in_rate, out_rate,
-               HARK_RESAMPLE_MIN_RATE, HARK_RESAMPLE_MAX_RATE);
+               HARK_RESAMPLE_ANY_MIN_RATE, HARK_RESAMPLE_ANY_MAX_RATE);
     return NULL;
   }
   hark_resampler *r = calloc(1, sizeof *r);

@@ -112,9 +112,12 @@ static void test_resample_passthrough_is_exact(void **state) {
   assert_int_equal(n, 5);
   assert_memory_equal(x, y, sizeof x);
   hark_resampler_free(r);
-  assert_null(hark_resampler_new(7999, 16000, err, sizeof err));
+  assert_null(hark_resampler_new(999, 16000, err, sizeof err));
   assert_non_null(strstr(err, "outside"));
-  assert_null(hark_resampler_new(16000, 48001, err, sizeof err));
+  assert_null(hark_resampler_new(16000, 384001, err, sizeof err));
+  hark_resampler *wide = hark_resampler_new(96000, 16000, err, sizeof err); /* decoded files */
+  assert_non_null(wide);
+  hark_resampler_free(wide);
 }
 
 static void test_resample_streaming_lengths_and_tone(void **state) {

@@ -21,22 +21,30 @@
  * Audio: LINEAR_PCM (16-bit little-endian mono), MULAW and ALAW (expanded
  * to 16-bit PCM by the session), or ENCODING_UNSPECIFIED with a WAV header
  * at the start (the model reads it); sample_rate_hertz 8000..48000,
- * resampled by the model.
+ * resampled by the model. A streamed FLAC or OGG_OPUS file is held (up to
+ * MAX_STREAMED_FILE) and decoded when the client half-closes: every audio
+ * message still gets its response, the transcript comes at the end.
  *
- * Recognize runs the whole recording as one request (a one-shot
- * sequence); GetRivaSpeechRecognitionConfig lists the speech models (a
- * model with a BYTES input AUDIO and an output TRANSCRIPT) and their
- * parameters.
+ * Recognize runs the whole recording at once (offline.c: decoded when the
+ * model cannot read it as it is — FLAC, Ogg Opus, any WAV, channels,
+ * rates outside 8..48 kHz — one result per channel with
+ * separate_recognition_per_channel, and a gated model's VAD run first);
+ * GetRivaSpeechRecognitionConfig lists the speech models (a model with a
+ * BYTES input AUDIO and an output TRANSCRIPT) and their parameters, file
+ * paths hidden from a caller that may not see the model repository.
  */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "frontend/security/restrict.h"
 #include "frontend/speech/asr_result.h"
+#include "frontend/speech/offline.h"
 #include "frontend/speech/riva_config.h"
 #include "frontend/speech/session.h"
 #include "frontend/speech/speech.h"
+#include "hark/audio.h"
 #include "hark/config.h"
 #include "hark/model.h"
 #include "riva_asr.pb-c.h"
@@ -138,17 +146,25 @@ typedef struct riva_stream {
   bool interim;
   bool ended;       /* queue thread: END was submitted */
   uint32_t n_audio; /* audio messages so far */
+  /* FLAC / OGG_OPUS: the file's bytes so far, decoded at the half-close */
+  uint8_t *file;
+  size_t file_len, file_cap;
 } riva_stream;
+
+/* The most of a streamed FLAC or Ogg Opus file that is held until the
+ * client half-closes. */
+#define MAX_STREAMED_FILE (32u << 20)
 
 /* One audio message (or the END) and its place among the replies. */
 typedef struct riva_job {
   hark_grpc_slot slot; /* first: the transport hands it back */
   hark_grpc_call *c;   /* a reference, until the job is answered */
-  bool end;
+  bool end;            /* quiet: answered only with a non-empty final (END, a decoded file) */
 } riva_job;
 
 static void stream_free(void *p) {
   riva_stream *rs = p;
+  free(rs->file);
   hark_riva_config_fini(&rs->cfg);
   free(rs);
 }
@@ -217,15 +233,20 @@ static const hark_speech_handler handler = {.result = on_result};
 
 /* Queues one item of the stream with its place among the replies.
  * Queue thread. */
-static void stream_submit(hark_grpc_call *c, riva_stream *rs, hark_speech_item_kind kind,
-                          const void *audio, size_t n) {
+static void stream_submit_as(hark_grpc_call *c, riva_stream *rs, hark_speech_item_kind kind,
+                             const void *audio, size_t n, bool quiet) {
   riva_job *j = hark_xcalloc(1, sizeof *j);
   j->c = c;
-  j->end = kind == HARK_SPEECH_END;
-  if (j->end) rs->ended = true;
+  j->end = quiet;
+  if (kind == HARK_SPEECH_END) rs->ended = true;
   hark_grpc_slot_append(c, &j->slot, job_free);
   hark_grpc_call_ref(c);
   hark_speech_submit(rs->session, kind, audio, n, j);
+}
+
+static void stream_submit(hark_grpc_call *c, riva_stream *rs, hark_speech_item_kind kind,
+                          const void *audio, size_t n) {
+  stream_submit_as(c, rs, kind, audio, n, kind == HARK_SPEECH_END);
 }
 
 static hark_error *stream_configure(hark_grpc_call *c,
@@ -258,6 +279,20 @@ static hark_error *stream_configure(hark_grpc_call *c,
   return NULL;
 }
 
+/* Appends a streamed file's bytes; -1 past MAX_STREAMED_FILE. */
+static int file_append(riva_stream *rs, const uint8_t *p, size_t n) {
+  if (n > MAX_STREAMED_FILE - rs->file_len) return -1;
+  if (rs->file_len + n > rs->file_cap) {
+    size_t cap = rs->file_cap ? rs->file_cap : 65536;
+    while (cap < rs->file_len + n) cap *= 2;
+    rs->file = hark_xrealloc(rs->file, cap);
+    rs->file_cap = cap;
+  }
+  if (n) memcpy(rs->file + rs->file_len, p, n);
+  rs->file_len += n;
+  return 0;
+}
+
 static void streaming_recognize(hark_grpc_call *c, ProtobufCMessage *m) {
   Nvidia__Riva__Asr__StreamingRecognizeRequest *q = (void *)m;
   riva_stream *rs = hark_grpc_call_state(c);
@@ -283,6 +318,16 @@ static void streaming_recognize(hark_grpc_call *c, ProtobufCMessage *m) {
     if (!rs) {
       hark_grpc_stream_fail(c, HARK_GRPC_INVALID_ARGUMENT,
                             "the first message must carry streaming_config; audio came first");
+    } else if (rs->cfg.file) {
+      rs->n_audio++;
+      if (file_append(rs, q->audio_content.data, q->audio_content.len)) {
+        snprintf(text, sizeof text,
+                 "a streamed %s file is decoded when the stream ends: at most %u bytes",
+                 "FLAC or Ogg Opus", MAX_STREAMED_FILE);
+        hark_grpc_stream_fail(c, HARK_GRPC_RESOURCE_EXHAUSTED, text);
+      } else {
+        stream_submit(c, rs, HARK_SPEECH_AUDIO, NULL, 0); /* its one response */
+      }
     } else {
       rs->n_audio++;
       stream_submit(c, rs, HARK_SPEECH_AUDIO, q->audio_content.data, q->audio_content.len);
@@ -293,10 +338,47 @@ static void streaming_recognize(hark_grpc_call *c, ProtobufCMessage *m) {
   }
 }
 
-/* The client is done sending: END gives the last utterance its final. */
+/* The client is done sending: a streamed file is decoded (its channels
+ * mixed down, at 16 kHz) and goes as one item; END gives the last
+ * utterance its final. */
 static void streaming_half_close(hark_grpc_call *c) {
   riva_stream *rs = hark_grpc_call_state(c);
-  if (rs && !rs->ended && !hark_grpc_stream_over(c)) stream_submit(c, rs, HARK_SPEECH_END, NULL, 0);
+  if (!rs || rs->ended || hark_grpc_stream_over(c)) return;
+  if (rs->cfg.file) {
+    hark_audio_clip clip;
+    int16_t *pcm = NULL;
+    size_t n = 0;
+    char why[256];
+    int rc = -1;
+    memset(&clip, 0, sizeof clip);
+    if (rs->file_len == 0)
+      snprintf(why, sizeof why, "AUDIO: the %s stream ended before any audio",
+               rs->cfg.file_encoding);
+    else
+      rc = hark_audio_clip_decode(rs->file, rs->file_len, 96u << 20, &clip, why, sizeof why);
+    if (rc == 0 && clip.frames == 0) {
+      snprintf(why, sizeof why, "AUDIO: the audio holds no samples");
+      rc = -1;
+    }
+    if (rc == 0)
+      rc = hark_audio_clip_pcm16(&clip, clip.channels == 1 ? 0 : -1, rs->cfg.st.sample_rate, &pcm,
+                                 &n, why, sizeof why);
+    hark_audio_clip_free(&clip); /* zeroed when decoding failed */
+    free(rs->file);
+    rs->file = NULL;
+    if (rc != 0) {
+      hark_grpc_stream_fail(c, HARK_GRPC_INVALID_ARGUMENT, why);
+      return;
+    }
+    rs->cfg.file = false;
+    /* In chunks of 100 ms, as a client streams; their messages were
+     * answered already, so only their finals are sent. */
+    for (size_t off = 0; off < n; off += 1600)
+      stream_submit_as(c, rs, HARK_SPEECH_AUDIO, pcm + off, (n - off < 1600 ? n - off : 1600) * 2,
+                       true); /* copied */
+    free(pcm);
+  }
+  stream_submit(c, rs, HARK_SPEECH_END, NULL, 0);
 }
 
 /* The call is over. Closing the session ends its sequence if it is still
@@ -321,51 +403,50 @@ static void streaming_closed(hark_grpc_call *c) {
 typedef struct recognize_job {
   hark_grpc_call *c;
   hark_riva_config cfg;
-  hark_response *last;
 } recognize_job;
 
-static void recognize_reply(recognize_job *rj) {
-  hark_asr_result r;
-  hark_asr_result_read(rj->last, &r);
-  r.is_final = true; /* the whole recording: one final */
-  alt_set a;
-  alt_set_build(&a, &r, rj->cfg.alternatives, rj->cfg.st.words);
+/* One result per channel (channel_tag 1..n), each the whole recording's
+ * final. */
+static void recognize_reply(recognize_job *rj, hark_response **resps, uint32_t n) {
   Nvidia__Riva__Asr__RecognizeResponse msg = NVIDIA__RIVA__ASR__RECOGNIZE_RESPONSE__INIT;
-  Nvidia__Riva__Asr__SpeechRecognitionResult res =
-      NVIDIA__RIVA__ASR__SPEECH_RECOGNITION_RESULT__INIT;
-  Nvidia__Riva__Asr__SpeechRecognitionResult *res_p = &res;
+  Nvidia__Riva__Asr__SpeechRecognitionResult *res = hark_xcalloc(n, sizeof *res);
+  Nvidia__Riva__Asr__SpeechRecognitionResult **res_p = hark_xcalloc(n, sizeof *res_p);
+  alt_set *a = hark_xcalloc(n, sizeof *a);
   Nvidia__Riva__RequestId id = NVIDIA__RIVA__REQUEST_ID__INIT;
-  res.alternatives = a.alt_p;
-  res.n_alternatives = a.n_alt;
-  res.channel_tag = 1;
-  res.audio_processed = r.audio_processed;
-  msg.results = &res_p;
-  msg.n_results = 1;
+  for (uint32_t i = 0; i < n; i++) {
+    hark_asr_result r;
+    hark_asr_result_read(resps[i], &r);
+    r.is_final = true; /* the whole recording: one final */
+    alt_set_build(&a[i], &r, rj->cfg.alternatives, rj->cfg.st.words);
+    nvidia__riva__asr__speech_recognition_result__init(&res[i]);
+    res[i].alternatives = a[i].alt_p;
+    res[i].n_alternatives = a[i].n_alt;
+    res[i].channel_tag = (int32_t)i + 1;
+    res[i].audio_processed = r.audio_processed;
+    res_p[i] = &res[i];
+  }
+  msg.results = res_p;
+  msg.n_results = n;
   if (rj->cfg.request_id) {
     id.value = rj->cfg.request_id;
     msg.id = &id;
   }
   hark_grpc_reply(rj->c, &msg.base, HARK_GRPC_OK, NULL);
-  alt_set_free(&a);
+  for (uint32_t i = 0; i < n; i++) alt_set_free(&a[i]);
+  free(a);
+  free(res_p);
+  free(res);
 }
 
-static void on_recognize_response(hark_response *resp, uint32_t flags, hark_error *err,
-                                  void *userp) {
+static void on_recognized(void *userp, hark_response **resps, uint32_t n, hark_error *err) {
   recognize_job *rj = userp;
-  if (resp) {
-    hark_response_free(rj->last);
-    rj->last = resp;
-  }
-  if (!(flags & HARK_RESPONSE_FINAL)) {
-    hark_error_free(err);
-    return;
-  }
   hark_grpc_call *c = rj->c;
   if (err)
     hark_grpc_reply_error(c, err);
   else
-    recognize_reply(rj);
-  hark_response_free(rj->last);
+    recognize_reply(rj, resps, n);
+  for (uint32_t i = 0; i < n; i++) hark_response_free(resps[i]);
+  free(resps);
   hark_riva_config_fini(&rj->cfg);
   free(rj);
   hark_grpc_call_unref(c); /* the engine's reference */
@@ -376,23 +457,18 @@ static void recognize(hark_grpc_call *c, ProtobufCMessage *m) {
   hark_riva *r = hark_grpc_call_service(c);
   recognize_job *rj = hark_xcalloc(1, sizeof *rj);
   rj->c = c;
-  hark_request *req = NULL;
   hark_error *err = hark_riva_config_parse(r->server, r->speech_model, r->sample_rate, q->config,
                                            false, q->id, &rj->cfg);
-  if (!err)
-    err =
-        hark_speech_request_oneshot(rj->cfg.model, &rj->cfg.st, q->audio.data, q->audio.len, &req);
   if (!err) {
-    if (q->id && *q->id->value) hark_request_set_id(req, q->id->value);
-    hark_request_set_callback(req, on_recognize_response, rj);
-    /* A client that cancels (or goes) stops the decode between blocks. */
-    hark_request_set_cancel(req, hark_grpc_call_cancel_token(c));
+    hark_offline_audio audio = {q->audio.data, q->audio.len,
+                                rj->cfg.file ? HARK_OFFLINE_FILE : HARK_OFFLINE_RAW,
+                                rj->cfg.channels, rj->cfg.separate};
     hark_grpc_call_ref(c);
-    err = hark_server_infer(r->server, req);
-    if (err) {
-      hark_grpc_call_unref(c);
-      hark_request_free(req);
-    }
+    /* A client that cancels (or goes) stops the decode between blocks. */
+    err = hark_offline_run(r->server, rj->cfg.model, &rj->cfg.st, &audio,
+                           hark_grpc_call_cancel_token(c), q->id ? q->id->value : NULL,
+                           on_recognized, rj);
+    if (err) hark_grpc_call_unref(c);
   }
   if (err) {
     hark_riva_config_fini(&rj->cfg);
@@ -409,6 +485,7 @@ typedef Nvidia__Riva__Asr__RivaSpeechRecognitionConfigResponse__Config__Paramete
 /* The reply's parts, in one arena (internal-sized). */
 typedef struct config_list {
   const char *want; /* "" = every speech model */
+  bool hide_paths;  /* the caller may not see model-repository: no paths */
   hark_arena *a;
   pb_model_config **models;
   size_t n, cap;
@@ -455,8 +532,13 @@ static void add_entry(config_list *l, hark_model *model, bool online) {
   snprintf(num, sizeof num, "%lld", (long long)hark_model_version(model));
   add_param(l->a, mc, &cap, "version", num);
   add_param(l->a, mc, &cap, "backend", cfg->backend ? cfg->backend : "");
-  for (uint32_t i = 0; i < cfg->n_parameters; i++)
-    add_param(l->a, mc, &cap, cfg->parameters[i].key, cfg->parameters[i].value);
+  /* As ModelConfig shows them: a path (a dictionary, a weights file) only
+   * to a caller allowed the model-repository API. */
+  for (uint32_t i = 0; i < cfg->n_parameters; i++) {
+    const char *v = cfg->parameters[i].value;
+    if (l->hide_paths && hark_restrict_is_path(v)) v = HARK_RESTRICT_PATH_HIDDEN;
+    add_param(l->a, mc, &cap, cfg->parameters[i].key, v);
+  }
 }
 
 /* Riva lists a deployment per mode: a streaming model (sequence batching)
@@ -480,7 +562,9 @@ static void collect_model(hark_model *model, void *userp) {
 static void get_config(hark_grpc_call *c, ProtobufCMessage *m) {
   Nvidia__Riva__Asr__RivaSpeechRecognitionConfigRequest *q = (void *)m;
   hark_riva *r = hark_grpc_call_service(c);
-  config_list l = {.want = q->model_name ? q->model_name : "", .a = hark_arena_new()};
+  config_list l = {.want = q->model_name ? q->model_name : "",
+                   .hide_paths = !hark_grpc_call_allowed(c, HARK_API_MODEL_REPOSITORY),
+                   .a = hark_arena_new()};
   hark_server_model_foreach(r->server, collect_model, &l);
   Nvidia__Riva__Asr__RivaSpeechRecognitionConfigResponse resp =
       NVIDIA__RIVA__ASR__RIVA_SPEECH_RECOGNITION_CONFIG_RESPONSE__INIT;

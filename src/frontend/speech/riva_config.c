@@ -13,6 +13,7 @@
 #include <string.h>
 #include <strings.h>
 
+#include "hark/audio.h"
 #include "hark/model.h"
 #include "util/alloc.h"
 
@@ -56,29 +57,49 @@ static hark_error *check_endpointing(const Nvidia__Riva__Asr__EndpointingConfig 
   return NULL;
 }
 
-static hark_error *check_audio(const recognition_config *rc, hark_speech_settings *st) {
+static hark_error *check_audio(const recognition_config *rc, bool streaming,
+                               hark_riva_config *out) {
+  hark_speech_settings *st = &out->st;
   switch (rc->encoding) {
+  case NVIDIA__RIVA__AUDIO_ENCODING__FLAC:
+  case NVIDIA__RIVA__AUDIO_ENCODING__OGGOPUS:
+    out->file = true;
+    out->file_encoding = encoding_name(rc->encoding);
+    st->encoding = HARK_SPEECH_PCM16;
+    break;
   case NVIDIA__RIVA__AUDIO_ENCODING__ENCODING_UNSPECIFIED:
   case NVIDIA__RIVA__AUDIO_ENCODING__LINEAR_PCM: st->encoding = HARK_SPEECH_PCM16; break;
   case NVIDIA__RIVA__AUDIO_ENCODING__MULAW: st->encoding = HARK_SPEECH_MULAW; break;
   case NVIDIA__RIVA__AUDIO_ENCODING__ALAW: st->encoding = HARK_SPEECH_ALAW; break;
   default:
     return hark_error_new(HARK_ERR_INVALID_ARG,
-                          "encoding %s (%d) is not supported: send LINEAR_PCM, MULAW or ALAW, "
-                          "or leave it unspecified and start the audio with a WAV header",
+                          "encoding %s (%d) is not supported: send LINEAR_PCM, MULAW, ALAW, "
+                          "FLAC or OGG_OPUS, or leave it unspecified and start the audio with a "
+                          "WAV header",
                           encoding_name(rc->encoding), (int)rc->encoding);
   }
-  if (rc->sample_rate_hertz != 0 && (rc->sample_rate_hertz < 8000 || rc->sample_rate_hertz > 48000))
+  /* Offline, a rate a model does not read is resampled first (offline.c). */
+  bool narrow = streaming && !out->file; /* a streamed file's header says its rate */
+  int32_t lo = narrow ? 8000 : HARK_RESAMPLE_ANY_MIN_RATE,
+          hi = narrow ? 48000 : HARK_RESAMPLE_ANY_MAX_RATE;
+  if (rc->sample_rate_hertz != 0 && (rc->sample_rate_hertz < lo || rc->sample_rate_hertz > hi))
     return hark_error_new(HARK_ERR_INVALID_ARG,
-                          "sample_rate_hertz %d is out of range: 8000..48000 Hz are supported",
-                          (int)rc->sample_rate_hertz);
+                          "sample_rate_hertz %d is out of range: %d..%d Hz are supported%s",
+                          (int)rc->sample_rate_hertz, (int)lo, (int)hi,
+                          narrow ? " when streaming (Recognize resamples others)" : "");
   st->sample_rate = (uint32_t)rc->sample_rate_hertz;
+  /* A streamed FLAC or Ogg Opus file reaches the model decoded, at 16 kHz. */
+  if (streaming && out->file) st->sample_rate = 16000;
   if (!st->sample_rate && st->encoding != HARK_SPEECH_PCM16)
     st->sample_rate = 8000; /* G.711 is telephone audio */
-  if (rc->audio_channel_count > 1)
-    return hark_error_new(HARK_ERR_INVALID_ARG,
-                          "audio_channel_count %d: only mono audio (1 channel) is supported",
-                          (int)rc->audio_channel_count);
+  if (rc->audio_channel_count < 0 || rc->audio_channel_count > (int32_t)HARK_AUDIO_MAX_CHANNELS ||
+      (streaming && rc->audio_channel_count > 1))
+    return hark_error_new(HARK_ERR_INVALID_ARG, "audio_channel_count %d: %s",
+                          (int)rc->audio_channel_count,
+                          streaming ? "only mono audio (1 channel) streams; Recognize takes more"
+                                    : "1..32 channels are supported");
+  out->channels = (uint32_t)rc->audio_channel_count;
+  out->separate = rc->enable_separate_recognition_per_channel;
   return NULL;
 }
 
@@ -117,7 +138,7 @@ hark_error *hark_riva_config_parse(hark_server *server, const char *speech_model
   static const recognition_config defaults = NVIDIA__RIVA__ASR__RECOGNITION_CONFIG__INIT;
   if (!rc) rc = &defaults;
   memset(out, 0, sizeof *out);
-  hark_error *err = check_audio(rc, &out->st);
+  hark_error *err = check_audio(rc, streaming, out);
   if (!err && rc->diarization_config && rc->diarization_config->enable_speaker_diarization)
     err = hark_error_new(HARK_ERR_INVALID_ARG, "speaker diarization is not supported");
   if (!err && rc->max_alternatives < 0)

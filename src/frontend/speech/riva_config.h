@@ -21,10 +21,14 @@
 #define HARK_RIVA_MAX_ALTERNATIVES 16
 
 typedef struct hark_riva_config {
-  hark_model *model;       /* a reference */
-  hark_speech_settings st; /* what the session sends the model */
-  uint32_t alternatives;   /* >= 1: how many a result carries */
-  char *request_id;        /* echoed; NULL when none */
+  hark_model *model;         /* a reference */
+  hark_speech_settings st;   /* what the session sends the model */
+  uint32_t alternatives;     /* >= 1: how many a result carries */
+  char *request_id;          /* echoed; NULL when none */
+  bool file;                 /* FLAC or OGG_OPUS: a file to decode (offline.h) */
+  const char *file_encoding; /* its name ("FLAC", "OGGOPUS"), static */
+  uint32_t channels;         /* audio_channel_count (raw PCM); 0: 1 */
+  bool separate;             /* separate_recognition_per_channel */
 } hark_riva_config;
 
 /*
