@@ -358,7 +358,8 @@ const hark_flag harkd_flags[] = {
           "the rate of a speech stream that names none (a\n"
           "Vosk stream without a config message, Riva PCM\n"
           "without sample_rate_hertz): 8000..48000; default:\n"
-          "the model's default_sample_rate (asr: 16000)"),
+          "8000 on a Vosk path (as Vosk's server), else the\n"
+          "model's default_sample_rate (asr: 16000)"),
     F_INT("max-inflight-bytes", "N", inflight_max, 0, LONG_MAX,
           "bytes all clients together may make harkd hold\n"
           "(request bodies, gRPC messages) before new ones\n"

@@ -161,6 +161,32 @@ static asr_stream *stream_new(asr_model *m, uint32_t rate, const ps_endpointing 
   return as;
 }
 
+static bool word_known(void *arg, const char *word) {
+  char *pron = ps_lookup_word(arg, word);
+  free(pron);
+  return pron != NULL;
+}
+
+static bool word_assumed(void *arg, const char *word) {
+  (void)arg;
+  (void)word;
+  return true;
+}
+
+/* The stream's phrase_list (a JSON array of strings) as its grammar. Its
+ * words are looked up on a free decoder; with none free at once, the
+ * grammar's own making refuses an unknown word when the first utterance
+ * opens. */
+static hark_error *set_phrases(asr_model *m, ps_stream *st, const char *json) {
+  char why[256];
+  ps_decoder_t *ps = ps_pool_acquire(m->pool, 0);
+  char *jsgf = ps_phrases_jsgf(json, ps ? word_known : word_assumed, ps, why, sizeof why);
+  if (ps) ps_pool_release(m->pool, ps);
+  if (!jsgf) return hark_error_new(HARK_ERR_INVALID_ARG, "asr: %s", why);
+  ps_stream_set_grammar(st, jsgf);
+  return NULL;
+}
+
 static void stream_free(asr_model *m, asr_stream *as) {
   if (!as) return;
   ps_stream_free(as->st);
@@ -404,6 +430,49 @@ static hark_error *add_f32(hark_response *resp, hark_request *req, const char *n
   return err;
 }
 
+/* A final's n-best (docs/backends.md, "Speech outputs"): ALTERNATIVES and
+ * ALTERNATIVE_CONFIDENCE [k], ALTERNATIVE_WORD_COUNT (INT32 [k]), and the
+ * words of every alternative in turn in ALTERNATIVE_WORDS,
+ * ALTERNATIVE_WORD_START, _END and _CONF; alternative 0 is the result
+ * itself. A partial has none. */
+static hark_error *add_alternatives(hark_response *resp, hark_request *req, const ps_result *r) {
+  uint32_t k = r->n_alternatives, n0 = k ? r->n_words : 0, n = n0 + r->n_alt_words;
+  float *conf = calloc(k + 1, sizeof *conf), *f = calloc(3 * (size_t)n + 1, sizeof *f);
+  int32_t *counts = calloc(k + 1, sizeof *counts);
+  const char **w = calloc(n + 1, sizeof *w);
+  hark_error *err =
+      conf && f && counts && w ? NULL : hark_error_new(HARK_ERR_INTERNAL, "asr: out of memory");
+  for (uint32_t i = 0; !err && i < k; i++) {
+    conf[i] = r->confidence * r->alt_rel[i];
+    counts[i] = (int32_t)(i == 0 ? n0 : r->alt_n_words[i]);
+  }
+  for (uint32_t i = 0; !err && i < n; i++) {
+    const ps_word *pw = i < n0 ? &r->words[i] : &r->alt_words[i - n0];
+    w[i] = pw->word;
+    f[i] = pw->start;
+    f[n + i] = pw->end;
+    f[2 * n + i] = pw->conf;
+  }
+  if (!err) err = add_bytes(resp, req, "ALTERNATIVES", (const char *const *)r->alternatives, k);
+  if (!err) err = add_f32(resp, req, "ALTERNATIVE_CONFIDENCE", conf, k);
+  if (!err && hark_request_output_requested(req, "ALTERNATIVE_WORD_COUNT")) {
+    int64_t shape[1] = {k};
+    int32_t *out;
+    err = hark_response_add_output(resp, "ALTERNATIVE_WORD_COUNT", HARK_TYPE_INT32, shape, 1,
+                                   (size_t)k * sizeof *out, (void **)&out);
+    if (!err && k) memcpy(out, counts, (size_t)k * sizeof *out);
+  }
+  if (!err) err = add_bytes(resp, req, "ALTERNATIVE_WORDS", w, n);
+  if (!err) err = add_f32(resp, req, "ALTERNATIVE_WORD_START", f, n);
+  if (!err) err = add_f32(resp, req, "ALTERNATIVE_WORD_END", f + n, n);
+  if (!err) err = add_f32(resp, req, "ALTERNATIVE_WORD_CONF", f + 2 * n, n);
+  free(conf);
+  free(f);
+  free(counts);
+  free(w);
+  return err;
+}
+
 static hark_error *build_response(hark_request *req, const ps_result *r, hark_response **out) {
   hark_response *resp = hark_response_new(req);
   const char *text = r->text ? r->text : "";
@@ -430,9 +499,8 @@ static hark_error *build_response(hark_request *req, const ps_result *r, hark_re
   if (!err) err = add_f32(resp, req, "WORD_CONF", times + 2 * n, n);
   if (!err) err = add_f32(resp, req, "CONFIDENCE", &r->confidence, 1);
   if (!err) err = add_f32(resp, req, "AUDIO_PROCESSED", &r->audio_processed, 1);
-  if (!err && r->want_alternatives > 0)
-    err = add_bytes(resp, req, "ALTERNATIVES", (const char *const *)r->alternatives,
-                    r->n_alternatives);
+  if (!err) err = add_f32(resp, req, "STABILITY", &r->stability, 1);
+  if (!err && r->want_alternatives > 0) err = add_alternatives(resp, req, r);
   free(words);
   free(times);
   if (err) {
@@ -604,6 +672,11 @@ static hark_error *run_one(asr_model *m, hark_request *req) {
     if (end == alt || *end || a < 0)
       err = hark_error_new(HARK_ERR_INVALID_ARG, "asr: max_alternatives '%s' is not a count", alt);
     uint32_t cap = ps_pool_settings(m->pool)->max_alternatives;
+    if (!err && a > (long)cap)
+      err = hark_error_new(HARK_ERR_INVALID_ARG,
+                           "asr: max_alternatives %ld is more than this model gives (%u: its "
+                           "max_alternatives parameter)",
+                           a, cap);
     want_alt = a > (long)cap ? cap : (uint32_t)(a < 0 ? 0 : a);
   }
   ps_profile profile = ps_pool_settings(m->pool)->profile;
@@ -618,6 +691,11 @@ static hark_error *run_one(asr_model *m, hark_request *req) {
   if (!err && !as) {
     as = stream_new(m, rate, &ep, profile, why, sizeof why);
     if (!as) err = hark_error_new(HARK_ERR_INVALID_ARG, "asr: %s", why);
+    const char *phrases = hark_request_parameter(req, "phrase_list");
+    if (!err && phrases && (err = set_phrases(m, as->st, phrases))) {
+      stream_free(m, as);
+      as = NULL;
+    }
   }
   ps_stream *st = as ? as->st : NULL;
   /* A stream's n-best count and profile come with its first request; its

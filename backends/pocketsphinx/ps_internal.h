@@ -190,7 +190,17 @@ typedef struct ps_result {
   uint32_t n_words, cap_words;
   float confidence;      /* mean word posterior; 0 with no words */
   float audio_processed; /* seconds of the stream's audio consumed */
-  char **alternatives;   /* n-best texts of the result (owned) */
+  float stability;       /* a partial's: share of its words the last partial had too */
+  /* The n-best of a final, best first: alternative 0 is the result itself
+   * (text, words, confidence); each other one has its own text, words
+   * (alt_words, alternative 1's first, alt_n_words[i] each; alternative
+   * 0's are `words`) and a likelihood relative to alternative 0 (alt_rel,
+   * in [0, 1]; its confidence is that times `confidence`). */
+  char **alternatives; /* texts (owned) */
+  float *alt_rel;
+  uint32_t *alt_n_words;
+  ps_word *alt_words;
+  uint32_t n_alt_words, cap_alt_words;
   uint32_t n_alternatives;
   uint32_t want_alternatives;
 } ps_result;
@@ -257,6 +267,16 @@ double ps_stream_audio_processed(const ps_stream *st);
 /* The profile the stream's next utterance decodes with (the current one
  * keeps its own: a search cannot change inside an utterance). */
 void ps_stream_set_profile(ps_stream *st, ps_profile p);
+
+/* The stream's utterances recognise with this JSGF grammar (taken over;
+ * NULL: the model's own search). */
+void ps_stream_set_grammar(ps_stream *st, char *jsgf);
+
+/* phrases.c: a phrase_list (JSON array of strings) as a JSGF grammar that
+ * accepts any sequence of the phrases, its words checked with known();
+ * the caller frees it. NULL with the reason in err. */
+typedef bool (*ps_word_known)(void *arg, const char *word);
+char *ps_phrases_jsgf(const char *json, ps_word_known known, void *arg, char *err, size_t errlen);
 
 /* ---- degrade.c ------------------------------------------------------------ */
 

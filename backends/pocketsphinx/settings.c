@@ -26,7 +26,8 @@
  *                            far behind the clock gives it back (3000; 0: never)
  *   max_buffered_ms          unprocessed audio a stream may hold
  *   block_samples            front-end block (2048, as pocketsphinx_continuous)
- *   max_alternatives         cap on a request's max_alternatives
+ *   max_alternatives         cap on a request's max_alternatives (100; more
+ *                            is refused)
  *   default_sample_rate      the rate of audio whose stream or request names
  *                            none (16000; Vosk's servers assume 8000)
  *   language_code            informational (e.g. "en-US"): what the model recognises
@@ -134,7 +135,7 @@ int ps_settings_init(ps_settings *s, ps_param_fn get, void *ctx, char *err, size
   s->decoder_idle_ms = 3000;
   s->max_buffered_ms = 10000;
   s->block_samples = 2048;
-  s->max_alternatives = 10;
+  s->max_alternatives = 100;
   s->default_sample_rate = 16000;
   s->degrade = (ps_degrade_settings){0, 10000, 200, 3, 1000};
   s->gate.on = 0;

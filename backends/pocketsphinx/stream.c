@@ -127,6 +127,8 @@ struct ps_stream {
   size_t judged;          /* fifo[head..judged): pre-roll; [judged..len): not yet judged */
   size_t frame_samples;   /* model-rate samples a probability covers */
   size_t preroll_samples; /* opening window plus prespeech_ms */
+  char *last_partial;     /* the utterance's last partial text; NULL after a final */
+  char *jsgf;             /* the phrase_list's grammar; NULL: the model's search */
 };
 
 /* ---- results ------------------------------------------------------------- */
@@ -136,12 +138,22 @@ void ps_result_init(ps_result *r, uint32_t want_alternatives) {
   r->want_alternatives = want_alternatives;
 }
 
+static void alternatives_clear(ps_result *r) {
+  for (uint32_t i = 0; i < r->n_alternatives; i++) free(r->alternatives[i]);
+  for (uint32_t i = 0; i < r->n_alt_words; i++) free(r->alt_words[i].word);
+  r->n_alternatives = 0;
+  r->n_alt_words = 0;
+}
+
 void ps_result_fini(ps_result *r) {
   free(r->text);
   for (uint32_t i = 0; i < r->n_words; i++) free(r->words[i].word);
   free(r->words);
-  for (uint32_t i = 0; i < r->n_alternatives; i++) free(r->alternatives[i]);
+  alternatives_clear(r);
   free(r->alternatives);
+  free(r->alt_rel);
+  free(r->alt_n_words);
+  free(r->alt_words);
   memset(r, 0, sizeof *r);
 }
 
@@ -158,15 +170,22 @@ static int text_append(char **text, size_t *len, const char *s) {
   return 0;
 }
 
-static int is_filler(const char *w) { return w[0] == '<' || w[0] == '[' || w[0] == '+'; }
+/* Fillers (<sil>, [NOISE], +breath+) and a grammar's null transitions
+ * ("(NULL)") are not words. */
+static int is_filler(const char *w) {
+  return w[0] == '<' || w[0] == '[' || w[0] == '+' || w[0] == '(';
+}
 
-static int add_word(ps_result *r, const char *w, float start, float end, float conf) {
-  if (r->n_words == r->cap_words) {
-    uint32_t cap = r->cap_words ? r->cap_words * 2 : 16;
-    ps_word *nw = realloc(r->words, cap * sizeof *nw);
+/* Appends a word to a list (`words`, n, cap: the result's, or its
+ * alternatives'). */
+static int push_word(ps_word **words, uint32_t *count, uint32_t *cap, const char *w, float start,
+                     float end, float conf) {
+  if (*count == *cap) {
+    uint32_t c = *cap ? *cap * 2 : 16;
+    ps_word *nw = realloc(*words, c * sizeof *nw);
     if (!nw) return -1;
-    r->words = nw;
-    r->cap_words = cap;
+    *words = nw;
+    *cap = c;
   }
   /* A posterior from the lattice's fixed-point log arithmetic can land a
    * hair outside [0, 1] (or be NaN on a degenerate lattice). */
@@ -177,52 +196,127 @@ static int add_word(ps_result *r, const char *w, float start, float end, float c
   if (paren && paren > w && w[n - 1] == ')') n = (size_t)(paren - w); /* "read(2)" -> "read" */
   char *copy = strndup(w, n);
   if (!copy) return -1;
-  r->words[r->n_words++] = (ps_word){copy, start, end, conf};
+  (*words)[(*count)++] = (ps_word){copy, start, end, conf};
   return 0;
 }
 
-/* n-best texts of the utterance just ended, each prefixed with the text
- * of earlier utterances in this result (so every alternative is a whole
- * result). */
-static int collect_alternatives(ps_decoder_t *ps, ps_result *r, size_t prefix_len) {
-  for (uint32_t i = 0; i < r->n_alternatives; i++) free(r->alternatives[i]);
-  r->n_alternatives = 0;
-  if (r->want_alternatives == 0) return 0;
-  free(r->alternatives);
-  r->alternatives = calloc(r->want_alternatives, sizeof *r->alternatives);
-  if (!r->alternatives) return -1;
+static int add_word(ps_result *r, const char *w, float start, float end, float conf) {
+  return push_word(&r->words, &r->n_words, &r->cap_words, w, start, end, conf);
+}
+
+/* n-best path scores are acoustic plus language-model log-likelihoods;
+ * scaled down as the lattice's posteriors scale them, their differences
+ * give each alternative a likelihood relative to the best. */
+#define PS_NBEST_SCALE 20.0
+
+/* A word of an n-best path: its posterior when the best path has the same
+ * word at the same frame; else the path's relative likelihood times the
+ * posterior mass the best path's word over it leaves to others. */
+static float nbest_word_conf(const ps_result *r, uint32_t from, const char *w, float start,
+                             float end, float rel) {
+  float other = 0.0f;
+  for (uint32_t i = from; i < r->n_words; i++) {
+    const ps_word *b = &r->words[i];
+    size_t n = strlen(b->word);
+    if (b->start == start && !strncmp(b->word, w, n) && (w[n] == 0 || w[n] == '(')) return b->conf;
+    if (other == 0.0f && b->start < end && start < b->end) other = b->conf;
+  }
+  return rel * (1.0f - other);
+}
+
+/* One n-best path as alternative r->n_alternatives: the words of earlier
+ * utterances in this result (the first prefix_words), then the path's. */
+static int add_nbest_words(ps_stream *st, ps_nbest_t *nb, ps_result *r, uint32_t prefix_words,
+                           uint64_t utt_start, float rel) {
+  uint32_t n0 = r->n_alt_words;
+  for (uint32_t i = 0; i < prefix_words; i++)
+    if (push_word(&r->alt_words, &r->n_alt_words, &r->cap_alt_words, r->words[i].word,
+                  r->words[i].start, r->words[i].end, r->words[i].conf) != 0)
+      return -1;
+  double rate = st->model_rate, shift = st->frame_shift;
+  for (ps_seg_t *seg = ps_nbest_seg(nb); seg; seg = ps_seg_next(seg)) {
+    const char *w = ps_seg_word(seg);
+    if (!w || is_filler(w)) continue;
+    int sf, ef;
+    ps_seg_frames(seg, &sf, &ef);
+    float start = (float)((utt_start + (double)sf * shift) / rate);
+    float end = (float)((utt_start + (double)(ef + 1) * shift) / rate);
+    float conf = nbest_word_conf(r, prefix_words, w, start, end, rel);
+    if (push_word(&r->alt_words, &r->n_alt_words, &r->cap_alt_words, w, start, end, conf) != 0) {
+      ps_seg_free(seg);
+      return -1;
+    }
+  }
+  r->alt_n_words[r->n_alternatives] = r->n_alt_words - n0;
+  return 0;
+}
+
+/* The n-best of the utterance just ended, each alternative a whole result
+ * (earlier utterances' text and words first). Alternative 0 is the result
+ * itself, the best path's, whatever rank the n-best search gives it: the
+ * plain final and alternative 0 are the same, as Vosk's are. */
+static int collect_alternatives(ps_stream *st, ps_decoder_t *ps, ps_result *r, size_t prefix_len,
+                                uint32_t prefix_words, uint64_t utt_start) {
+  alternatives_clear(r);
+  uint32_t want = r->want_alternatives;
+  if (want == 0) return 0;
+  if (!r->alternatives) {
+    r->alternatives = calloc(want, sizeof *r->alternatives);
+    r->alt_rel = calloc(want, sizeof *r->alt_rel);
+    r->alt_n_words = calloc(want, sizeof *r->alt_n_words);
+    if (!r->alternatives || !r->alt_rel || !r->alt_n_words) return -1;
+  }
+  if (!(r->alternatives[0] = strdup(r->text ? r->text : ""))) return -1;
+  r->alt_rel[0] = 1.0f;
+  r->n_alternatives = 1;
+  logmath_t *lm = ps_get_logmath(ps);
   ps_nbest_t *nb = ps_nbest(ps);
-  int tries = 0;
-  while (nb && r->n_alternatives < r->want_alternatives && tries++ < 200) {
-    const char *h = ps_nbest_hyp(nb, NULL);
-    if (h) {
-      char *t = NULL;
-      size_t tl = 0;
-      if (prefix_len) {
-        t = strndup(r->text, prefix_len);
-        tl = prefix_len;
+  int tries = 0, have_top = 0;
+  int32 top = 0;
+  while (nb && r->n_alternatives < want && tries++ < 2 * (int)want + 20) {
+    int32 score = 0;
+    const char *h = ps_nbest_hyp(nb, &score);
+    if (!have_top) { /* the search's best: alternative 0, or as good */
+      top = score;
+      have_top = 1;
+    }
+    char *t = NULL;
+    size_t tl = 0;
+    if (h && prefix_len && !(t = strndup(r->text, prefix_len))) goto fail;
+    tl = t ? prefix_len : 0;
+    if (h && text_append(&t, &tl, h) != 0) {
+      free(t);
+      goto fail;
+    }
+    int dup = !h;
+    for (uint32_t i = 0; i < r->n_alternatives && !dup; i++)
+      dup = !strcmp(r->alternatives[i], t ? t : "");
+    if (dup) {
+      free(t);
+    } else {
+      if (!t && !(t = strdup(""))) goto fail;
+      double d = (double)(score - top) / PS_NBEST_SCALE;
+      float rel = d >= 0 ? 1.0f : (float)logmath_exp(lm, (int)(d < -1e9 ? -1e9 : d));
+      r->alternatives[r->n_alternatives] = t;
+      r->alt_rel[r->n_alternatives] = rel;
+      if (add_nbest_words(st, nb, r, prefix_words, utt_start, rel) != 0) {
+        r->n_alternatives++;
+        goto fail;
       }
-      if (text_append(&t, &tl, h) != 0) {
-        free(t);
-        ps_nbest_free(nb);
-        return -1;
-      }
-      if (!t) t = strdup("");
-      int dup = 0;
-      for (uint32_t i = 0; i < r->n_alternatives && !dup; i++) dup = !strcmp(r->alternatives[i], t);
-      if (dup)
-        free(t);
-      else
-        r->alternatives[r->n_alternatives++] = t;
+      r->n_alternatives++;
     }
     nb = ps_nbest_next(nb);
   }
   if (nb) ps_nbest_free(nb);
   return 0;
+fail:
+  if (nb) ps_nbest_free(nb);
+  return -1;
 }
 
 static int collect_final(ps_stream *st, ps_decoder_t *ps, uint64_t utt_start, ps_result *r) {
   size_t prefix_len = r->text_len;
+  uint32_t prefix_words = r->n_words;
   const char *hyp = ps_get_hyp(ps, NULL);
   if (hyp && text_append(&r->text, &r->text_len, hyp) != 0) return -1;
   logmath_t *lm = ps_get_logmath(ps);
@@ -240,7 +334,7 @@ static int collect_final(ps_stream *st, ps_decoder_t *ps, uint64_t utt_start, ps
       return -1;
     }
   }
-  return collect_alternatives(ps, r, prefix_len);
+  return collect_alternatives(st, ps, r, prefix_len, prefix_words, utt_start);
 }
 
 /* ---- decoder ------------------------------------------------------------- */
@@ -322,6 +416,23 @@ static bool ahead_of_clock(const ps_stream *st) {
   return audio_ms > now_ms() - st->first_ms + 1000u;
 }
 
+/* The search a phrase_list's grammar makes, one per decoder: each stream
+ * with a phrase_list makes it anew on the decoder its utterance takes
+ * (milliseconds for a list of phrases), and every other utterance sets its
+ * own search, so it never leaks into another stream's. */
+#define PS_PHRASE_SEARCH "hark_phrases"
+
+static int set_grammar(ps_decoder_t *ps, ps_stream *st, char *err, size_t errlen) {
+  ps_set_search(ps, ps_pool_search(st->pool, PS_PROFILE_ACCURATE));
+  ps_unset_search(ps, PS_PHRASE_SEARCH); /* the last one made on this decoder */
+  if (ps_set_jsgf_string(ps, PS_PHRASE_SEARCH, st->jsgf) < 0 ||
+      ps_set_search(ps, PS_PHRASE_SEARCH) < 0) {
+    snprintf(err, errlen, "pocketsphinx: the phrase_list's grammar could not be made");
+    return -1;
+  }
+  return 0;
+}
+
 static ps_status ensure_decoder(ps_stream *st, char *err, size_t errlen) {
   if (st->ps) return PS_OK;
   /* The next utterance starts from the cepstral mean the last one leaves:
@@ -361,7 +472,12 @@ static ps_status ensure_decoder(ps_stream *st, char *err, size_t errlen) {
   st->client_wait_ms = 0;
   st->held_in0 = st->samples_in;
   ps_cmn_restore(ps, &st->cmn);
-  if (ps_set_search(ps, ps_pool_search(st->pool, st->profile)) < 0 || ps_start_utt(ps) < 0) {
+  if (st->jsgf && set_grammar(ps, st, err, errlen) != 0) {
+    ps_pool_release(st->pool, ps);
+    return PS_INVALID;
+  }
+  if ((!st->jsgf && ps_set_search(ps, ps_pool_search(st->pool, st->profile)) < 0) ||
+      ps_start_utt(ps) < 0) {
     ps_pool_release(st->pool, ps);
     snprintf(err, errlen, "pocketsphinx: ps_start_utt failed");
     return PS_INTERNAL;
@@ -624,6 +740,8 @@ void ps_stream_free(ps_stream *st) {
   free(st->cep_rows);
   if (st->gated) hark_vad_gate_fini(&st->gate);
   free(st->probs);
+  free(st->last_partial);
+  free(st->jsgf);
   free(st);
 }
 
@@ -650,6 +768,11 @@ double ps_stream_take_pool_cpu(ps_stream *st) {
 }
 uint32_t ps_stream_alternatives(const ps_stream *st) { return st->alternatives; }
 void ps_stream_set_profile(ps_stream *st, ps_profile p) { st->profile = p; }
+
+void ps_stream_set_grammar(ps_stream *st, char *jsgf) {
+  free(st->jsgf);
+  st->jsgf = jsgf;
+}
 void ps_stream_set_alternatives(ps_stream *st, uint32_t n) { st->alternatives = n; }
 
 double ps_stream_audio_processed(const ps_stream *st) {
@@ -843,6 +966,32 @@ static ps_status check_stall(ps_stream *st, size_t incoming, unsigned flags, ps_
   return s;
 }
 
+/* A partial's stability: the share of its words that the previous partial
+ * of the utterance began with too, so a hypothesis that only grows or
+ * holds scores high and one that rewrites itself scores low (0 for the
+ * utterance's first partial). */
+static float partial_stability(const char *prev, const char *text) {
+  uint32_t words = 0, kept = 0;
+  bool same = prev != NULL;
+  for (const char *p = text; *p;) {
+    while (*p == ' ') p++;
+    if (!*p) break;
+    const char *e = strchr(p, ' ');
+    size_t n = e ? (size_t)(e - p) : strlen(p);
+    words++;
+    if (same) {
+      while (*prev == ' ') prev++;
+      same = !strncmp(prev, p, n) && (prev[n] == ' ' || prev[n] == 0);
+      if (same) {
+        kept++;
+        prev += n;
+      }
+    }
+    p += n;
+  }
+  return words ? (float)kept / (float)words : 0.0f;
+}
+
 ps_status ps_stream_feed(ps_stream *st, const uint8_t *pcm, size_t len, unsigned flags,
                          ps_result *r, char *err, size_t errlen) {
   ps_status s;
@@ -898,6 +1047,14 @@ ps_status ps_stream_feed(ps_stream *st, const uint8_t *pcm, size_t len, unsigned
   }
   if (s == PS_OK && ends) r->is_final = 1;
   if (!r->text) r->text = strdup("");
+  if (r->is_final) {
+    free(st->last_partial);
+    st->last_partial = NULL;
+  } else if (r->text && r->text_len) {
+    r->stability = partial_stability(st->last_partial, r->text);
+    free(st->last_partial);
+    st->last_partial = strdup(r->text);
+  }
   float conf = 0;
   for (uint32_t i = 0; i < r->n_words; i++) conf += r->words[i].conf;
   r->confidence = r->n_words ? conf / (float)r->n_words : 0.0f;

@@ -179,7 +179,7 @@ class Protocol(WsTest):
             ([json.dumps({"config": {"sample_rate": "x"}})], 1007, "sample_rate"),
             ([json.dumps({"config": {"sample_rate": 100}})], 1007, "sample_rate"),
             ([json.dumps({"config": {"sample_rate": 96000}})], 1007, "8000"),
-            ([json.dumps({"config": {"words": "yes"}})], 1007, "words"),
+            ([json.dumps({"config": {"max_alternatives": "two"}})], 1007, "max_alternatives"),
             ([json.dumps({"config": {"max_alternatives": -1}})], 1007, "max_alternatives"),
             ([json.dumps({"config": {"phrase_list": [1]}})], 1007, "phrase_list"),
             ([json.dumps({"config": 5})], 1007, "config"),

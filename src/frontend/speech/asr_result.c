@@ -47,6 +47,40 @@ void hark_asr_result_read(const hark_response *resp, hark_asr_result *r) {
   r->alts = hark_response_output_by_name(resp, "ALTERNATIVES");
   if (r->alts && r->alts->datatype == HARK_TYPE_BYTES) r->n_alternatives = count_of(r->alts, 0);
   r->alt_conf = hark_response_output_by_name(resp, "ALTERNATIVE_CONFIDENCE");
+  r->alt_counts = hark_response_output_by_name(resp, "ALTERNATIVE_WORD_COUNT");
+  if (r->alt_counts && r->alt_counts->datatype != HARK_TYPE_INT32) r->alt_counts = NULL;
+  r->alt_words = hark_response_output_by_name(resp, "ALTERNATIVE_WORDS");
+  r->alt_start = hark_response_output_by_name(resp, "ALTERNATIVE_WORD_START");
+  r->alt_end = hark_response_output_by_name(resp, "ALTERNATIVE_WORD_END");
+  r->alt_wconf = hark_response_output_by_name(resp, "ALTERNATIVE_WORD_CONF");
+}
+
+/* ALTERNATIVE_WORD_COUNT[i]; 0 when absent, negative or out of range. */
+static uint32_t count_at(const hark_asr_result *r, uint32_t i) {
+  const hark_tensor *t = r->alt_counts;
+  if (!t || i >= count_of(t, 4)) return 0;
+  int32_t v;
+  memcpy(&v, (const char *)t->data + 4 * (size_t)i, 4);
+  return v > 0 ? (uint32_t)v : 0;
+}
+
+uint32_t hark_asr_result_alternative_words(const hark_asr_result *r, uint32_t i) {
+  if (!r->alt_counts) return i == 0 ? r->n_words : 0;
+  return count_at(r, i);
+}
+
+bool hark_asr_result_alternative_word(const hark_asr_result *r, uint32_t i, uint32_t j,
+                                      const char **word, uint32_t *len, float *start, float *end,
+                                      float *conf) {
+  if (!r->alt_counts) return i == 0 && hark_asr_result_word(r, j, word, len, start, end, conf);
+  if (j >= count_at(r, i)) return false;
+  uint64_t at = j;
+  for (uint32_t a = 0; a < i; a++) at += count_at(r, a);
+  if (at > UINT32_MAX || !bytes_at(r->alt_words, (uint32_t)at, word, len)) return false;
+  *start = fp32_at(r->alt_start, (uint32_t)at, 0.0f);
+  *end = fp32_at(r->alt_end, (uint32_t)at, 0.0f);
+  *conf = fp32_at(r->alt_wconf, (uint32_t)at, 1.0f);
+  return true;
 }
 
 bool hark_asr_result_word(const hark_asr_result *r, uint32_t i, const char **word, uint32_t *len,

@@ -93,16 +93,23 @@ static void alt_add(alt_set *a, const char *text, uint32_t len, float conf, bool
   a->alt_p[a->n_alt++] = alt;
 }
 
-static void add_words(alt_set *a, const hark_asr_result *r) {
-  pb_word *words = hark_arena_alloc(a->a, r->n_words * sizeof *words);
-  pb_word **word_p = hark_arena_alloc(a->a, r->n_words * sizeof *word_p);
-  if (!words || !word_p) hark_oom("result", r->n_words * sizeof *words);
+/* The words of the result (alt < 0) or of its alternative `alt`, on the
+ * alternative last added. */
+static void add_words(alt_set *a, const hark_asr_result *r, int64_t alt) {
+  uint32_t nw = alt < 0 ? r->n_words : hark_asr_result_alternative_words(r, (uint32_t)alt);
+  if (!nw) return;
+  pb_word *words = hark_arena_alloc(a->a, nw * sizeof *words);
+  pb_word **word_p = hark_arena_alloc(a->a, nw * sizeof *word_p);
+  if (!words || !word_p) hark_oom("result", nw * sizeof *words);
   size_t n = 0;
-  for (uint32_t i = 0; i < r->n_words; i++) {
+  for (uint32_t i = 0; i < nw; i++) {
     const char *w;
     uint32_t len;
     float start, end, conf;
-    if (!hark_asr_result_word(r, i, &w, &len, &start, &end, &conf)) break;
+    if (alt < 0
+            ? !hark_asr_result_word(r, i, &w, &len, &start, &end, &conf)
+            : !hark_asr_result_alternative_word(r, (uint32_t)alt, i, &w, &len, &start, &end, &conf))
+      break;
     pb_word *pw = &words[n];
     nvidia__riva__asr__word_info__init(pw);
     pw->start_time = ms(start);
@@ -111,17 +118,18 @@ static void add_words(alt_set *a, const hark_asr_result *r) {
     pw->confidence = conf;
     word_p[n++] = pw;
   }
-  a->alt[0].words = word_p;
-  a->alt[0].n_words = n;
+  a->alt[a->n_alt - 1].words = word_p;
+  a->alt[a->n_alt - 1].n_words = n;
 }
 
-/* Alternatives of `r`: the transcript first (the words belong to it), then
- * up to max - 1 other n-best texts (finals only); confidences and words
- * (when asked) on finals, as Riva sends them. */
+/* Alternatives of `r`: the transcript first, then up to max - 1 other
+ * n-best texts (finals only); confidences and words (when asked) on
+ * finals, as Riva sends them, each alternative its own. */
 static void alt_set_build(alt_set *a, const hark_asr_result *r, uint32_t max, bool words) {
   memset(a, 0, sizeof *a);
   a->a = hark_arena_new();
   alt_add(a, r->text, r->text_len, r->confidence, r->is_final);
+  if (r->is_final && words) add_words(a, r, -1);
   for (uint32_t i = 0; r->is_final && a->n_alt < max && a->n_alt < HARK_RIVA_MAX_ALTERNATIVES;
        i++) {
     const char *text;
@@ -130,8 +138,8 @@ static void alt_set_build(alt_set *a, const hark_asr_result *r, uint32_t max, bo
     if (!r->alts || !hark_asr_result_alternative(r, i, &text, &len, &conf)) break;
     if (len == r->text_len && !memcmp(text, r->text, len)) continue;
     alt_add(a, text, len, conf, true);
+    if (words) add_words(a, r, i);
   }
-  if (r->is_final && words && r->n_words) add_words(a, r);
 }
 
 static void alt_set_free(alt_set *a) { hark_arena_free(a->a); }

@@ -1,8 +1,9 @@
 /*
  * vosk.c — Vosk's WebSocket speech protocol, so Vosk clients work
  * unchanged: a codec between the WebSocket transport (http/ws.c) and a
- * speech session (session.c). Streams open on "/" (the --speech-model) or
- * on /v2/models/{m}[/versions/{v}]/stream; binary messages carry 16-bit
+ * speech session (session.c). Streams open on any path outside /v2 ("/",
+ * "/asr/en/": the --speech-model, PCM at 8000 Hz unless told) or on
+ * /v2/models/{m}[/versions/{v}]/stream; binary messages carry 16-bit
  * little-endian mono PCM, text messages carry {"config": ...} (before the
  * audio), {"eof": 1} and {"reset": 1} (vosk_text.c parses them). Every
  * audio message, reset and eof gets exactly one JSON reply, in order:
@@ -35,12 +36,13 @@
 
 #define DEFAULT_SPEECH_MODEL "asr"
 #define DEFAULT_MAX_MESSAGE (1u << 20)
+#define VOSK_SAMPLE_RATE 8000 /* what Vosk's server assumes without a config */
 
 struct hark_vosk {
   hark_server *server;
   const char *speech_model;
   size_t max_message;
-  uint32_t sample_rate; /* of a stream without a config; 0: the model's */
+  uint32_t sample_rate; /* of a stream without a config (--speech-sample-rate); 0: none set */
   hark_speech_admission adm;
 };
 
@@ -49,6 +51,7 @@ struct hark_vosk {
 typedef struct ticket {
   char *model;
   int64_t version;
+  bool vosk; /* on a Vosk path (not /v2/models/...) */
 } ticket;
 
 typedef struct vosk_stream {
@@ -96,11 +99,17 @@ static int error_close_code(const hark_error *err) {
 
 /* ---- upgrades -------------------------------------------------------------------- */
 
-/* The model a stream path names: "/" is the speech model (where Vosk's
- * clients connect), else /v2/models/{m}[/versions/{v}]/stream. */
+/* A path outside KServe's /v2 tree: Vosk's server takes an upgrade on any
+ * path, and its clients use "/", "/asr/en/" and the like. */
+static bool vosk_path(const char *path) {
+  return strncmp(path, "/v2", 3) != 0 || (path[3] != '/' && path[3] != '\0');
+}
+
+/* The model a stream path names: any path outside /v2 is the speech model
+ * (where Vosk's clients connect), else /v2/models/{m}[/versions/{v}]/stream. */
 static hark_error *stream_route(const hark_vosk *v, const char *path, char **model,
                                 int64_t *version) {
-  if (strcmp(path, "/") == 0) {
+  if (vosk_path(path)) {
     *model = hark_xstrdup(v->speech_model);
     *version = -1;
     return NULL;
@@ -110,9 +119,9 @@ static hark_error *stream_route(const hark_vosk *v, const char *path, char **mod
   if (err) return err;
   if (rt.kind != HARK_ROUTE_STREAM) {
     hark_kserve_route_clear(&rt);
-    return hark_error_new(
-        HARK_ERR_NOT_FOUND,
-        "Not Found: stream on / or /v2/models/{model}[/versions/{version}]/stream");
+    return hark_error_new(HARK_ERR_NOT_FOUND,
+                          "Not Found: stream on any path outside /v2 (the speech model), or on "
+                          "/v2/models/{model}[/versions/{version}]/stream");
   }
   *model = rt.model;
   *version = rt.version;
@@ -150,6 +159,7 @@ static hark_error *on_accept(void *userp, const char *path, void **out) {
   ticket *t = hark_xmalloc(sizeof *t);
   t->model = name;
   t->version = version;
+  t->vosk = vosk_path(path);
   *out = t;
   return NULL;
 }
@@ -172,7 +182,9 @@ static void *on_open(void *userp, hark_ws *ws, void *p) {
   s->ws = ws;
   s->model = t->model;
   s->version = t->version;
-  s->st.sample_rate = v->sample_rate;
+  /* PCM that names no rate: --speech-sample-rate's, else on a Vosk path
+   * Vosk's server's (VOSK_SAMPLE_RATE, 8000), else the model's. */
+  s->st.sample_rate = v->sample_rate ? v->sample_rate : t->vosk ? VOSK_SAMPLE_RATE : 0;
   s->st.words = true; /* Vosk's server shows words unless told otherwise */
   s->st.partials = true;
   free(t);
@@ -256,31 +268,40 @@ static void submit(vosk_stream *s, hark_speech_item_kind kind, const char *audio
 
 /* ---- replies ---------------------------------------------------------------------- */
 
-static void put_words(hark_buf *b, const hark_asr_result *r) {
+static void put_word(hark_buf *b, const char *p, uint32_t len, float start, float end, float conf) {
+  hark_buf_puts(b, "{\"conf\": ");
+  hark_buf_put_fixed6(b, conf);
+  hark_buf_puts(b, ", \"end\": ");
+  hark_buf_put_fixed6(b, end);
+  hark_buf_puts(b, ", \"start\": ");
+  hark_buf_put_fixed6(b, start);
+  hark_buf_puts(b, ", \"word\": ");
+  if (!hark_buf_put_jstr(b, p, len)) hark_oom("reply", len);
+  hark_buf_puts(b, "}");
+}
+
+/* The words of the result (alt < 0) or of alternative `alt`. */
+static void put_words(hark_buf *b, const hark_asr_result *r, int64_t alt) {
+  uint32_t n = alt < 0 ? r->n_words : hark_asr_result_alternative_words(r, (uint32_t)alt);
   hark_buf_puts(b, "[");
-  for (uint32_t i = 0; i < r->n_words; i++) {
+  for (uint32_t i = 0; i < n; i++) {
     const char *p;
     uint32_t len;
     float start, end, conf;
-    if (!hark_asr_result_word(r, i, &p, &len, &start, &end, &conf)) break;
+    if (alt < 0
+            ? !hark_asr_result_word(r, i, &p, &len, &start, &end, &conf)
+            : !hark_asr_result_alternative_word(r, (uint32_t)alt, i, &p, &len, &start, &end, &conf))
+      break;
     if (i) hark_buf_puts(b, ",");
-    hark_buf_puts(b, "{\"conf\": ");
-    hark_buf_put_fixed6(b, conf);
-    hark_buf_puts(b, ", \"end\": ");
-    hark_buf_put_fixed6(b, end);
-    hark_buf_puts(b, ", \"start\": ");
-    hark_buf_put_fixed6(b, start);
-    hark_buf_puts(b, ", \"word\": ");
-    if (!hark_buf_put_jstr(b, p, len)) hark_oom("reply", len);
-    hark_buf_puts(b, "}");
+    put_word(b, p, len, start, end, conf);
   }
   hark_buf_puts(b, "]");
 }
 
-/* Vosk's alternatives: the n-best texts (ALTERNATIVES, best first; the
- * transcript alone when absent), each with its confidence, the best with
- * its words. With nothing recognised, one empty alternative of confidence
- * 1, as Vosk answers: clients index alternatives[0]. */
+/* Vosk's alternatives: the n-best (ALTERNATIVES, best first, the first the
+ * plain final; the transcript alone when absent), each with its own
+ * confidence and words. With nothing recognised, one empty alternative of
+ * confidence 1, as Vosk answers: clients index alternatives[0]. */
 static void put_alternatives(hark_buf *b, const vosk_stream *s, const hark_asr_result *r) {
   uint32_t n = r->alts ? r->n_alternatives : 1;
   if (n > s->max_alternatives) n = s->max_alternatives;
@@ -294,9 +315,9 @@ static void put_alternatives(hark_buf *b, const vosk_stream *s, const hark_asr_r
     if (i) hark_buf_puts(b, ", ");
     hark_buf_puts(b, "{\"confidence\": ");
     hark_buf_put_fixed6(b, conf);
-    if (i == 0 && s->words && r->n_words) {
+    if (s->words && hark_asr_result_alternative_words(r, i)) {
       hark_buf_puts(b, ", \"result\": ");
-      put_words(b, r);
+      put_words(b, r, i);
     }
     hark_buf_puts(b, ", \"text\": ");
     if (!hark_buf_put_jstr(b, p, len)) hark_oom("reply", len);
@@ -326,7 +347,7 @@ static void format_reply(hark_buf *b, const vosk_stream *s, const hark_response 
   hark_buf_puts(b, "{");
   if (s->words && r.n_words) {
     hark_buf_puts(b, "\"result\": ");
-    put_words(b, &r);
+    put_words(b, &r, -1);
     hark_buf_puts(b, ", ");
   }
   hark_buf_puts(b, "\"text\": ");

@@ -34,6 +34,63 @@ static bool int_in(const cJSON *v, double lo, double hi, int *out) {
   return true;
 }
 
+/* Vosk's server reads its config with Python's float(), int() and bool():
+ * these read a JSON value the same way (a number, true/false, or a string
+ * holding a number, spaces around it allowed). */
+static bool py_number_text(const cJSON *v, char *buf, size_t cap) {
+  const char *p = v->valuestring;
+  while (*p == ' ' || *p == '\t' || *p == '\n' || *p == '\r') p++;
+  size_t n = strlen(p);
+  while (n && (p[n - 1] == ' ' || p[n - 1] == '\t' || p[n - 1] == '\n' || p[n - 1] == '\r')) n--;
+  if (n == 0 || n >= cap) return false;
+  memcpy(buf, p, n);
+  buf[n] = 0;
+  return true;
+}
+
+static bool py_float(const cJSON *v, double *out) {
+  if (cJSON_IsNumber(v)) {
+    *out = v->valuedouble;
+    return true;
+  }
+  if (cJSON_IsBool(v)) {
+    *out = cJSON_IsTrue(v) ? 1.0 : 0.0;
+    return true;
+  }
+  char buf[64], *end;
+  if (!cJSON_IsString(v) || !py_number_text(v, buf, sizeof buf)) return false;
+  *out = strtod(buf, &end);
+  return *end == 0 && !strchr(buf, 'x') && !strchr(buf, 'X'); /* no C hex floats */
+}
+
+static bool py_int(const cJSON *v, double *out) {
+  if (cJSON_IsNumber(v)) {
+    if (!isfinite(v->valuedouble)) return false;
+    *out = trunc(v->valuedouble);
+    return true;
+  }
+  if (cJSON_IsBool(v)) {
+    *out = cJSON_IsTrue(v) ? 1.0 : 0.0;
+    return true;
+  }
+  char buf[64];
+  if (!cJSON_IsString(v) || !py_number_text(v, buf, sizeof buf)) return false;
+  const char *p = buf + (buf[0] == '-' || buf[0] == '+');
+  if (!*p || strspn(p, "0123456789") != strlen(p)) return false;
+  *out = strtod(buf, NULL);
+  return true;
+}
+
+/* Python's truth: false, null, 0, "", [] and {} are false; all else true
+ * (so "false", a non-empty string, is true, as it is for Vosk). */
+static bool py_truthy(const cJSON *v) {
+  if (cJSON_IsBool(v)) return cJSON_IsTrue(v);
+  if (cJSON_IsNull(v)) return false;
+  if (cJSON_IsNumber(v)) return v->valuedouble != 0;
+  if (cJSON_IsString(v)) return v->valuestring[0] != 0;
+  return v->child != NULL; /* array, object */
+}
+
 /* {"eof": 1} / {"reset": 1}: the value must be the number 1. */
 static bool is_one(const cJSON *v) {
   int one;
@@ -47,39 +104,35 @@ static void parse_config(const cJSON *cfg, hark_vosk_text *t) {
     return;
   }
   const cJSON *v = cJSON_GetObjectItemCaseSensitive(cfg, "sample_rate");
+  double d;
   if (v) {
-    if (!cJSON_IsNumber(v)) {
-      invalid(t, HARK_WS_CLOSE_INVALID, "config: 'sample_rate' must be a number");
+    if (!py_float(v, &d) || !isfinite(d)) {
+      invalid(t, HARK_WS_CLOSE_INVALID, "config: 'sample_rate' must be a number of Hz");
       return;
     }
-    if (!int_in(v, HARK_VOSK_MIN_SAMPLE_RATE, HARK_VOSK_MAX_SAMPLE_RATE, &c->sample_rate)) {
-      invalid(t, HARK_WS_CLOSE_INVALID,
-              "config: 'sample_rate' must be a whole number of Hz in [%d, %d]",
+    /* Vosk takes a fraction of a Hz too; to the nearest Hz makes no
+     * difference a recogniser hears */
+    if (!(d >= HARK_VOSK_MIN_SAMPLE_RATE - 0.5 && d < HARK_VOSK_MAX_SAMPLE_RATE + 0.5)) {
+      invalid(t, HARK_WS_CLOSE_INVALID, "config: 'sample_rate' must be in [%d, %d] Hz",
               HARK_VOSK_MIN_SAMPLE_RATE, HARK_VOSK_MAX_SAMPLE_RATE);
       return;
     }
+    c->sample_rate = (int)lround(d);
     c->has_sample_rate = true;
   }
   v = cJSON_GetObjectItemCaseSensitive(cfg, "words");
-  if (v) {
-    int b;
-    if (cJSON_IsBool(v))
-      c->words = cJSON_IsTrue(v);
-    else if (int_in(v, 0, 1, &b)) /* Vosk reads it as truthy: accept 0/1 */
-      c->words = b;
-    else {
-      invalid(t, HARK_WS_CLOSE_INVALID, "config: 'words' must be true or false");
-      return;
-    }
+  if (v) { /* bool(): anything goes */
+    c->words = py_truthy(v);
     c->has_words = true;
   }
   v = cJSON_GetObjectItemCaseSensitive(cfg, "max_alternatives");
   if (v) {
-    if (!int_in(v, 0, HARK_VOSK_MAX_ALTERNATIVES, &c->max_alternatives)) {
+    if (!py_int(v, &d) || d < 0 || d > HARK_VOSK_MAX_ALTERNATIVES) {
       invalid(t, HARK_WS_CLOSE_INVALID, "config: 'max_alternatives' must be an integer in [0, %d]",
               HARK_VOSK_MAX_ALTERNATIVES);
       return;
     }
+    c->max_alternatives = (int)d;
     c->has_max_alternatives = true;
   }
   v = cJSON_GetObjectItemCaseSensitive(cfg, "phrase_list");

@@ -10,7 +10,11 @@
  *
  * Anything else is invalid, with the WebSocket close code and a reason
  * short enough for a close frame. Unknown config keys are ignored, as Vosk
- * ignores them; a known key with a wrong type or range is invalid.
+ * ignores them. Known keys are read as Vosk's Python reads them:
+ * sample_rate with float() ("16000", 44100.5: to the nearest Hz),
+ * max_alternatives with int() (2, "2", 2.7 -> 2; not "2.5"), words with
+ * bool() (any JSON value: false, null, 0, "", [] and {} are false); a
+ * value those refuse, or one out of range, is invalid.
  */
 #ifndef HARK_VOSK_TEXT_H
 #define HARK_VOSK_TEXT_H
