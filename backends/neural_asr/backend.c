@@ -416,8 +416,8 @@ static hark_error *add_i32(hark_response *resp, asr_model *m, hark_request *req,
 }
 
 /* A final's n-best (docs/backends.md, "Speech outputs"): each alternative's
- * text, confidence (its share of the n-best's probability) and words; the
- * first is the final itself. */
+ * text, confidence and words; the first is the final itself, with its
+ * CONFIDENCE, the others that scaled by their probability against it. */
 static hark_error *add_alternatives(hark_response *resp, asr_model *m, hark_request *req,
                                     const asr_result *r, const char *text, float conf) {
   uint32_t k = r->n_alts, total = 0;
@@ -434,7 +434,7 @@ static hark_error *add_alternatives(hark_response *resp, asr_model *m, hark_requ
                         : hark_error_new(HARK_ERR_INTERNAL, "neural_asr: out of memory");
   uint32_t w = 0;
   for (uint32_t i = 0; !err && i < k; i++) {
-    confs[i] = r->alt_conf[i];
+    confs[i] = r->alt_conf[0] > 0 ? conf * r->alt_conf[i] / r->alt_conf[0] : 0.0f;
     counts[i] = (int32_t)r->alt_n_words[i];
     for (uint32_t n = 0; n < r->alt_n_words[i]; n++, w++) {
       const asr_word *x = &r->alt_words[i][n];

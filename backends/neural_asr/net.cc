@@ -296,12 +296,14 @@ std::vector<int64_t> start_context(const asr_net &n) {
   return c;
 }
 
-/* The decoder's context for h: its last context_size tokens, the start
- * context before. */
+/* The decoder's context for h: the last context_size tokens of the start
+ * context followed by h's tokens (icefall's hyp[-context_size:]). */
 std::vector<int64_t> context_of(const asr_net &n, const hyp &h) {
   std::vector<int64_t> c = start_context(n);
-  size_t k = std::min(h.ys.size(), c.size());
-  for (size_t i = 0; i < k; i++) c[c.size() - k + i] = h.ys[h.ys.size() - k + i];
+  size_t C = c.size(), k = std::min(h.ys.size(), C);
+  /* the start context's last C - k, then h's last k */
+  std::copy(c.begin() + (ptrdiff_t)k, c.end(), c.begin());
+  for (size_t i = 0; i < k; i++) c[C - k + i] = h.ys[h.ys.size() - k + i];
   return c;
 }
 

@@ -200,11 +200,11 @@ class BeamTest(unittest.TestCase):
                 continue
             self.assertEqual(got, want, f)
 
-    def nbest(self, model, path):
+    def nbest(self, model, path, alternatives=3):
         async def go():
             async with websockets.connect(self.url(model), max_size=None) as ws:
-                await ws.send(json.dumps({"config": {"sample_rate": 16000,
-                                                     "max_alternatives": 3}}))
+                await ws.send(json.dumps({"config": {"sample_rate": 16000, "words": True,
+                                                     "max_alternatives": alternatives}}))
                 pcm = read_pcm(path)
                 for i in range(0, len(pcm), 6400):
                     await ws.send(pcm[i:i + 6400])
@@ -223,7 +223,15 @@ class BeamTest(unittest.TestCase):
             self.assertTrue(all(t for t in texts), (model, texts))
             confs = [a["confidence"] for a in alts]
             self.assertEqual(confs, sorted(confs, reverse=True), (model, confs))
-            self.assertLessEqual(sum(confs), 1.0001, (model, confs))
+            self.assertTrue(all(0 < c <= 1 for c in confs), (model, confs))
+            # each alternative has its own words, which make its text; the
+            # first is the final itself (its words those of a plain final)
+            for a in alts:
+                self.assertEqual(" ".join(w["word"] for w in a["result"]), a["text"], (model, a))
+                self.assertTrue(all(w["start"] < w["end"] for w in a["result"]), (model, a))
+            plain = self.nbest(model, FILES[2], alternatives=0)
+            self.assertEqual(alts[0]["text"], plain["text"], model)
+            self.assertEqual(alts[0]["result"], plain["result"], model)
             # deterministic
             self.assertEqual(self.nbest(model, FILES[2]), doc)
 

@@ -30,14 +30,12 @@ cached_val2 and cached_conv2 pass through unchanged (a real Zipformer2
 uses them; here sherpa carries them at their real size, and hark does
 not: bench/RESULTS.md says so).
 
-The decoder: sherpa starts an utterance's context as [-1, ..., -1, blank]
-(as icefall does) and asrmodel's decoder embeds -1 as zeros; hark starts
-it as [blank, ..., blank]. So that both decode the same model the same
-way, the exported decoder reads a -1 as blank.
+The decoder: sherpa and hark both start an utterance's context as
+[-1, ..., -1, blank] (as icefall does), and asrmodel's decoder embeds -1
+as zeros, as icefall's does; the exported decoder is that decoder.
 
-Written here, not in tools/asr_models: tests/e2e/asr_models.py hashes that
-folder's scripts into its cache keys, and a new file there would make every
-cached test model (the digits model: minutes of training) be made again.
+Written here, beside the peer it serves (tools/sherpa/build.sh), not in
+tools/asr_models, whose scripts make the test models.
 """
 import argparse
 import os
@@ -116,10 +114,8 @@ class Decoder(nn.Module):
         super().__init__()
         self.dec = model.decoder
         self.proj = model.joiner.decoder_proj
-        self.blank = model.decoder.blank_id
 
     def forward(self, y: torch.Tensor) -> torch.Tensor:
-        y = torch.where(y < 0, torch.full_like(y, self.blank), y)
         return self.proj(self.dec(y, need_pad=False).squeeze(1))
 
 
