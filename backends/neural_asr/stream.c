@@ -58,15 +58,12 @@ struct asr_stream {
   double offset;      /* s: stream time of encoder frame 0 in this segment */
   /* gated streams: audio not yet judged or kept as pre-roll,
    * fifo[f_head..f_len), fifo[f_judged..) not judged, fifo[0] at stream
-   * sample f_base; probabilities waiting for their audio,
-   * probs[p_head..p_len) */
+   * sample f_base (the probabilities wait in the gate) */
   bool gated, seg_closing, end_pending;
   hark_vad_gate gate;
   int16_t *fifo;
   size_t f_head, f_judged, f_len, f_cap;
   uint64_t f_base;
-  float *probs;
-  size_t p_head, p_len, p_cap;
   size_t frame_samples, preroll_samples, align_samples, max_waiting;
   /* the last partial's words, and how many partials before it each held */
   char **held_words;
@@ -137,7 +134,6 @@ void asr_stream_free(asr_stream *s) {
   free(s->padded);
   if (s->gated) hark_vad_gate_fini(&s->gate);
   free(s->fifo);
-  free(s->probs);
   free(s);
 }
 
@@ -160,9 +156,10 @@ int asr_stream_begin(asr_stream *s, const uint8_t **data, size_t *len, size_t *s
  * features inside utterances; stops at a closing frame (the segment's tail
  * runs before more audio may enter). -1 out of memory. */
 static int judge(asr_stream *s) {
-  while (!s->seg_closing && s->p_head < s->p_len && s->f_len - s->f_judged >= s->frame_samples) {
+  while (!s->seg_closing && hark_vad_gate_queued(&s->gate) > 0 &&
+         s->f_len - s->f_judged >= s->frame_samples) {
     size_t a = s->f_judged, b = a + s->frame_samples;
-    hark_vad_gate_event ev = hark_vad_gate_step(&s->gate, s->probs[s->p_head++]);
+    hark_vad_gate_event ev = hark_vad_gate_step_queued(&s->gate);
     s->f_judged = b;
     if (ev == HARK_VAD_GATE_IDLE) {
       if (b - s->f_head > s->preroll_samples) s->f_head = b - s->preroll_samples;
@@ -236,32 +233,14 @@ oom:
 
 int asr_stream_add_probs(asr_stream *s, const float *p, size_t n, char *err, size_t errlen) {
   if (!n) return 0;
-  size_t waiting = s->p_len - s->p_head;
-  if ((waiting + n) * HARK_VAD_FRAME_MS > ASR_GATE_MAX_WAIT_S * 1000u) {
+  int rc = hark_vad_gate_queue(&s->gate, p, n, ASR_GATE_MAX_WAIT_S * 1000u / HARK_VAD_FRAME_MS);
+  if (rc == -1)
     snprintf(err, errlen,
              "%s: %zu speech probabilities wait for their audio: VAD_PROB runs ahead of AUDIO",
-             s->sh->set->label, waiting + n);
-    return -1;
-  }
-  if (s->p_head > 0) {
-    memmove(s->probs, s->probs + s->p_head, waiting * sizeof *s->probs);
-    s->p_len = waiting;
-    s->p_head = 0;
-  }
-  if (s->p_len + n > s->p_cap) {
-    size_t cap = s->p_cap ? s->p_cap : 256;
-    while (cap < s->p_len + n) cap *= 2;
-    float *q = realloc(s->probs, cap * sizeof *q);
-    if (!q) {
-      snprintf(err, errlen, "%s: out of memory", s->sh->set->label);
-      return -1;
-    }
-    s->probs = q;
-    s->p_cap = cap;
-  }
-  memcpy(s->probs + s->p_len, p, n * sizeof *p);
-  s->p_len += n;
-  return 0;
+             s->sh->set->label, hark_vad_gate_queued(&s->gate) + n);
+  else if (rc)
+    snprintf(err, errlen, "%s: out of memory", s->sh->set->label);
+  return rc ? -1 : 0;
 }
 
 bool asr_stream_gated(const asr_stream *s) { return s->gated; }

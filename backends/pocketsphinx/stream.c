@@ -119,11 +119,10 @@ struct ps_stream {
   uint64_t samples_fed;      /* model-rate samples given to the front end */
   uint64_t fe_utt_base;      /* samples_fed at the front end's last start_utt */
   uint64_t utt_start_sample; /* where this utterance's first cepstrum starts */
-  /* gated streams: probabilities waiting for their audio, probs[p_head..n_probs) */
+  /* gated streams: at most max_probs probabilities wait for their audio (in the gate) */
   bool gated;
   hark_vad_gate gate;
-  float *probs;
-  size_t p_head, n_probs, cap_probs, max_probs;
+  size_t max_probs;
   size_t judged;          /* fifo[head..judged): pre-roll; [judged..len): not yet judged */
   size_t frame_samples;   /* model-rate samples a probability covers */
   size_t preroll_samples; /* opening window plus prespeech_ms */
@@ -739,7 +738,6 @@ void ps_stream_free(ps_stream *st) {
   free(st->cep);
   free(st->cep_rows);
   if (st->gated) hark_vad_gate_fini(&st->gate);
-  free(st->probs);
   free(st->last_partial);
   free(st->jsgf);
   free(st);
@@ -752,8 +750,9 @@ bool ps_stream_may_decode(const ps_stream *st) {
   if (st->ps) return true;
   if (!st->gated) return false;
   if (st->gate.in_speech) return true;
-  for (size_t i = st->p_head; i < st->n_probs; i++)
-    if (st->probs[i] >= st->gate.set.speech_threshold) return true;
+  const float *p = hark_vad_gate_queued_probs(&st->gate);
+  for (size_t i = 0, n = hark_vad_gate_queued(&st->gate); i < n; i++)
+    if (p[i] >= st->gate.set.speech_threshold) return true;
   return false;
 }
 uint32_t ps_stream_stalls(const ps_stream *st) { return st->n_stalls; }
@@ -866,11 +865,11 @@ static ps_status run_gated(ps_stream *st, unsigned flags, ps_result *r, char *er
   ps_status (*end)(ps_stream *, ps_result *, char *, size_t) =
       st->closing || ahead_of_clock(st) ? end_utterance : end_utterance_async;
   if (st->end_pending && (s = end(st, r, err, errlen)) != PS_OK) return s;
-  while (st->p_head < st->n_probs) {
+  while (hark_vad_gate_queued(&st->gate) > 0) {
     size_t avail = st->len - st->judged;
     if (avail == 0 || (avail < st->frame_samples && !closing)) break;
     size_t a = st->judged, b = a + (avail < st->frame_samples ? avail : st->frame_samples);
-    hark_vad_gate_event ev = hark_vad_gate_step(&st->gate, st->probs[st->p_head++]);
+    hark_vad_gate_event ev = hark_vad_gate_step_queued(&st->gate);
     st->judged = b;
     if (ev == HARK_VAD_GATE_OPEN) {
       a = b - st->head > st->preroll_samples ? b - st->preroll_samples : st->head;
@@ -909,32 +908,18 @@ ps_status ps_stream_add_probs(ps_stream *st, const float *p, size_t n, char *err
     snprintf(err, errlen, "VAD_PROB: this model has no vad_model");
     return PS_INVALID;
   }
-  size_t waiting = st->n_probs - st->p_head;
-  if (waiting + n > st->max_probs) {
+  int rc = hark_vad_gate_queue(&st->gate, p, n, st->max_probs);
+  if (rc == -1) {
     snprintf(err, errlen,
              "pocketsphinx: %zu speech probabilities wait for audio (bound %zu): VAD_PROB runs "
              "ahead of AUDIO",
-             waiting + n, st->max_probs);
+             hark_vad_gate_queued(&st->gate) + n, st->max_probs);
     return PS_FULL;
   }
-  if (st->p_head > 0) {
-    memmove(st->probs, st->probs + st->p_head, waiting * sizeof *st->probs);
-    st->n_probs = waiting;
-    st->p_head = 0;
+  if (rc) {
+    snprintf(err, errlen, "pocketsphinx: out of memory");
+    return PS_INTERNAL;
   }
-  if (st->n_probs + n > st->cap_probs) {
-    size_t cap = st->cap_probs ? st->cap_probs : 64;
-    while (cap < st->n_probs + n) cap *= 2;
-    float *q = realloc(st->probs, cap * sizeof *q);
-    if (!q) {
-      snprintf(err, errlen, "pocketsphinx: out of memory");
-      return PS_INTERNAL;
-    }
-    st->probs = q;
-    st->cap_probs = cap;
-  }
-  memcpy(st->probs + st->n_probs, p, n * sizeof *p);
-  st->n_probs += n;
   return PS_OK;
 }
 

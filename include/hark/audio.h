@@ -352,6 +352,9 @@ typedef struct hark_vad_gate {
   uint8_t *start_ring, *stop_ring;    /* speech / silence flags of the windows */
   uint32_t start_pos, stop_pos, start_count, stop_count;
   int in_speech;
+  /* probabilities waiting for their audio, q[q_head..q_len) */
+  float *q;
+  size_t q_head, q_len, q_cap;
 } hark_vad_gate;
 
 /* The defaults above (silero's hysteresis, Riva's histories). */
@@ -363,6 +366,18 @@ void hark_vad_gate_fini(hark_vad_gate *g);
 void hark_vad_gate_reset(hark_vad_gate *g);
 /* One frame's probability. */
 hark_vad_gate_event hark_vad_gate_step(hark_vad_gate *g, float prob);
+/*
+ * A stream's probabilities arrive in their own input (VAD_PROB), ahead of
+ * or behind the audio they judge: they wait in the gate's queue, oldest
+ * first, until the recogniser has a frame's audio for the next. queue
+ * appends n: 0, -1 when more than max would then wait (nothing is added),
+ * -2 out of memory. step_queued steps on the oldest (queued() > 0);
+ * queued_probs are the waiting ones, queued() of them. Reset keeps them.
+ */
+int hark_vad_gate_queue(hark_vad_gate *g, const float *p, size_t n, size_t max);
+size_t hark_vad_gate_queued(const hark_vad_gate *g);
+const float *hark_vad_gate_queued_probs(const hark_vad_gate *g);
+hark_vad_gate_event hark_vad_gate_step_queued(hark_vad_gate *g);
 
 #ifdef __cplusplus
 }

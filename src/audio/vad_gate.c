@@ -48,6 +48,7 @@ int hark_vad_gate_init(hark_vad_gate *g, const hark_vad_gate_settings *set) {
 void hark_vad_gate_fini(hark_vad_gate *g) {
   free(g->start_ring);
   free(g->stop_ring);
+  free(g->q);
   memset(g, 0, sizeof *g);
 }
 
@@ -88,4 +89,36 @@ hark_vad_gate_event hark_vad_gate_step(hark_vad_gate *g, float prob) {
   g->in_speech = false;
   ring_clear(g->start_ring, g->start_window, &g->start_pos, &g->start_count);
   return HARK_VAD_GATE_CLOSE;
+}
+
+int hark_vad_gate_queue(hark_vad_gate *g, const float *p, size_t n, size_t max) {
+  size_t waiting = g->q_len - g->q_head;
+  if (n == 0) return 0;
+  if (waiting + n > max) return -1;
+  if (g->q_head > 0) {
+    memmove(g->q, g->q + g->q_head, waiting * sizeof *g->q);
+    g->q_len = waiting;
+    g->q_head = 0;
+  }
+  if (g->q_len + n > g->q_cap) {
+    size_t cap = g->q_cap ? g->q_cap : 64;
+    while (cap < g->q_len + n) cap *= 2;
+    float *q = realloc(g->q, cap * sizeof *q);
+    if (!q) return -2;
+    g->q = q;
+    g->q_cap = cap;
+  }
+  memcpy(g->q + g->q_len, p, n * sizeof *p);
+  g->q_len += n;
+  return 0;
+}
+
+size_t hark_vad_gate_queued(const hark_vad_gate *g) { return g->q_len - g->q_head; }
+
+const float *hark_vad_gate_queued_probs(const hark_vad_gate *g) {
+  return g->q ? g->q + g->q_head : NULL;
+}
+
+hark_vad_gate_event hark_vad_gate_step_queued(hark_vad_gate *g) {
+  return hark_vad_gate_step(g, g->q[g->q_head++]);
 }

@@ -62,10 +62,40 @@ static void test_stream_settings(void **state) {
   hark_vad_gate_fini(&g);
 }
 
+/* Probabilities wait in the gate until their audio comes: oldest first,
+ * bounded, kept across a reset, the same steps as fed one by one. */
+static void test_queue(void **state) {
+  (void)state;
+  hark_vad_gate_settings set;
+  hark_vad_gate_settings_default(&set);
+  hark_vad_gate a, b;
+  assert_int_equal(hark_vad_gate_init(&a, &set), 0);
+  assert_int_equal(hark_vad_gate_init(&b, &set), 0);
+  float p[200];
+  for (int i = 0; i < 200; i++) p[i] = (i / 40) % 2 ? 0.9f : 0.1f;
+  assert_int_equal(hark_vad_gate_queue(&a, p, 150, 160), 0);
+  assert_int_equal(hark_vad_gate_queue(&a, p + 150, 11, 160), -1); /* past the bound: nothing */
+  assert_int_equal(hark_vad_gate_queued(&a), 150);
+  assert_true(hark_vad_gate_queued_probs(&a)[0] == p[0]);
+  for (int i = 0; i < 100; i++)
+    assert_int_equal(hark_vad_gate_step_queued(&a), hark_vad_gate_step(&b, p[i]));
+  hark_vad_gate_reset(&a);
+  hark_vad_gate_reset(&b);
+  assert_int_equal(hark_vad_gate_queue(&a, p + 150, 50, 160), 0); /* room again after 100 left */
+  assert_int_equal(hark_vad_gate_queued(&a), 100);
+  assert_true(hark_vad_gate_queued_probs(&a)[0] == p[100]);
+  for (int i = 100; i < 200; i++)
+    assert_int_equal(hark_vad_gate_step_queued(&a), hark_vad_gate_step(&b, p[i]));
+  assert_int_equal(hark_vad_gate_queued(&a), 0);
+  hark_vad_gate_fini(&a);
+  hark_vad_gate_fini(&b);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_rule),
       cmocka_unit_test(test_stream_settings),
+      cmocka_unit_test(test_queue),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }
