@@ -768,6 +768,8 @@ void make_bf16(asr_net &n) {
   }
 }
 
+std::string short_reason(const asr_net *n, const std::string &msg);
+
 void load(asr_net &n) {
   try {
     n.module = torch::jit::load(n.o.file, c10::Device(c10::kCPU));
@@ -829,7 +831,17 @@ void load(asr_net &n) {
       throw failure(n.label + ": decoder.blank_id " + std::to_string(n.info.blank_id) +
                     " is not a token id of tokens.txt");
     std::vector<int64_t> ctx = start_context(n);
-    n.init_dec = run_decoder(n, context_tensor({&ctx})).clone();
+    try {
+      n.init_dec = run_decoder(n, context_tensor({&ctx})).clone();
+    } catch (const failure &) {
+      throw;
+    } catch (const std::exception &e) {
+      const c10::Error *ce = dynamic_cast<const c10::Error *>(&e);
+      throw failure(n.label + ": the decoder fails on an utterance's start context [-1, ..., " +
+                    "blank] (icefall's and sherpa's; its decoder gives -1 a zero embedding: " +
+                    "embedding(y.clamp(min=0)) * (y >= 0)): " +
+                    short_reason(&n, ce ? ce->what_without_backtrace() : e.what()));
+    }
   }
   if (n.o.precision == ASR_FP32) return dry_run(n);
   try {

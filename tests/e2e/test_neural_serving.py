@@ -217,6 +217,14 @@ class Dec(torch.nn.Module):
         self.emb = torch.nn.Embedding(6, 16)
 
     def forward(self, y: torch.Tensor, need_pad: bool = True) -> torch.Tensor:
+        # icefall's: -1 (left of an utterance's first blank) embeds as zeros
+        return (self.emb(y.clamp(min=0)) * (y >= 0).unsqueeze(-1)).sum(1, keepdim=True)
+
+
+class DecNoStart(Dec):
+    """Indexes -1 straight into its embedding: cannot take the start context."""
+
+    def forward(self, y: torch.Tensor, need_pad: bool = True) -> torch.Tensor:
         return self.emb(y).sum(1, keepdim=True)
 
 
@@ -230,10 +238,10 @@ class Join(torch.nn.Module):
 
 
 class Transducer(torch.nn.Module):
-    def __init__(self, enc, vocab=6):
+    def __init__(self, enc, vocab=6, dec=None):
         super().__init__()
         self.encoder = enc
-        self.decoder = Dec()
+        self.decoder = dec if dec is not None else Dec()
         self.joiner = Join(vocab)
 
 
@@ -285,6 +293,7 @@ class BadModels(unittest.TestCase):
             "gap_tokens": (good, "<blk> 0\n\u2581A 2\n"),
             "few_tokens": (good, "<blk> 0\n\u2581A 1\n"),
             "throws": (save("throws", Transducer(Enc(fail_at=3))), TOKENS),
+            "dec_no_start": (save("dec_no_start", Transducer(Enc(), dec=DecNoStart())), TOKENS),
             # a CTC blank anywhere in tokens.txt; none at all
             "ctc_blank3": (save("ctc", Ctc()), "<unk> 0\n\u2581A 1\nB 2\n<blk> 3\nC 4\nD 5\n"),
             "ctc_no_blank": (save("ctc", Ctc()), "<unk> 0\n\u2581A 1\nB 2\nX 3\nC 4\nD 5\n"),
@@ -317,6 +326,7 @@ class BadModels(unittest.TestCase):
             "bad_tokens": "tokens.txt:2: expected '<token> <id>'",
             "gap_tokens": "id 1 is missing",
             "few_tokens": "joiner gives 6 logits, tokens.txt has 2 tokens",
+            "dec_no_start": "the decoder fails on an utterance's start context [-1, ..., blank]",
             "ctc_no_blank": "tokens.txt must name its blank",
             "chunk_differs": "parameter decode_chunk_len is 32 but the encoder's decode_chunk_len "
                              "is 24",

@@ -200,7 +200,9 @@ static void test_close_ends_the_sequence(void **state) {
   for (int i = 1; i <= 5; i++) submit_pcm(s, "", 100, i);
   hark_speech_close(s);
   wait_results(&r, 6);
-  assert_int_equal(r.status[0], HARK_SPEECH_OK);
+  /* The one in flight is cancelled with its client (issue 24): answered
+   * if the model finished first, else failed as cancelled. */
+  assert_true(r.status[0] == HARK_SPEECH_OK || r.status[0] == HARK_SPEECH_FAILED);
   for (int i = 1; i <= 5; i++) assert_int_equal(r.status[i], HARK_SPEECH_DROPPED);
 
   /* The END went after the slow request: a new START is taken (the
