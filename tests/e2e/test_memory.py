@@ -255,7 +255,10 @@ class Budget(unittest.TestCase):
 
 
 def slow_repo():
-    """identity, whose every execution takes 3 s: requests stay in flight."""
+    """identity, whose every execution takes 10 s: requests stay in flight.
+    (3 s was not enough: on a loaded host grpcio took longer than that to
+    send the next 60 MiB, the first request finished first, and nothing
+    was ever over the stream's bound, so the test failed once.)"""
     root = tempfile.mkdtemp(prefix="hark-memory-")
     os.makedirs(os.path.join(root, "slow_identity", "1"))
     with open(os.path.join(root, "slow_identity", "config.pbtxt"), "w") as f:
@@ -263,7 +266,7 @@ def slow_repo():
                 'input [ { name: "INPUT_UINT8" data_type: TYPE_UINT8 dims: [ -1 ] } ]\n'
                 'output [ { name: "OUTPUT_UINT8" data_type: TYPE_UINT8 dims: [ -1 ] } ]\n'
                 'instance_group [ { count: 1 kind: KIND_CPU } ]\n'
-                'parameters { key: "execute_delay_us" value: { string_value: "3000000" } }\n')
+                'parameters { key: "execute_delay_us" value: { string_value: "10000000" } }\n')
     return root
 
 
