@@ -4,7 +4,12 @@
 # batched into one encoder call), served real-time over the Vosk WebSocket:
 #
 # (1) streams: the largest N of `hark transcribe --simulate-realtime
-#     --chunk-ms 100 --parallel N` over the LibriVox files with every chunk
+#     --chunk-ms 100 --stagger-ms STAGGER_MS --parallel N` over the LibriVox
+#     files (the streams' starts spread evenly over STAGGER_MS, 1000: live
+#     callers start at any time, so their encoder windows complete at any
+#     phase; the client's default, one 100 ms chunk period, completes every
+#     stream's window in the same tenth of each 320 ms window and doubled
+#     the tail: bench/RESULTS.md, 2026-11-28 afternoon) with every chunk
 #     reply's p99 <= P99_CHUNK_MS (200), the final's p99 <= P99_FINAL_MS
 #     (500) after eof, no reply later than MAX_REPLY_MS (2000: the client's
 #     --timeout-secs, and both maxima) and no errors; for the batched model
@@ -54,7 +59,7 @@
 # try instead of searching: "40 60"; NS=0 skips the batched search, to
 # try more max_batch_size 1 configurations alone), START_N / START_N_B1 (where a search
 # starts instead of the bare estimate), MAX_N (400), RESOLUTION (10),
-# BARE_SECONDS (8), FBANK_SECONDS (5), AUDIO_DIR, P99_CHUNK_MS,
+# BARE_SECONDS (8), FBANK_SECONDS (5), AUDIO_DIR, STAGGER_MS (1000), P99_CHUNK_MS,
 # P99_FINAL_MS, MAX_REPLY_MS, HARKD_ARGS (more harkd flags), PRECISION (the
 # model's precision parameter: fp32, int8, bf16; empty: the default),
 # KEEP_RESULTS (a folder: each trial's JSON copied there), PROFILE
@@ -74,6 +79,7 @@ DELAY_US=${DELAY_US:-2000}
 INSTANCES=${INSTANCES:-1}
 INTRA=${INTRA:-}
 export ROUND_WAIT_MS=${ROUND_WAIT_MS:-}
+STAGGER_MS=${STAGGER_MS-1000}
 B1_CONFIGS=${B1_CONFIGS-1x1 1x2 2x1 2x2}
 NS=${NS:-}
 NS_B1=${NS_B1:-}
@@ -189,7 +195,8 @@ stop_server() {
 # client OUT N ITERATIONS: one `hark transcribe` of N real-time streams.
 client() {
   timeout $(($3 * 15 + 90)) "$HARK" transcribe --server "$HARKD_URL" --model nasr \
-    --simulate-realtime --chunk-ms 100 --parallel "$2" --iterations "$3" \
+    --simulate-realtime --chunk-ms 100 ${STAGGER_MS:+--stagger-ms "$STAGGER_MS"} \
+    --parallel "$2" --iterations "$3" \
     --timeout-secs $((MAX_REPLY_MS / 1000)) --json "${FILES[@]}" >"$1" 2>"$1.log" || true
 }
 
@@ -424,11 +431,11 @@ cat <<EOF
 
 ### neural_asr: real-time streams, efficiency and features (issue 26)
 
-$(bench_machine). Command: \`$(bench_command FIGURES ITERATIONS MODEL_SIZE MAX_BATCH DELAY_US ROUND_WAIT_MS INSTANCES INTRA B1_CONFIGS NS NS_B1 EFF_N RESOLUTION)\`.
+$(bench_machine). Command: \`$(bench_command FIGURES ITERATIONS MODEL_SIZE MAX_BATCH DELAY_US ROUND_WAIT_MS INSTANCES INTRA B1_CONFIGS NS NS_B1 EFF_N RESOLUTION STAGGER_MS)\`.
 Model: \`$MODEL_SIZE\` transducer (\`$(basename "$MODEL_DIR")\`), chunks of 32+13 frames (320 ms), endpointing at
 the backend's defaults; max_queue_delay_microseconds $DELAY_US. Bounds: chunk p99 ≤ $P99_CHUNK_MS ms, final p99 ≤
 $P99_FINAL_MS ms, every reply ≤ $MAX_REPLY_MS ms, no errors. \`hark transcribe --simulate-realtime --chunk-ms 100
---iterations $ITERATIONS\`.
+${STAGGER_MS:+--stagger-ms $STAGGER_MS }--iterations $ITERATIONS\`.
 EOF
 
 if has streams; then

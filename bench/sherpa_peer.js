@@ -7,7 +7,7 @@
 //     one JSON line per file: {file, tokens: [token text, ...]}
 //   node sherpa_peer.js MODEL_DIR run N SECONDS WAV...
 //     N live streams, each fed the files in turn (stream i starting at file
-//     i % files, offset i * 100 / N ms) in 100 ms pieces at real time for
+//     i % files, offset i * STAGGER_MS / N ms) in 100 ms pieces at real time for
 //     SECONDS; a 10 ms loop (as sherpa's own WebSocket server) feeds what is
 //     due, then calls decodeStreams on every ready stream until none is.
 //     A window's latency: from the piece that made its stream ready to the
@@ -22,6 +22,9 @@ const sherpa = require('sherpa-onnx-node');
 
 const THREADS = parseInt(process.env.THREADS || '1', 10);
 const TAIL_MS = parseInt(process.env.TAIL_MS || '660', 10);
+// The streams' starts, spread evenly over STAGGER_MS (1000, as
+// bench/neural_streams.sh spreads hark's): live callers start at any time.
+const STAGGER_MS = parseInt(process.env.STAGGER_MS || '1000', 10);
 
 function readWav(file) {
   const b = fs.readFileSync(file);
@@ -86,7 +89,7 @@ function run(dir, n, seconds, files) {
   const t0 = now() + 200;
   for (let i = 0; i < n; i++)
     streams.push({s: rec.createStream(), file: i % audio.length, pos: 0, fed: 0,
-                  next: t0 + (i * 100) / n, waiting: null, lastPiece: 0});
+                  next: t0 + (i * STAGGER_MS) / n, waiting: null, lastPiece: 0});
   const lat = [];
   let calls = 0, decoded = 0, audioS = 0, lag = 0;
   const end = t0 + seconds * 1000;

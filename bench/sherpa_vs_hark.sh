@@ -11,7 +11,8 @@
 #      said, not fatal: the figures then say so).
 #   1. for each N in NS (1 16 64), ROUNDS (2) times, alternating: sherpa
 #      (bench/sherpa_peer.js run N SECONDS: N real-time streams, 100 ms
-#      pieces, decodeStreams over every ready stream on a 10 ms loop, one
+#      pieces, their starts spread over STAGGER_MS (1000, both engines),
+#      decodeStreams over every ready stream on a 10 ms loop, one
 #      ONNX Runtime thread) and hark (bench/neural_streams.sh
 #      FIGURES=streams NS=N INTRA=1: `hark transcribe --simulate-realtime`
 #      over the Vosk WebSocket, max_batch_size 64, one intra-op thread).

@@ -121,6 +121,16 @@ class TranscribeCli(ServerTest):
             n = 12000 if f["file"].endswith("a.wav") else 4000
             self.assertEqual({s["transcript"] for s in f["streams"]}, {str(n)})
 
+    def test_stagger(self):
+        path = self.wavs["c"][0]  # 0.25 s: 5 chunks of 50 ms, the last sent 0.2 s after the first
+        d = self.report("--simulate-realtime", "--parallel", "4", "--chunk-ms", "50",
+                        "--stagger-ms", "600", path)
+        self.assertEqual((d["streams"], d["ok"]), (4, 4))
+        self.assertGreaterEqual(d["wall_seconds"], 0.65)  # the 4th starts at 450 ms
+        p = self.run_cli("--stagger-ms", "-1", path)
+        self.assertEqual(p.returncode, 2)
+        self.assertIn("bad --stagger-ms", p.stderr)
+
     def test_silent_fraction(self):
         d = self.report("--silent-fraction", "0.5", "--parallel", "4", self.wavs["a"][0])
         self.assertEqual(sum(1 for s in d["files"][0]["streams"] if s.get("silent")), 2)

@@ -47,6 +47,10 @@ static void usage(FILE *f) {
       "      --simulate-realtime   send each chunk at real time (default: the next chunk as\n"
       "                            soon as the previous one's reply came)\n"
       "      --chunk-ms MS         audio per message (default 100)\n"
+      "      --stagger-ms MS       with --simulate-realtime, spread the first streams' starts\n"
+      "                            evenly over MS (default: one chunk period); live streams\n"
+      "                            start at any time, so a span longer than the model's\n"
+      "                            window spreads where their windows complete\n"
       "  -p, --parallel N          streams at once, on one thread (default 1)\n"
       "  -n, --iterations K        passes over max(N, number of files) streams (default 1)\n"
       "      --interim             also print partial results when they change\n"
@@ -120,7 +124,17 @@ static int parse_server(tr_opts *o) {
   return 0;
 }
 
-enum { O_REALTIME = 256, O_CHUNK, O_INTERIM, O_WORDS, O_JSON, O_TIMEOUT, O_SILENT, O_LANGUAGE };
+enum {
+  O_REALTIME = 256,
+  O_CHUNK,
+  O_INTERIM,
+  O_WORDS,
+  O_JSON,
+  O_TIMEOUT,
+  O_SILENT,
+  O_LANGUAGE,
+  O_STAGGER
+};
 
 static const struct option long_opts[] = {
     {"server", required_argument, NULL, 's'},
@@ -128,6 +142,7 @@ static const struct option long_opts[] = {
     {"language-code", required_argument, NULL, O_LANGUAGE},
     {"simulate-realtime", no_argument, NULL, O_REALTIME},
     {"chunk-ms", required_argument, NULL, O_CHUNK},
+    {"stagger-ms", required_argument, NULL, O_STAGGER},
     {"parallel", required_argument, NULL, 'p'},
     {"iterations", required_argument, NULL, 'n'},
     {"interim", no_argument, NULL, O_INTERIM},
@@ -150,6 +165,8 @@ static int parse_one(tr_opts *o, int c, const char *arg) {
   case 'n':
     return parse_int(arg, 1, 1000000, &o->iterations) ? 0 : bad("bad --iterations '%s'", arg);
   case O_CHUNK: return parse_int(arg, 1, 60000, &o->chunk_ms) ? 0 : bad("bad --chunk-ms '%s'", arg);
+  case O_STAGGER:
+    return parse_int(arg, 0, 600000, &o->stagger_ms) ? 0 : bad("bad --stagger-ms '%s'", arg);
   case O_TIMEOUT:
     return parse_int(arg, 1, 86400, &o->timeout_s) ? 0 : bad("bad --timeout-secs '%s'", arg);
   case O_REALTIME: o->realtime = true; return 0;
@@ -171,6 +188,7 @@ static int parse_opts(int argc, char **argv, tr_opts *o) {
   *o = (tr_opts){.server = "localhost:8000",
                  .language = "en-US",
                  .chunk_ms = 100,
+                 .stagger_ms = -1,
                  .parallel = 1,
                  .iterations = 1,
                  .timeout_s = 10};

@@ -497,9 +497,8 @@ int tr_grpc_run(tr_run *run, const tr_file *files) {
     fprintf(stderr, "hark transcribe: out of memory\n");
   else if (connect_channel(&l) == 0) {
     uint64_t t0 = now_ns();
-    for (int i = 0; i < l.n_slots; i++) /* stagger real-time streams over one chunk period */
-      slot_assign(&l, &l.slots[i],
-                  t0 + (run->o->realtime ? l.chunk_ns * (uint64_t)i / (uint64_t)l.n_slots : 0));
+    for (int i = 0; i < l.n_slots; i++)
+      slot_assign(&l, &l.slots[i], t0 + tr_start_offset_ns(run->o, i, l.n_slots));
     run->started_ns = run->ended_ns = t0;
     run_loop(&l);
     rc = 0;

@@ -23,6 +23,12 @@ size_t tr_chunk_samples(const tr_opts *o, const tr_file *f) {
   return per ? per : 1;
 }
 
+uint64_t tr_start_offset_ns(const tr_opts *o, int i, int n) {
+  if (!o->realtime || n <= 0) return 0;
+  uint64_t span = (uint64_t)(o->stagger_ms >= 0 ? o->stagger_ms : o->chunk_ms) * 1000000u;
+  return span * (uint64_t)i / (uint64_t)n;
+}
+
 static void append_final(tr_job *j, const char *text) {
   size_t old = j->transcript ? strlen(j->transcript) : 0, add = strlen(text);
   char *p = realloc(j->transcript, old + add + 2);

@@ -28,6 +28,7 @@ typedef struct tr_opts {
   bool realtime, interim, words, json;
   bool grpc; /* --server grpc://HOST:PORT: Riva's gRPC API, else Vosk's WebSocket */
   int chunk_ms, parallel, iterations, timeout_s;
+  int stagger_ms; /* realtime: first starts spread over this; -1: one chunk period */
   double silent_fraction;
   /* derived from --server / --model */
   char host[256], port[16], hostport[300], path[1024];
@@ -70,6 +71,10 @@ typedef struct tr_run {
 const char *tr_file_tag(const tr_file *f);
 /* Samples per --chunk-ms chunk of a file (at least 1). */
 size_t tr_chunk_samples(const tr_opts *o, const tr_file *f);
+/* When slot i of n starts, after the run's start: with --simulate-realtime
+ * the starts are spread evenly over --stagger-ms (one chunk period by
+ * default), else all at once. */
+uint64_t tr_start_offset_ns(const tr_opts *o, int i, int n);
 /* A partial result: printed with --interim (text mode) when it differs
  * from *last, which keeps the latest (owned; NULL after a final). */
 void tr_partial(const tr_opts *o, const tr_file *f, const tr_job *j, const char *text, char **last);

@@ -14,7 +14,7 @@
  *
  * A stream sends the config message, then the PCM in --chunk-ms chunks —
  * at real time with --simulate-realtime (slots start staggered across one
- * chunk period), else the next chunk once the previous one's reply came —
+ * chunk period, or --stagger-ms), else the next chunk once the previous one's reply came —
  * then {"eof" : 1}. lws writes from the WRITEABLE callback only, one
  * message per call, so the slot counts the messages that are due; a send
  * time is taken as the message goes to lws_write. The server answers each
@@ -620,9 +620,8 @@ int tr_ws_run(tr_run *run) {
   int rc = -1;
   if (setup(&l, run, o) == 0 && resolve(&l) == 0) {
     uint64_t t0 = now_ns();
-    for (int i = 0; i < l.n_slots; i++) /* stagger real-time streams over one chunk period */
-      slot_assign(&l, &l.slots[i],
-                  t0 + (o->realtime ? l.chunk_ns * (uint64_t)i / (uint64_t)l.n_slots : 0));
+    for (int i = 0; i < l.n_slots; i++)
+      slot_assign(&l, &l.slots[i], t0 + tr_start_offset_ns(o, i, l.n_slots));
     run->started_ns = run->ended_ns = t0;
     wake_at(&l, t0);
     ev_run(l.ev, 0);
