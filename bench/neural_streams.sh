@@ -13,7 +13,7 @@
 #     reply's p99 <= P99_CHUNK_MS (200), the final's p99 <= P99_FINAL_MS
 #     (500) after eof, no reply later than MAX_REPLY_MS (2000: the client's
 #     --timeout-secs, and both maxima) and no errors; for the batched model
-#     (max_batch_size MAX_BATCH, 64) and for the same server with
+#     (max_batch_size MAX_BATCH, 24: a cap on the round, docs/neural-asr.md) and for the same server with
 #     max_batch_size 1 in each of B1_CONFIGS (instances x
 #     INTRA_OP_THREAD_COUNT: "1x1 1x2 2x1 2x2"; empty: none); goal batched >= 3x the best
 #     max_batch_size 1. The search starts from the bare loop's estimate
@@ -51,7 +51,7 @@
 # Env: BUILD_DIR, FIGURES ("streams efficiency features"; efficiency and
 # features use the batched streams figure's N, or EFF_N (32) without it),
 # ITERATIONS (2: passes per trial, each stream slot runs ~2 files),
-# MODEL_SIZE (20m), MODEL_DIR, MAX_BATCH (64), DELAY_US (2000: the oldest
+# MODEL_SIZE (20m), MODEL_DIR, MAX_BATCH (24), DELAY_US (2000: the oldest
 # strategy's max_queue_delay_microseconds), ROUND_WAIT_MS (the batched
 # model's round_wait_ms; empty: the backend's default, 40), INSTANCES (1) and INTRA (the
 # batched model's instances and INTRA_OP_THREAD_COUNT; empty: harkd's
@@ -62,6 +62,9 @@
 # BARE_SECONDS (8), FBANK_SECONDS (5), AUDIO_DIR, STAGGER_MS (1000), P99_CHUNK_MS,
 # P99_FINAL_MS, MAX_REPLY_MS, HARKD_ARGS (more harkd flags), PRECISION (the
 # model's precision parameter: fp32, int8, bf16; empty: the default),
+# FIRST_WORD_PROBES (8; 0: none): after the batched search, one more trial
+# at its N with that many of the streams run by bench/nasr_first_word.py,
+# for the first-word latency (not counted in any other figure),
 # KEEP_RESULTS (a folder: each trial's JSON copied there), PROFILE
 # (seconds; 0 = off, the default): after the batched search, one more
 # trial at its N with `perf record -F 499` on harkd for that long (not
@@ -74,7 +77,7 @@ FIGURES=${FIGURES:-streams efficiency features}
 ITERATIONS=${ITERATIONS:-2}
 MODEL_SIZE=${MODEL_SIZE:-20m}
 MODEL_DIR=${MODEL_DIR:-}
-MAX_BATCH=${MAX_BATCH:-64}
+MAX_BATCH=${MAX_BATCH:-24}
 DELAY_US=${DELAY_US:-2000}
 INSTANCES=${INSTANCES:-1}
 INTRA=${INTRA:-}
@@ -116,6 +119,7 @@ fi
 [[ -f $MODEL_DIR/model.pt ]] || bench_die "$MODEL_DIR/model.pt is missing"
 bench_log "model: $MODEL_DIR"
 PROFILE=${PROFILE:-0}
+FIRST_WORD_PROBES=${FIRST_WORD_PROBES:-8}
 RESULTS=$BENCH_TMP/results
 mkdir -p "$RESULTS"
 
@@ -375,6 +379,17 @@ if has streams && [[ $NS != 0 ]]; then
   NS_LIST=$NS search batched "${START_N:-$EST_B}"
   B_CAP=$CAP B_HI=$HI
   bench_log "batched: N = $B_CAP (smallest failing: $B_HI)"
+  if ((FIRST_WORD_PROBES > 0 && B_CAP > FIRST_WORD_PROBES)); then
+    bench_log "first-word latency: $FIRST_WORD_PROBES probe streams among $B_CAP"
+    bench_settle nasr
+    (client "$BENCH_TMP/first-word-client.json" $((B_CAP - FIRST_WORD_PROBES)) "$ITERATIONS") &
+    cpid=$!
+    STAGGER_MS=${STAGGER_MS:-100} timeout 300 "$PY" "$BENCH_ROOT/bench/nasr_first_word.py" \
+      "ws://$HARKD_URL/v2/models/nasr/stream" "$FIRST_WORD_PROBES" "${FILES[@]}" \
+      >"$BENCH_TMP/first-word.json" 2>"$BENCH_TMP/first-word.log" ||
+      bench_log "first-word probe failed: $(tail -c 300 "$BENCH_TMP/first-word.log")"
+    wait "$cpid" || true
+  fi
   if ((PROFILE > 0 && B_CAP > 0)); then
     bench_need perf
     bench_log "profile: $B_CAP streams again, perf record on harkd for ${PROFILE}s"
@@ -448,6 +463,10 @@ if has streams; then
   echo "- Batched (max_batch_size $MAX_BATCH, $INSTANCES instance(s), $B_THREADS threads): **N = $B_CAP** (smallest failing: $B_HI)."
   echo "- max_batch_size 1 (instances x INTRA_OP_THREAD_COUNT): $(b1=$(IFS=';'; echo "${B1_LINES[*]}"); echo "${b1//;/; }"); best **$B1_BEST** ($B1_BEST_CFG)."
   echo "- **Batched / max_batch_size 1 = ${ratio}×** (goal ≥ 3×)."
+fi
+if [[ -s $BENCH_TMP/first-word.json ]]; then
+  echo
+  bench_json "$BENCH_TMP/first-word.json" '"- **First-word latency** at N = '"$B_CAP"' (%d probe streams of bench/nasr_first_word.py among them, %d words; from the end of a word'"'"'s audio at real time to the first reply holding it): p50 **%s ms**, p90 %s, p99 **%s ms**, max %s%s." % (d["streams"], d["words"], d["p50_ms"], d["p90_ms"], d["p99_ms"], d["max_ms"], (", probe errors: " + "; ".join(d["errors"])) if d["errors"] else "")'
 fi
 if [[ -s $BENCH_TMP/perf-dso.txt ]]; then
   echo
