@@ -238,6 +238,7 @@ static hark_error *model_init(hark_model *hm) {
   hark_fbank_opts fo;
   if (!err) err = feature_opts(hm, m, &fo);
   char dir[4096], path[4096 + 256], tokens_path[4096 + 256], why[1024];
+  const char *prec = hark_model_parameter(hm, "precision");
   snprintf(dir, sizeof dir, "%s/%lld", hark_model_path(hm), (long long)hark_model_version(hm));
   if (!err) {
     const char *tokens = hark_model_parameter(hm, "tokens");
@@ -260,7 +261,6 @@ static hark_error *model_init(hark_model *hm) {
       err = hark_error_new(HARK_ERR_INVALID_ARG,
                            "%s: parameter family must be 'transducer' or 'ctc', got '%s'",
                            m->set.label, family);
-    const char *prec = hark_model_parameter(hm, "precision");
     asr_precision precision = ASR_FP32;
     if (!err && prec && !strcmp(prec, "int8"))
       precision = ASR_INT8;
@@ -287,6 +287,15 @@ static hark_error *model_init(hark_model *hm) {
                       .precision = precision};
     if (!err && !(m->net = asr_net_load(&o, why, sizeof why)))
       err = hark_error_new(HARK_ERR_INVALID_ARG, "%s", why);
+    /* Measured, not guessed (bench/RESULTS.md, 2026-11-28 afternoon):
+     * libtorch 1.13's oneDNN builds an int8 layer's kernel anew for each
+     * new activation scale, which dynamic quantisation makes every call. */
+    if (!err && precision == ASR_INT8)
+      HARK_BACKEND_LOG(HARK_BACKEND_LOG_WARN,
+                       "%s: precision int8: %u linear layers quantised; this libtorch's oneDNN "
+                       "rebuilds an int8 layer's kernel for every new activation scale (every "
+                       "call), so int8 costs more CPU than fp32 here (docs/neural-asr.md)",
+                       m->set.label, asr_net_get_info(m->net)->quantised);
   }
   if (!err) {
     const asr_net_info *info = asr_net_get_info(m->net);
@@ -319,10 +328,10 @@ static hark_error *model_init(hark_model *hm) {
   const asr_net_info *info = asr_net_get_info(m->net);
   HARK_BACKEND_LOG(HARK_BACKEND_LOG_INFO,
                    "%s: %s, %u tokens, chunks of %u+%u frames -> %u encoder frames of %.0f ms, %u "
-                   "state tensors (%zu bytes a stream)",
+                   "state tensors (%zu bytes a stream), precision %s",
                    m->set.label, info->family == ASR_CTC ? "CTC" : "transducer", m->tokens.n,
                    m->set.chunk, m->set.pad, info->out_frames, m->sh.frame_shift_s * 1000.0,
-                   info->n_states, info->state_bytes);
+                   info->n_states, info->state_bytes, prec ? prec : "fp32");
   hark_model_set_state(hm, m);
   return NULL;
 }

@@ -143,6 +143,11 @@ class Precision(unittest.TestCase):
         precs = ["int8"] + (["bf16"] if cpu_has("avx512_bf16") else [])
         for prec in ["fp32"] + precs:
             self.assertEqual(idx[f"digits_{prec}"]["state"], "READY", idx[f"digits_{prec}"])
+        log = self.server.output()  # the load log says each model's precision, and warns of int8's cost
+        for prec in ["fp32"] + precs:
+            self.assertRegex(log, rf"'digits_{prec}' version 1: .*precision {prec}\n")
+        self.assertRegex(log, r"'digits_int8' version 1: precision int8: \d+ linear layers quantised; "
+                              r"this libtorch's oneDNN rebuilds")
         base = self.wer("digits_fp32")
         self.assertLessEqual(base, MAX_WER)
         for prec in precs:
