@@ -65,7 +65,7 @@ cat <<EOF
 
 ### neural_asr: INT8 and BF16 against FP32 (issue 27)
 
-$(bench_machine). Command: \`$(bench_command PRECISIONS ORDER MODEL_SIZE SKIP_STREAMS)\`.
+$(bench_machine). Command: \`$(bench_command PRECISIONS ORDER MODEL_SIZE SKIP_STREAMS MAX_BATCH FIRST_WORD_PROBES)\`.
 Model: \`$MODEL_SIZE\` transducer (\`$(basename "$MODEL_DIR")\`), the same model.pt at each precision.
 
 **Agreement with FP32** (\`hark transcribe --json\` of the LibriVox files through each precision;

@@ -15,7 +15,7 @@
 #      decodeStreams over every ready stream on a 10 ms loop, one
 #      ONNX Runtime thread) and hark (bench/neural_streams.sh
 #      FIGURES=streams NS=N INTRA=1: `hark transcribe --simulate-realtime`
-#      over the Vosk WebSocket, max_batch_size 64, one intra-op thread).
+#      over the Vosk WebSocket, max_batch_size 24 (its default), one intra-op thread).
 #      Each: CPU seconds per stream-second (sherpa: its node process, which
 #      feeds itself; hark: harkd alone, its client apart), window/chunk
 #      p99 against the bars of issue 26 (200 ms), host load before.
