@@ -34,6 +34,44 @@ static volatile sig_atomic_t g_signals;
 static sem_t g_watchdog;
 static int g_exit_secs;
 
+#ifdef HARK_WITH_JEMALLOC
+/* jemalloc's options, which it reads as it starts (MALLOC_CONF in the
+ * environment overrides them): keep freed pages for reuse instead of
+ * returning them to the kernel as they age. Its default decay returns a
+ * few at a time all the time, and a neural model allocates and frees
+ * megabytes of tensors every round: each round then paid madvise calls
+ * (on a VM, a TLB shootdown each) and page faults to take the same memory
+ * back (bench/RESULTS.md, 2026-11-28 evening). The pages go back instead
+ * all at once every --memory-release-secs (release_main), which costs one
+ * round of faults in that period. */
+const char *malloc_conf = "dirty_decay_ms:-1,muzzy_decay_ms:-1";
+int mallctl(const char *name, void *oldp, size_t *oldlenp, void *newp, size_t newlen);
+
+static void *release_main(void *arg) {
+  int secs = *(int *)arg;
+  pthread_setname_np(pthread_self(), "hark-mem");
+  for (;;) {
+    struct timespec ts = {.tv_sec = secs}, rem;
+    while (nanosleep(&ts, &rem) != 0 && errno == EINTR) ts = rem;
+    /* Every arena's unused pages (4096: MALLCTL_ARENAS_ALL), an arena at
+     * a time under its own lock. */
+    (void)mallctl("arena.4096.purge", NULL, NULL, NULL, 0);
+  }
+  return NULL;
+}
+
+static void start_memory_release(const int *secs) {
+  pthread_t t;
+  if (*secs <= 0) return;
+  if (pthread_create(&t, NULL, release_main, (void *)secs) == 0)
+    pthread_detach(t);
+  else
+    HARK_WARN("cannot start the memory release thread: freed memory stays for reuse");
+}
+#else
+static void start_memory_release(const int *secs) { (void)secs; }
+#endif
+
 static void deadline_in(struct timespec *ts, int secs) {
   clock_gettime(CLOCK_REALTIME, ts);
   ts->tv_sec += secs;
@@ -108,6 +146,7 @@ int main(int argc, char **argv) {
   raise_fd_limit();
 
   hark_inflight_set_max(opts.inflight_max);
+  start_memory_release(&opts.memory_release_secs);
   hark_server *server;
   hark_error *err = hark_server_new(so, &server);
   if (err) {

@@ -64,6 +64,7 @@ void harkd_options_init(harkd_options *o) {
               .shm_max_regions = 1024,
           },
       .inflight_max = default_inflight_bytes(),
+      .memory_release_secs = 30,
       .http_restrict = hark_restrict_new(),
       .grpc_restrict = hark_restrict_new(),
   };
@@ -360,6 +361,10 @@ const hark_flag harkd_flags[] = {
           "without sample_rate_hertz): 8000..48000; default:\n"
           "8000 on a Vosk path (as Vosk's server), else the\n"
           "model's default_sample_rate (asr: 16000)"),
+    F_INT("memory-release-secs", "N", memory_release_secs, 0, 86400,
+          "return freed memory to the kernel every N s, all\n"
+          "at once (30; 0: never, it stays for reuse); with\n"
+          "jemalloc, as release builds link it"),
     F_INT("max-inflight-bytes", "N", inflight_max, 0, LONG_MAX,
           "bytes all clients together may make harkd hold\n"
           "(request bodies, gRPC messages) before new ones\n"

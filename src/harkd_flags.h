@@ -20,7 +20,8 @@
 typedef struct harkd_options {
   hark_server_options server;
   hark_frontend_options fe;
-  uint64_t inflight_max; /* --max-inflight-bytes */
+  uint64_t inflight_max;   /* --max-inflight-bytes */
+  int memory_release_secs; /* --memory-release-secs */
   const char *loads[HARKD_MAX_LOAD_MODELS];
   bool streams_per_conn_set; /* --grpc-max-streams-per-connection given */
   bool http_ssl;
