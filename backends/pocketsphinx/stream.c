@@ -21,7 +21,9 @@
  * call answers with an empty partial, and the next call tries again. Only
  * once the stream has waited decoder_wait_ms does a call return PS_BUSY.
  * A closing call (END, flush) owes its client a final, so it waits for a
- * decoder in place, for what is left of the budget.
+ * decoder in place, for what is left of the budget, unless its client
+ * holds its share of the pool (max_decoders_per_client, pool.c): then only
+ * its own decoders can come back, and no thread waits for them.
  *
  * With final_threads (the default), an utterance that ends in the middle
  * of a stream is finished off the worker: its decoder, with every frame
@@ -466,14 +468,19 @@ static ps_status ensure_decoder(ps_stream *st, char *err, size_t errlen) {
   uint64_t now = now_ms(), budget = st->set->decoder_wait_ms;
   if (!st->wait_since_ms) st->wait_since_ms = now;
   uint64_t waited = now - st->wait_since_ms;
-  /* A decoder being made is no use to a client that holds its share. */
-  bool growing = ps_pool_growing(st->pool) && !ps_pool_client_at_share(st->pool, st->client);
+  /* A client that holds its share gets a decoder only when one of its own
+   * comes back: a decoder being made is no use to it, and its closing call
+   * does not wait in place for one, holding a thread that every client's
+   * chunks need (an attacker's closing streams would each hold one for up
+   * to decoder_wait_ms). */
+  bool at_share = ps_pool_client_at_share(st->pool, st->client);
+  bool growing = !at_share && ps_pool_growing(st->pool);
   /* A closing call waits what is left of the budget, or for a decoder
    * being made for it however long it has waited already. */
-  uint32_t wait = !st->closing      ? 0
-                  : waited < budget ? (uint32_t)(budget - waited)
-                  : growing         ? 1
-                                    : 0;
+  uint32_t wait = !st->closing || at_share ? 0
+                  : waited < budget        ? (uint32_t)(budget - waited)
+                  : growing                ? 1
+                                           : 0;
   ps_decoder_t *ps = ps_pool_acquire(st->pool, st->client, wait);
   if (!ps) {
     /* Waiting for another stream's decoder is bounded by decoder_wait_ms;
