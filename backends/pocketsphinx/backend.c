@@ -177,9 +177,9 @@ static bool word_assumed(void *arg, const char *word) {
  * words are looked up on a free decoder; with none free at once, the
  * grammar's own making refuses an unknown word when the first utterance
  * opens. */
-static hark_error *set_phrases(asr_model *m, ps_stream *st, const char *json) {
+static hark_error *set_phrases(asr_model *m, ps_stream *st, const char *json, const char *client) {
   char why[256];
-  ps_decoder_t *ps = ps_pool_acquire(m->pool, 0);
+  ps_decoder_t *ps = ps_pool_acquire(m->pool, client, 0);
   char *jsgf = ps_phrases_jsgf(json, ps ? word_known : word_assumed, ps, why, sizeof why);
   if (ps) ps_pool_release(m->pool, ps);
   if (!jsgf) return hark_error_new(HARK_ERR_INVALID_ARG, "asr: %s", why);
@@ -691,8 +691,10 @@ static hark_error *run_one(asr_model *m, hark_request *req) {
   if (!err && !as) {
     as = stream_new(m, rate, &ep, profile, why, sizeof why);
     if (!as) err = hark_error_new(HARK_ERR_INVALID_ARG, "asr: %s", why);
+    /* Its decoders count in its client's share (max_decoders_per_client). */
+    if (as) ps_stream_set_client(as->st, hark_request_client(req));
     const char *phrases = hark_request_parameter(req, "phrase_list");
-    if (!err && phrases && (err = set_phrases(m, as->st, phrases))) {
+    if (!err && phrases && (err = set_phrases(m, as->st, phrases, hark_request_client(req)))) {
       stream_free(m, as);
       as = NULL;
     }

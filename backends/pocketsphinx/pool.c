@@ -23,6 +23,18 @@
  * (the library reads them then); a stream picks one per utterance. The
  * second search shares the models, so a profile costs no second decoder.
  *
+ * One client (one address: hark_request_client) may hold at most
+ * max_decoders_per_client of the decoders at once (by default all but a
+ * quarter of the pool, at least one kept back), so a client that opens many
+ * streams, or sends faster than real time, or stops reading, cannot take
+ * every decoder from the others: past its share it is refused as if none
+ * were free. A borrower that waits in place (a closing call) registers as a
+ * waiter; a freed decoder goes first to the waiting client that holds the
+ * fewest (a borrower leaves a decoder to the waiters whose clients hold
+ * fewer than its own). Streams in the middle of an utterance do not wait
+ * here but ask again on their next call, so they are not waiters: for
+ * them the share alone is what keeps a decoder for others.
+ *
  * Each decoder gets its own cmd_ln_t: ps_init writes into its
  * configuration (the model's feat.params), and sphinxbase reference counts
  * are not atomic. Streams' front ends share the first decoder's
@@ -76,6 +88,16 @@ struct ps_pool {
   uint32_t n_all;
   uint32_t creating; /* decoders being created outside the lock */
   uint32_t in_use;
+  /* Per-client shares: what each client holds (pool_size slots, a slot
+   * with held 0 is free: at most pool_size clients hold one), and, for
+   * each decoder of `all`, the slot of the client it is lent to (+1; 0:
+   * none, or a borrower without a client). */
+  struct client_hold {
+    char client[PS_CLIENT_MAX];
+    uint32_t held;
+  } * holds;
+  uint32_t *lent;
+  struct waiter *waiters; /* borrowers waiting in place, for the fewest-first rule */
   uint64_t waits, timeouts;
   ps_decoder_t *first; /* its configuration configures the front ends */
   ps_cmn_state cmn0;
@@ -143,6 +165,12 @@ static int add_fast_search(ps_pool *p, ps_decoder_t *ps, const char *accurate, c
   if (rc < 0) snprintf(err, errlen, "pocketsphinx: the fast profile's search could not be made");
   return rc < 0 ? -1 : 0;
 }
+
+/* A borrower waiting in ps_pool_acquire (on its stack). */
+struct waiter {
+  const char *client;
+  struct waiter *next;
+};
 
 static ps_decoder_t *decoder_new(ps_pool *p, char *err, size_t errlen) {
   cmd_ln_t *c = ps_settings_cmdln(&p->settings, 0, err, errlen);
@@ -332,7 +360,9 @@ ps_pool *ps_pool_new(const ps_settings *s, char *err, size_t errlen) {
   pthread_cond_init(&p->decode.cv, NULL);
   p->idle = calloc(s->pool_size, sizeof *p->idle);
   p->all = calloc(s->pool_size, sizeof *p->all);
-  if (!p->idle || !p->all) {
+  p->holds = calloc(s->pool_size, sizeof *p->holds);
+  p->lent = calloc(s->pool_size, sizeof *p->lent);
+  if (!p->idle || !p->all || !p->holds || !p->lent) {
     snprintf(err, errlen, "pocketsphinx: out of memory");
     ps_pool_free(p);
     return NULL;
@@ -409,6 +439,8 @@ void ps_pool_free(ps_pool *p) {
   for (uint32_t i = 0; i < p->n_all; i++) ps_free(p->all[i]);
   free(p->idle);
   free(p->all);
+  free(p->holds);
+  free(p->lent);
   ps_settings_fini(&p->settings);
   if (p->fast_cfg) cmd_ln_free_r(p->fast_cfg);
   pthread_cond_destroy(&p->cv);
@@ -430,44 +462,115 @@ static void deadline_after(struct timespec *ts, uint32_t ms) {
   }
 }
 
-ps_decoder_t *ps_pool_acquire(ps_pool *p, uint32_t wait_ms) {
+/* The slot of what `client` holds, or NULL when it holds nothing (lock
+ * held). */
+static struct client_hold *hold_of(const ps_pool *p, const char *client) {
+  if (!client || !*client) return NULL;
+  for (uint32_t i = 0; i < p->settings.pool_size; i++)
+    if (p->holds[i].held && !strcmp(p->holds[i].client, client)) return &p->holds[i];
+  return NULL;
+}
+
+static uint32_t held_by(const ps_pool *p, const char *client) {
+  const struct client_hold *h = hold_of(p, client);
+  return h ? h->held : 0;
+}
+
+/* The client holds its share (lock held). */
+static bool at_share(const ps_pool *p, const char *client) {
+  uint32_t share = p->settings.max_per_client;
+  return share && held_by(p, client) >= share;
+}
+
+/* Waiters whose clients hold fewer decoders than `client` (lock held):
+ * the idle decoders are theirs first. */
+static uint32_t waiters_ahead(const ps_pool *p, const char *client) {
+  uint32_t mine = held_by(p, client), ahead = 0;
+  for (const struct waiter *w = p->waiters; w; w = w->next)
+    if (held_by(p, w->client) < mine) ahead++;
+  return ahead;
+}
+
+/* Counts `ps` as lent to `client` (lock held). */
+static void lend(ps_pool *p, ps_decoder_t *ps, const char *client) {
+  p->in_use++;
+  if (!client || !*client) return;
+  struct client_hold *h = hold_of(p, client);
+  for (uint32_t i = 0; !h && i < p->settings.pool_size; i++)
+    if (!p->holds[i].held) { /* one is free: each slot in use holds a decoder */
+      h = &p->holds[i];
+      snprintf(h->client, sizeof h->client, "%s", client);
+    }
+  for (uint32_t i = 0; h && i < p->n_all; i++)
+    if (p->all[i] == ps) {
+      h->held++;
+      p->lent[i] = (uint32_t)(h - p->holds) + 1;
+      break;
+    }
+}
+
+static void unregister(ps_pool *p, struct waiter *me) {
+  for (struct waiter **w = &p->waiters; *w; w = &(*w)->next)
+    if (*w == me) {
+      *w = me->next;
+      break;
+    }
+  /* What it would have taken, or left to it, may be another's now. */
+  if (p->waiters) pthread_cond_broadcast(&p->cv);
+}
+
+ps_decoder_t *ps_pool_acquire(ps_pool *p, const char *client, uint32_t wait_ms) {
   struct timespec deadline;
+  struct waiter me = {client, NULL};
   int have_deadline = 0, waited = 0;
+  bool registered = false;
+  ps_decoder_t *ps = NULL;
   pthread_mutex_lock(&p->mu);
   for (;;) {
-    if (p->n_idle > 0) {
-      ps_decoder_t *ps = p->idle[--p->n_idle];
-      p->in_use++;
+    bool refused = at_share(p, client); /* only a release of its own helps */
+    if (!refused && p->n_idle > waiters_ahead(p, client)) {
+      ps = p->idle[--p->n_idle];
+      lend(p, ps, client);
       if (spare_wanted(p)) pthread_cond_signal(&p->spare_cv);
-      pthread_mutex_unlock(&p->mu);
-      return ps;
+      break;
     }
-    if (p->spare_running) {
+    if (refused) {
+      /* no decoder is made for it either */
+    } else if (p->spare_running) {
       if (spare_wanted(p)) pthread_cond_signal(&p->spare_cv);
     } else if (p->n_all + p->creating < p->settings.pool_size) {
-      ps_decoder_t *ps = create_locked(p);
-      if (ps) p->in_use++;
+      ps = create_locked(p);
+      if (ps) lend(p, ps, client);
       pthread_cond_broadcast(&p->cv); /* a failed slot is free again */
-      pthread_mutex_unlock(&p->mu);
-      return ps;
+      break;
     }
     if (!have_deadline) {
       /* A decoder the spare maker is making for us is on its way: wait
        * for it longer than for another stream's release (a creation takes
        * seconds on a slow or sanitised build). */
-      deadline_after(&deadline, wait_ms && growing(p) ? wait_ms + SPARE_WAIT_MS : wait_ms);
+      deadline_after(&deadline,
+                     wait_ms && !refused && growing(p) ? wait_ms + SPARE_WAIT_MS : wait_ms);
       have_deadline = 1;
     }
     if (!waited) {
       p->waits++;
       waited = 1;
     }
-    if (wait_ms == 0 || pthread_cond_timedwait(&p->cv, &p->mu, &deadline) == ETIMEDOUT) {
-      if (p->n_idle > 0) continue;
-      pthread_mutex_unlock(&p->mu);
-      return NULL;
+    if (wait_ms == 0) break;
+    if (!registered) {
+      me.next = p->waiters;
+      p->waiters = &me;
+      registered = true;
+    }
+    if (pthread_cond_timedwait(&p->cv, &p->mu, &deadline) == ETIMEDOUT) {
+      if (!at_share(p, client) && p->n_idle > waiters_ahead(p, client))
+        continue; /* one came with the deadline */
+      break;
     }
   }
+  if (registered) unregister(p, &me);
+  pthread_mutex_unlock(&p->mu);
+  return ps;
 }
 
 void ps_pool_release(ps_pool *p, ps_decoder_t *ps) {
@@ -475,8 +578,30 @@ void ps_pool_release(ps_pool *p, ps_decoder_t *ps) {
   pthread_mutex_lock(&p->mu);
   p->idle[p->n_idle++] = ps;
   p->in_use--;
-  pthread_cond_signal(&p->cv);
+  for (uint32_t i = 0; i < p->n_all; i++)
+    if (p->all[i] == ps) {
+      if (p->lent[i]) p->holds[p->lent[i] - 1].held--;
+      p->lent[i] = 0;
+      break;
+    }
+  /* Every waiter looks: the decoder goes to the one whose client holds
+   * the fewest, and one at its share cannot take it. */
+  pthread_cond_broadcast(&p->cv);
   pthread_mutex_unlock(&p->mu);
+}
+
+uint32_t ps_pool_client_held(ps_pool *p, const char *client) {
+  pthread_mutex_lock(&p->mu);
+  uint32_t n = held_by(p, client);
+  pthread_mutex_unlock(&p->mu);
+  return n;
+}
+
+bool ps_pool_client_at_share(ps_pool *p, const char *client) {
+  pthread_mutex_lock(&p->mu);
+  bool at = at_share(p, client);
+  pthread_mutex_unlock(&p->mu);
+  return at;
 }
 
 void ps_pool_count_timeout(ps_pool *p) {

@@ -69,6 +69,7 @@ typedef struct ps_settings {
   uint32_t final_threads;       /* threads for utterance-end passes (0: on the worker) */
   uint32_t decode_threads;      /* threads that decode streams in speech (0: on the worker) */
   uint32_t decoder_wait_ms;     /* how long a stream waits for a free decoder */
+  uint32_t max_per_client;      /* decoders one client may hold (0: no bound) */
   uint32_t decoder_idle_ms;     /* audio lag that takes a held decoder back (0: never) */
   uint32_t max_buffered_ms;     /* audio a stream may hold unprocessed */
   uint32_t block_samples;       /* samples per front-end block (continuous: 2048) */
@@ -116,13 +117,24 @@ typedef struct ps_pool_stats {
  * that finds none idle makes one. NULL with a reason in err. */
 ps_pool *ps_pool_new(const ps_settings *s, char *err, size_t errlen);
 void ps_pool_free(ps_pool *p);
-/* A decoder, waiting up to wait_ms for one; NULL on timeout (or when a new
- * decoder fails to initialise). With pool_spare, a caller that finds none
+/* A client's address (hark_request_client) as the pool keys its shares. */
+#define PS_CLIENT_MAX 64
+
+/* A decoder for `client` (NULL or "": a borrower of no client, outside the
+ * shares), waiting up to wait_ms for one; NULL on timeout (or when a new
+ * decoder fails to initialise). A client that holds max_decoders_per_client
+ * decoders gets none until it gives one back; a waiting client that holds
+ * fewer than this one goes first. With pool_spare, a caller that finds none
  * idle never makes one itself: the background thread does, and the caller
  * waits for it (wait_ms 0: returns NULL at once, to try again later).
  * Hand it back with ps_pool_release. */
-ps_decoder_t *ps_pool_acquire(ps_pool *p, uint32_t wait_ms);
+ps_decoder_t *ps_pool_acquire(ps_pool *p, const char *client, uint32_t wait_ms);
 void ps_pool_release(ps_pool *p, ps_decoder_t *ps);
+/* Decoders `client` holds now. */
+uint32_t ps_pool_client_held(ps_pool *p, const char *client);
+/* True while `client` holds its share (max_decoders_per_client): waiting
+ * for a decoder being made does not help it. */
+bool ps_pool_client_at_share(ps_pool *p, const char *client);
 /* Runs fn(arg) on one of the pool's final_threads, in order of
  * submission; -1 when it has none (or no memory): run it yourself. */
 int ps_pool_run(ps_pool *p, void (*fn)(void *), void *arg);
@@ -212,6 +224,9 @@ void ps_result_fini(ps_result *r);
  * the stream's endpointing, NULL for the model's. */
 ps_stream *ps_stream_new(ps_pool *pool, uint32_t client_rate, const ps_endpointing *ep, char *err,
                          size_t errlen);
+/* The client the stream's decoders are lent to (hark_request_client; copied,
+ * "" for none), set before its first feed. */
+void ps_stream_set_client(ps_stream *st, const char *client);
 /* Gated streams (the model has a vad_model): the speech probabilities of
  * the next frames of the stream's audio, one per HARK_VAD_FRAME_MS of it at
  * the model rate, in order. Audio waits (bounded by max_buffered_ms) until

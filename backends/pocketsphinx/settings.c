@@ -22,6 +22,9 @@
  *                            every other stream's chunk and the VAD's forward
  *                            calls (default: one per core; 0: on the worker)
  *   decoder_wait_ms          wait for a free decoder before UNAVAILABLE
+ *   max_decoders_per_client  decoders one client (one IP address) may hold at once
+ *                            (default decoder_pool_size - max(1, size / 4): 8 -> 6,
+ *                            so any other client finds one; 0: no bound)
  *   decoder_idle_ms          a stream holding a decoder whose audio falls this
  *                            far behind the clock gives it back (3000; 0: never)
  *   max_buffered_ms          unprocessed audio a stream may hold
@@ -132,6 +135,7 @@ int ps_settings_init(ps_settings *s, ps_param_fn get, void *ctx, char *err, size
   s->final_threads = (uint32_t)(cores > 0 ? cores : 1);
   s->decode_threads = (uint32_t)(cores > 0 ? cores : 1);
   s->decoder_wait_ms = 2000;
+  s->max_per_client = UINT32_MAX; /* the default, from the pool's size below */
   s->decoder_idle_ms = 3000;
   s->max_buffered_ms = 10000;
   s->block_samples = 2048;
@@ -212,6 +216,8 @@ int ps_settings_init(ps_settings *s, ps_param_fn get, void *ctx, char *err, size
       bad = parse_u32(v, 0, 256, &s->final_threads);
     } else if (!strcmp(key, "decode_threads")) {
       bad = parse_u32(v, 0, 256, &s->decode_threads);
+    } else if (!strcmp(key, "max_decoders_per_client")) {
+      bad = parse_u32(v, 0, 4096, &s->max_per_client);
     } else if (!strcmp(key, "decoder_wait_ms")) {
       bad = parse_u32(v, 0, 600000, &s->decoder_wait_ms);
     } else if (!strcmp(key, "decoder_idle_ms")) {
@@ -251,6 +257,17 @@ int ps_settings_init(ps_settings *s, ps_param_fn get, void *ctx, char *err, size
   if (s->pool_spare > s->pool_size) {
     snprintf(err, errlen, "pocketsphinx: decoder_pool_spare %u is more than decoder_pool_size %u",
              s->pool_spare, s->pool_size);
+    ps_settings_fini(s);
+    return -1;
+  }
+  if (s->max_per_client == UINT32_MAX) {
+    uint32_t kept = s->pool_size / 4 > 1 ? s->pool_size / 4 : 1; /* for everyone else */
+    s->max_per_client = s->pool_size - kept; /* 0 (no bound) for a pool of one */
+  } else if (s->max_per_client > s->pool_size) {
+    snprintf(err, errlen,
+             "pocketsphinx: max_decoders_per_client %u is more than decoder_pool_size %u (0: no "
+             "bound)",
+             s->max_per_client, s->pool_size);
     ps_settings_fini(s);
     return -1;
   }

@@ -21,7 +21,9 @@
  * call answers with an empty partial, and the next call tries again. Only
  * once the stream has waited decoder_wait_ms does a call return PS_BUSY.
  * A closing call (END, flush) owes its client a final, so it waits for a
- * decoder in place, for what is left of the budget.
+ * decoder in place, for what is left of the budget, unless its client
+ * holds its share of the pool (max_decoders_per_client, pool.c): then only
+ * its own decoders can come back, and no thread waits for them.
  *
  * With final_threads (the default), an utterance that ends in the middle
  * of a stream is finished off the worker: its decoder, with every frame
@@ -74,6 +76,7 @@
 
 struct ps_stream {
   ps_pool *pool;
+  char client[PS_CLIENT_MAX];         /* whose share its decoders count in ("" none) */
   bool (*cancelled)(const void *arg); /* asked between blocks; NULL: never */
   const void *cancel_arg;
   const ps_settings *set;
@@ -432,6 +435,25 @@ static int set_grammar(ps_decoder_t *ps, ps_stream *st, char *err, size_t errlen
   return 0;
 }
 
+/* Why no decoder came within decoder_wait_ms: the client holds its share,
+ * or every decoder is in use. */
+static void busy_reason(ps_stream *st, char *err, size_t errlen) {
+  ps_pool_stats s;
+  ps_pool_get_stats(st->pool, &s);
+  uint32_t held = ps_pool_client_held(st->pool, st->client);
+  if (st->set->max_per_client && held >= st->set->max_per_client)
+    snprintf(err, errlen,
+             "pocketsphinx: this client (%s) holds %u of the %u decoders, its share "
+             "(max_decoders_per_client), and none came back within %u ms; the other decoders "
+             "are kept for other clients; the audio is kept, retry",
+             st->client, held, s.max, st->set->decoder_wait_ms);
+  else
+    snprintf(err, errlen,
+             "pocketsphinx: no free decoder within %u ms (%u of %u in use); the audio is kept, "
+             "retry",
+             st->set->decoder_wait_ms, s.in_use, s.max);
+}
+
 static ps_status ensure_decoder(ps_stream *st, char *err, size_t errlen) {
   if (st->ps) return PS_OK;
   /* The next utterance starts from the cepstral mean the last one leaves:
@@ -446,25 +468,27 @@ static ps_status ensure_decoder(ps_stream *st, char *err, size_t errlen) {
   uint64_t now = now_ms(), budget = st->set->decoder_wait_ms;
   if (!st->wait_since_ms) st->wait_since_ms = now;
   uint64_t waited = now - st->wait_since_ms;
+  /* A client that holds its share gets a decoder only when one of its own
+   * comes back: a decoder being made is no use to it, and its closing call
+   * does not wait in place for one, holding a thread that every client's
+   * chunks need (an attacker's closing streams would each hold one for up
+   * to decoder_wait_ms). */
+  bool at_share = ps_pool_client_at_share(st->pool, st->client);
+  bool growing = !at_share && ps_pool_growing(st->pool);
   /* A closing call waits what is left of the budget, or for a decoder
    * being made for it however long it has waited already. */
-  uint32_t wait = !st->closing                ? 0
-                  : waited < budget           ? (uint32_t)(budget - waited)
-                  : ps_pool_growing(st->pool) ? 1
-                                              : 0;
-  ps_decoder_t *ps = ps_pool_acquire(st->pool, wait);
+  uint32_t wait = !st->closing || at_share ? 0
+                  : waited < budget        ? (uint32_t)(budget - waited)
+                  : growing                ? 1
+                                           : 0;
+  ps_decoder_t *ps = ps_pool_acquire(st->pool, st->client, wait);
   if (!ps) {
     /* Waiting for another stream's decoder is bounded by decoder_wait_ms;
      * for one being made, by the stream's buffer (max_buffered_ms). */
-    if (!st->closing && (now_ms() - st->wait_since_ms < budget || ps_pool_growing(st->pool)))
-      return PS_WAIT;
+    growing = ps_pool_growing(st->pool) && !ps_pool_client_at_share(st->pool, st->client);
+    if (!st->closing && (now_ms() - st->wait_since_ms < budget || growing)) return PS_WAIT;
     ps_pool_count_timeout(st->pool);
-    ps_pool_stats s;
-    ps_pool_get_stats(st->pool, &s);
-    snprintf(err, errlen,
-             "pocketsphinx: no free decoder within %u ms (%u of %u in use); the audio is kept, "
-             "retry",
-             st->set->decoder_wait_ms, s.in_use, s.max);
+    busy_reason(st, err, errlen);
     return PS_BUSY;
   }
   st->wait_since_ms = 0;
@@ -668,6 +692,10 @@ static ps_status fe_block(ps_stream *st, const int16_t *pcm, size_t n, char *err
 }
 
 /* ---- stream -------------------------------------------------------------- */
+
+void ps_stream_set_client(ps_stream *st, const char *client) {
+  snprintf(st->client, sizeof st->client, "%s", client ? client : "");
+}
 
 ps_stream *ps_stream_new(ps_pool *pool, uint32_t client_rate, const ps_endpointing *ep, char *err,
                          size_t errlen) {

@@ -1,5 +1,5 @@
 /*
- * hark/backend.h — the backend C API, version 1.5.
+ * hark/backend.h — the backend C API, version 1.6.
  *
  * A backend is a shared object named libhark_<backend>.so, found in the
  * model's folder, then in --backend-directory. The server dlopen()s it with
@@ -42,8 +42,9 @@ extern "C" {
  * 1.3: hark_request_correlation_ns (correlation-id namespaces).
  * 1.4: hark_request_mark_compute_start (a request's own compute start),
  * hark_backend_log_request (a backend thread's lines carry a request's ids).
- * 1.5: hark_request_is_cancelled (the client cancelled or went away). */
-#define HARK_BACKEND_API_MINOR 5u
+ * 1.5: hark_request_is_cancelled (the client cancelled or went away).
+ * 1.6: hark_request_client (the address of the client a request is for). */
+#define HARK_BACKEND_API_MINOR 6u
 #define HARK_BACKEND_API_VERSION ((HARK_BACKEND_API_MAJOR << 16) | HARK_BACKEND_API_MINOR)
 
 typedef struct hark_backend hark_backend;

@@ -73,6 +73,18 @@ typedef enum hark_corr_ns {
   HARK_CORR_NS_SESSION,     /* ids the server allocates to speech streams */
 } hark_corr_ns;
 void hark_request_set_correlation_ns(hark_request *req, hark_corr_ns ns);
+/*
+ * The client the request is for: the peer's IP address as the front end
+ * that received it saw it ("192.0.2.7", "2001:db8::1"; never the port, as
+ * one client opens many connections), copied, at most
+ * HARK_REQUEST_CLIENT_MAX - 1 bytes (longer is cut). NULL or "" clears it.
+ * Requests with no transport (in-process callers) have none; an
+ * ensemble's step requests carry their parent's. A backend that shares
+ * something among clients (a pool of decoders) keys its shares by it.
+ * Behind a proxy every client is the proxy's address.
+ */
+#define HARK_REQUEST_CLIENT_MAX 64
+void hark_request_set_client(hark_request *req, const char *client);
 /* Custom parameter, both copied; later sets of a key replace earlier. */
 void hark_request_set_parameter(hark_request *req, const char *key, const char *value);
 
@@ -130,6 +142,9 @@ const char *hark_request_parameter(const hark_request *req, const char *key);
  * away (its token, above, is set): stop working on it and complete it
  * with HARK_ERR_CANCELLED. Any thread, cheap (one atomic load). */
 bool hark_request_is_cancelled(const hark_request *req);
+/* Since backend API 1.6. The client's address (hark_request_set_client), or
+ * "" when the request has none; valid as long as the request. */
+const char *hark_request_client(const hark_request *req);
 uint32_t hark_request_input_count(const hark_request *req);
 const hark_tensor *hark_request_input(const hark_request *req, uint32_t i);
 const hark_tensor *hark_request_input_by_name(const hark_request *req, const char *name);

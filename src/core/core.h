@@ -44,8 +44,9 @@ struct hark_request {
   void **seq_state;    /* the sequence's backend state slot, or NULL */
   uint64_t received_ns, queued_ns, exec_start_ns, input_end_ns, infer_end_ns;
   atomic_bool finished;
-  hark_cancel *cancel; /* the front end's token (a reference), or NULL */
-  bool oneshot;        /* no correlation id: counted in stats.pending_oneshot */
+  hark_cancel *cancel;                  /* the front end's token (a reference), or NULL */
+  bool oneshot;                         /* no correlation id: counted in stats.pending_oneshot */
+  char client[HARK_REQUEST_CLIENT_MAX]; /* the peer's address, "" when none */
 };
 
 struct hark_cancel {

@@ -74,6 +74,12 @@ bool hark_request_is_cancelled(const hark_request *req) {
   return req->cancel && hark_cancel_is_set(req->cancel);
 }
 
+void hark_request_set_client(hark_request *req, const char *client) {
+  snprintf(req->client, sizeof req->client, "%s", client ? client : "");
+}
+
+const char *hark_request_client(const hark_request *req) { return req->client; }
+
 void hark_request_set_id(hark_request *req, const char *id) {
   free(req->id);
   req->id = dup_or_empty(id);

@@ -161,6 +161,7 @@ static hark_error *step_request(ens_run *run, uint32_t i, hark_model *model, har
   hark_request_set_timeout_us(sr, hark_request_timeout_us(req));
   hark_request_set_flags(sr, hark_request_flags(req));
   hark_request_set_correlation_ns(sr, hark_request_correlation_ns(req));
+  hark_request_set_client(sr, hark_request_client(req)); /* shares are the client's */
   if (hark_request_correlation_id_str(req))
     hark_request_set_correlation_id_str(sr, hark_request_correlation_id_str(req));
   else

@@ -12,6 +12,7 @@
 #include <setjmp.h>
 #include <soxr.h>
 #include <stdarg.h>
+#include <stdatomic.h>
 #include <stddef.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -457,7 +458,7 @@ static void test_pool_preload(void **state) {
   assert_int_equal(st.created, 2);
   assert_int_equal(st.in_use, 0);
   ps_decoder_t *d[3];
-  for (int i = 0; i < 3; i++) assert_non_null(d[i] = ps_pool_acquire(pool, 0));
+  for (int i = 0; i < 3; i++) assert_non_null(d[i] = ps_pool_acquire(pool, NULL, 0));
   ps_pool_get_stats(pool, &st);
   assert_int_equal(st.created, 3); /* the third on demand */
   for (int i = 0; i < 3; i++) ps_pool_release(pool, d[i]);
@@ -484,7 +485,7 @@ static void test_pool_spare(void **state) {
   const char *kv[] = {"decoder_pool_size", "3", "decoder_pool_spare", "1", NULL};
   ps_pool *pool = make_pool(kv);
   ps_pool_stats st;
-  ps_decoder_t *a = ps_pool_acquire(pool, 0); /* the preloaded one */
+  ps_decoder_t *a = ps_pool_acquire(pool, NULL, 0); /* the preloaded one */
   assert_non_null(a);
   for (int i = 0; i < 600; i++) { /* the spare comes without anyone asking */
     ps_pool_get_stats(pool, &st);
@@ -492,17 +493,135 @@ static void test_pool_spare(void **state) {
     usleep(50 * 1000);
   }
   assert_int_equal(st.created, 2);
-  ps_decoder_t *b = ps_pool_acquire(pool, 0); /* the spare, at once */
+  ps_decoder_t *b = ps_pool_acquire(pool, NULL, 0); /* the spare, at once */
   assert_non_null(b);
-  ps_decoder_t *c = ps_pool_acquire(pool, 30000); /* waits for the third */
+  ps_decoder_t *c = ps_pool_acquire(pool, NULL, 30000); /* waits for the third */
   assert_non_null(c);
   ps_pool_get_stats(pool, &st);
   assert_int_equal(st.created, 3);
   assert_int_equal(st.in_use, 3);
-  assert_null(ps_pool_acquire(pool, 0)); /* full: nothing more is made */
+  assert_null(ps_pool_acquire(pool, NULL, 0)); /* full: nothing more is made */
   ps_pool_release(pool, a);
   ps_pool_release(pool, b);
   ps_pool_release(pool, c);
+  ps_pool_free(pool);
+}
+
+/* Per-client shares (max_decoders_per_client): the default keeps a
+ * quarter of the pool (at least one) from any one client; a client at its
+ * share is refused a decoder another client still gets; a release counts
+ * against the client it was lent to; 0 is no bound. */
+static void test_pool_client_share(void **state) {
+  (void)state;
+  const char *kv[] = {
+      "decoder_pool_size", "4", "decoder_pool_preload", "4", "decoder_pool_spare", "0", NULL};
+  ps_pool *pool = make_pool(kv);
+  assert_int_equal(ps_pool_settings(pool)->max_per_client, 3); /* 4 - max(1, 4 / 4) */
+  ps_decoder_t *a[3];
+  for (int i = 0; i < 3; i++) assert_non_null(a[i] = ps_pool_acquire(pool, "10.0.0.1", 0));
+  assert_int_equal(ps_pool_client_held(pool, "10.0.0.1"), 3);
+  assert_true(ps_pool_client_at_share(pool, "10.0.0.1"));
+  assert_null(ps_pool_acquire(pool, "10.0.0.1", 50)); /* one is idle, but not for it */
+  ps_decoder_t *b = ps_pool_acquire(pool, "10.0.0.2", 0);
+  assert_non_null(b);
+  assert_int_equal(ps_pool_client_held(pool, "10.0.0.2"), 1);
+  assert_false(ps_pool_client_at_share(pool, "10.0.0.2"));
+  ps_pool_release(pool, a[1]);
+  assert_int_equal(ps_pool_client_held(pool, "10.0.0.1"), 2);
+  assert_int_equal(ps_pool_client_held(pool, "10.0.0.2"), 1);
+  assert_non_null(a[1] = ps_pool_acquire(pool, "10.0.0.1", 0));
+  ps_pool_release(pool, b);
+  /* A borrower of no client is outside the shares. */
+  assert_non_null(b = ps_pool_acquire(pool, NULL, 0));
+  assert_int_equal(ps_pool_client_held(pool, "10.0.0.2"), 0);
+  ps_pool_release(pool, b);
+  for (int i = 0; i < 3; i++) ps_pool_release(pool, a[i]);
+  assert_int_equal(ps_pool_client_held(pool, "10.0.0.1"), 0);
+  ps_pool_stats st;
+  ps_pool_get_stats(pool, &st);
+  assert_int_equal(st.in_use, 0);
+  ps_pool_free(pool);
+
+  /* 0: one client may take them all; more than the pool is refused. */
+  const char *none[] = {"decoder_pool_size",
+                        "2",
+                        "decoder_pool_preload",
+                        "2",
+                        "decoder_pool_spare",
+                        "0",
+                        "max_decoders_per_client",
+                        "0",
+                        NULL};
+  pool = make_pool(none);
+  assert_non_null(a[0] = ps_pool_acquire(pool, "10.0.0.1", 0));
+  assert_non_null(a[1] = ps_pool_acquire(pool, "10.0.0.1", 0));
+  ps_pool_release(pool, a[0]);
+  ps_pool_release(pool, a[1]);
+  ps_pool_free(pool);
+  ps_settings s;
+  char err[256] = "";
+  const char *big[] = {"decoder_pool_size", "8", "max_decoders_per_client", "9", NULL};
+  assert_int_equal(ps_settings_init(&s, param_get, (void *)big, err, sizeof err), -1);
+  assert_non_null(strstr(err, "max_decoders_per_client"));
+  const char *eight[] = {"decoder_pool_size", "8", NULL};
+  assert_int_equal(ps_settings_init(&s, param_get, (void *)eight, err, sizeof err), 0);
+  assert_int_equal(s.max_per_client, 6);
+  ps_settings_fini(&s);
+}
+
+typedef struct share_waiter {
+  ps_pool *pool;
+  const char *client;
+  ps_decoder_t *got;
+  atomic_int done;
+} share_waiter;
+
+static void *share_wait_main(void *arg) {
+  share_waiter *w = arg;
+  w->got = ps_pool_acquire(w->pool, w->client, 20000);
+  atomic_store(&w->done, 1);
+  return NULL;
+}
+
+/* Two clients wait in place for a full pool: the decoder given back goes
+ * to the one that holds fewer, whichever began waiting first. */
+static void test_pool_fewest_first(void **state) {
+  (void)state;
+  const char *kv[] = {"decoder_pool_size",
+                      "3",
+                      "decoder_pool_preload",
+                      "3",
+                      "decoder_pool_spare",
+                      "0",
+                      "max_decoders_per_client",
+                      "0",
+                      NULL};
+  ps_pool *pool = make_pool(kv);
+  ps_decoder_t *a[3];
+  for (int i = 0; i < 3; i++) assert_non_null(a[i] = ps_pool_acquire(pool, "10.0.0.1", 0));
+  share_waiter many = {pool, "10.0.0.1", NULL, 0}, none = {pool, "10.0.0.2", NULL, 0};
+  pthread_t tm, tn;
+  ps_pool_stats st;
+  ps_pool_get_stats(pool, &st);
+  uint64_t waits0 = st.waits;
+  assert_int_equal(pthread_create(&tm, NULL, share_wait_main, &many), 0);
+  for (int i = 0; i < 20000 && st.waits < waits0 + 1; i++, usleep(1000))
+    ps_pool_get_stats(pool, &st);
+  assert_int_equal(pthread_create(&tn, NULL, share_wait_main, &none), 0);
+  for (int i = 0; i < 20000 && st.waits < waits0 + 2; i++, usleep(1000))
+    ps_pool_get_stats(pool, &st);
+  assert_int_equal(st.waits, waits0 + 2); /* both wait (counted as they begin) */
+  ps_pool_release(pool, a[0]);
+  pthread_join(tn, NULL);
+  assert_non_null(none.got); /* the client that held none */
+  usleep(100000);
+  assert_int_equal(atomic_load(&many.done), 0); /* the other still waits */
+  ps_pool_release(pool, a[1]);
+  pthread_join(tm, NULL);
+  assert_non_null(many.got);
+  ps_pool_release(pool, none.got);
+  ps_pool_release(pool, many.got);
+  ps_pool_release(pool, a[2]);
   ps_pool_free(pool);
 }
 
@@ -907,10 +1026,10 @@ static void test_memory(void **state) {
   ps_pool *pool = make_pool(kv);
   long r1 = rss_kib();
   ps_decoder_t *d[4];
-  for (int i = 0; i < 4; i++) d[i] = ps_pool_acquire(pool, 0);
+  for (int i = 0; i < 4; i++) d[i] = ps_pool_acquire(pool, NULL, 0);
   for (int i = 0; i < 4; i++) assert_non_null(d[i]);
   long r2 = rss_kib();
-  assert_null(ps_pool_acquire(pool, 0));
+  assert_null(ps_pool_acquire(pool, NULL, 0));
   for (int i = 0; i < 4; i++) ps_pool_release(pool, d[i]);
   ps_stream *st[200];
   char err[256];
@@ -973,6 +1092,8 @@ int main(void) {
       cmocka_unit_test(test_concurrent_streams_share_decoders),
       cmocka_unit_test(test_pool_preload),
       cmocka_unit_test(test_pool_spare),
+      cmocka_unit_test(test_pool_client_share),
+      cmocka_unit_test(test_pool_fewest_first),
       cmocka_unit_test(test_decoder_idle),
       cmocka_unit_test(test_async_finals),
       cmocka_unit_test(test_async_final_then_fast_rest),

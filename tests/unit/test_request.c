@@ -87,6 +87,19 @@ static void test_build_and_read(void **state) {
   assert_null(hark_request_parameter(req, "nope"));
   assert_true(hark_request_output_requested(req, "Y"));
   assert_false(hark_request_output_requested(req, "Z"));
+  /* The client: none until a front end sets it, copied, cut to fit. */
+  assert_string_equal(hark_request_client(req), "");
+  char addr[] = "2001:db8::7";
+  hark_request_set_client(req, addr);
+  addr[0] = 'x';
+  assert_string_equal(hark_request_client(req), "2001:db8::7");
+  char longer[HARK_REQUEST_CLIENT_MAX + 8];
+  memset(longer, 'a', sizeof longer - 1);
+  longer[sizeof longer - 1] = '\0';
+  hark_request_set_client(req, longer);
+  assert_int_equal(strlen(hark_request_client(req)), HARK_REQUEST_CLIENT_MAX - 1);
+  hark_request_set_client(req, NULL);
+  assert_string_equal(hark_request_client(req), "");
   int64_t shape[2] = {1, 2};
   hark_error *dup = hark_request_add_input(req, "A", HARK_TYPE_INT32, shape, 2, data, 8);
   assert_int_equal(hark_error_code(dup), HARK_ERR_INVALID_ARG);

@@ -143,6 +143,8 @@ bool hark_grpc_call_cancelled(const hark_grpc_call *c) {
 
 hark_cancel *hark_grpc_call_cancel_token(hark_grpc_call *c) { return c->cancel; }
 
+const char *hark_grpc_call_peer(const hark_grpc_call *c) { return c->peer; }
+
 void hark_grpc_call_set_state(hark_grpc_call *c, void *state, void (*free_fn)(void *)) {
   c->state = state;
   c->state_free = free_fn;

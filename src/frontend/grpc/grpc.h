@@ -196,6 +196,9 @@ bool hark_grpc_call_cancelled(const hark_grpc_call *c);
  * so the engine stops the requests the call started (give each one with
  * hark_request_set_cancel, which takes its own reference). */
 hark_cancel *hark_grpc_call_cancel_token(hark_grpc_call *c);
+/* The client's address (hark_raw_peer: its IP, no port), for
+ * hark_request_set_client. Any thread, as long as the call. */
+const char *hark_grpc_call_peer(const hark_grpc_call *c);
 
 /*
  * Sends a unary call's reply (initial metadata, `msg` when not NULL, the

@@ -68,6 +68,7 @@ struct hark_grpc_call {
   int32_t stream_id;
   hark_grpc_call *prev, *next; /* conn->calls */
   char path[200];              /* as the client sent it (for UNIMPLEMENTED) */
+  char peer[HARK_PEER_MAX];    /* its connection's client address, copied at its start */
   hark_buf in;                 /* received bytes not yet a whole message */
   size_t in_off;               /* the unread part of `in` starts here */
   size_t unconsumed;           /* DATA bytes not yet given back to flow control */

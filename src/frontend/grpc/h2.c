@@ -732,6 +732,7 @@ static int on_begin_headers(nghttp2_session *s, const nghttp2_frame *f, void *us
   if (f->hd.type != NGHTTP2_HEADERS || f->headers.cat != NGHTTP2_HCAT_REQUEST) return 0;
   hark_grpc_call *c = hark_grpc_call_new(h->g, h->loop, flush);
   c->conn = h;
+  snprintf(c->peer, sizeof c->peer, "%s", hark_raw_peer(h->raw));
   c->stream_id = f->hd.stream_id;
   c->share = h->share;
   hark_grpc_share_ref(h->share);

@@ -79,6 +79,11 @@ static void exchange_reset(hark_http_conn *c) {
 
 void hark_http_close_after(hark_http_conn *c) { c->close_after = true; }
 
+const char *hark_http_peer(hark_http_conn *c) {
+  if (!c->peer[0]) hark_http_wsi_peer(c->wsi, c->peer);
+  return c->peer;
+}
+
 int hark_http_header(hark_http_conn *c, const char *name, char *buf, size_t cap) {
   int len = (int)strlen(name);
   if (lws_hdr_custom_length(c->wsi, name, len) < 0) return -1;

@@ -198,6 +198,20 @@ bool hark_http_stopping(const hark_http *http);
  * length, or -1 when absent or too long. */
 int hark_http_header(hark_http_conn *c, const char *name, char *buf, size_t cap);
 
+/*
+ * Who the client is: the peer's IP address ("192.0.2.7", "2001:db8::1";
+ * an IPv4 client of an IPv6 socket as IPv4), without the port, since one
+ * client opens many connections; "" when the socket has none (a Unix
+ * socket). What the services put on their requests (hark_request_set_client).
+ * Behind a proxy it is the proxy's address.
+ */
+#define HARK_PEER_MAX 48
+const char *hark_http_peer(hark_http_conn *c);
+/* The same for a WebSocket (loop thread) and a raw connection (any thread:
+ * read once when the connection is accepted). */
+const char *hark_ws_peer(const hark_ws *ws);
+const char *hark_raw_peer(const hark_raw *raw);
+
 /* Whether the request may reach an endpoint of category `api` under
  * opts.restricted: true, or false with the refusal's message in msg. */
 bool hark_http_allowed(hark_http_conn *c, hark_api api, char *msg, size_t cap);

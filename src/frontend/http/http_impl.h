@@ -57,6 +57,7 @@ struct hark_http_conn {
   hark_http_call *call; /* the exchange's call, or NULL */
   hark_ws *ws;          /* a WebSocket connection's state (ws.c) */
   conn_timer timer;
+  char peer[HARK_PEER_MAX]; /* hark_http_peer's answer, once asked ("" before) */
 };
 
 /* A raw connection's state: lws allocates it zeroed (raw.c). */
@@ -69,6 +70,7 @@ struct hark_raw {
   uint64_t choked_ns;        /* since when the socket takes nothing; 0: it does */
   struct hark_tls_conn *tls; /* opts.raw_tls's session, or NULL */
   hark_buf tls_out;          /* ciphertext on its way to lws_write, after LWS_PRE */
+  char peer[HARK_PEER_MAX];  /* the client's address (hark_raw_peer) */
 };
 
 /* One event loop: an lws context (info.user points here) with a vhost on
@@ -144,6 +146,10 @@ static inline bool hark_http_tls_event(enum lws_callback_reasons reason) {
   default: return false;
   }
 }
+
+/* peer.c: the address of the peer of wsi's socket into buf (HARK_PEER_MAX
+ * bytes; "" when it has none). */
+void hark_http_wsi_peer(struct lws *wsi, char *buf);
 
 /* The loop a connection belongs to. */
 static inline hark_http_loop *hark_http_loop_of(struct lws *wsi) {

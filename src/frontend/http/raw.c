@@ -95,6 +95,8 @@ void hark_raw_close(hark_raw *raw) {
 
 hark_http_loop *hark_raw_loop(const hark_raw *raw) { return raw->loop; }
 
+const char *hark_raw_peer(const hark_raw *raw) { return raw->peer; }
+
 int hark_raw_on_event(struct lws *wsi, enum lws_callback_reasons reason, void *user, void *in,
                       size_t len) {
   hark_raw *raw = user;
@@ -105,6 +107,7 @@ int hark_raw_on_event(struct lws *wsi, enum lws_callback_reasons reason, void *u
     if (!raw || !h) return -1;
     raw->wsi = wsi;
     raw->loop = loop;
+    hark_http_wsi_peer(wsi, raw->peer);
     raw->next = loop->raws;
     if (raw->next) raw->next->prev = raw;
     loop->raws = raw;

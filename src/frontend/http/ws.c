@@ -82,6 +82,7 @@ struct hark_ws {
   bool pong_due;
   uint8_t pong_len;
   uint8_t pong[HARK_WS_CONTROL_MAX];
+  char peer[HARK_PEER_MAX]; /* the client's address */
 };
 
 void hark_ws_reason_fit(char *s, size_t max) {
@@ -208,6 +209,7 @@ int hark_ws_on_established(hark_http_conn *c, struct lws *wsi) {
   hark_ws *ws = hark_xcalloc(1, sizeof *ws);
   ws->loop = loop;
   ws->wsi = wsi;
+  hark_http_wsi_peer(wsi, ws->peer);
   ws->last_rx_ns = ws->last_tx_ns = hark_now_ns();
   ws->next = loop->sockets;
   if (ws->next) ws->next->prev = ws;
@@ -291,6 +293,8 @@ void hark_ws_pause(hark_ws *ws, bool pause) {
 }
 
 bool hark_ws_closing(const hark_ws *ws) { return ws->closing; }
+
+const char *hark_ws_peer(const hark_ws *ws) { return ws->peer; }
 
 bool hark_ws_send_text(hark_ws *ws, const char *text, size_t len) {
   if (ws->closing) return true; /* nothing more goes out but the close */

@@ -585,6 +585,7 @@ static hark_error *submit(job *j, ProtobufCMessage *msg, hark_response_fn fn) {
   if (!err) {
     hark_request_set_callback(req, fn, j);
     hark_request_set_cancel(req, hark_grpc_call_cancel_token(c)); /* the client may go */
+    hark_request_set_client(req, hark_grpc_call_peer(c));
     hark_grpc_call_ref(c);
     err = hark_server_infer(ks->server, req);
     if (err) hark_grpc_call_unref(c);

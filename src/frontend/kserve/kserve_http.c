@@ -186,6 +186,7 @@ static hark_error *build_infer(hark_http_conn *c, const exchange *x, hark_shm *s
   }
   void *mem = hark_http_take_body(c);
   if (mem) hark_request_attach(req, mem, hark_http_body_free);
+  hark_request_set_client(req, hark_http_peer(c));
   hark_request_set_callback(req, on_infer_response, k);
   *out = req;
   return NULL;

@@ -197,6 +197,7 @@ static void submit_vad(channel *c) {
   bool batched = vc->max_batch_size > 0;
   int64_t shape[3] = {1, k, VAD_FRAME};
   hark_request *req = hark_request_new(j->vad);
+  hark_request_set_client(req, j->st.client);
   hark_request_attach(req, f, free);
   hark_error_free(hark_request_add_input(req, vc->inputs[0].name, HARK_TYPE_FP32,
                                          batched ? shape : shape + 1, batched ? 3 : 2, f,

@@ -274,6 +274,7 @@ static hark_error *stream_configure(hark_grpc_call *c,
   rs->r = r;
   rs->interim = sc && sc->interim_results;
   rs->cfg.st.partials = rs->interim;
+  snprintf(rs->cfg.st.client, sizeof rs->cfg.st.client, "%s", hark_grpc_call_peer(c));
   rs->session = hark_speech_open(r->server, &r->adm, "riva", &handler, rs);
   HARK_LOG_STREAM(HARK_LOG_VERBOSE, hark_speech_id(rs->session),
                   "riva: stream opened on model '%s' version %lld (%u Hz, interim %s)",
@@ -468,6 +469,7 @@ static void recognize(hark_grpc_call *c, ProtobufCMessage *m) {
   hark_error *err = hark_riva_config_parse(r->server, r->speech_model, r->sample_rate, q->config,
                                            false, q->id, &rj->cfg);
   if (!err) {
+    snprintf(rj->cfg.st.client, sizeof rj->cfg.st.client, "%s", hark_grpc_call_peer(c));
     hark_offline_audio audio = {q->audio.data, q->audio.len,
                                 rj->cfg.file ? HARK_OFFLINE_FILE : HARK_OFFLINE_RAW,
                                 rj->cfg.channels, rj->cfg.separate};

@@ -236,6 +236,7 @@ hark_error *hark_speech_request_oneshot(hark_model *model, const hark_speech_set
     return hark_error_new(HARK_ERR_RESOURCE_EXHAUSTED, "out of memory for %zu bytes of audio", n);
   hark_request *req = audio_request(model, mem, len);
   put_settings(req, settings);
+  hark_request_set_client(req, settings->client);
   if (!settings->partials) hark_request_set_parameter(req, "partial", "false");
   *out = req;
   return NULL;
@@ -329,6 +330,7 @@ static bool submit_model(hark_speech_session *s, item *it) {
   }
   hark_request *req = audio_request(s->model, it->mem, it->len);
   it->mem = NULL; /* the request's now */
+  hark_request_set_client(req, s->st.client);
   if (it->flags & HARK_REQUEST_SEQUENCE_START) put_settings(req, &s->st);
   if (s->vad) {
     /* The session resampled the audio to the VAD's rate, WAV header gone. */
@@ -416,6 +418,7 @@ static void run_vad(hark_speech_session *s, item *it) {
   int64_t shape[3] = {1, it->n_frames, VAD_FRAME};
   it->probs = hark_xcalloc(it->n_frames, sizeof *it->probs);
   hark_request *req = hark_request_new(s->vad);
+  hark_request_set_client(req, s->st.client);
   hark_request_attach(req, it->frames, free); /* the request owns them now */
   float *frames = it->frames;
   it->frames = NULL;

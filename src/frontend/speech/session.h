@@ -64,6 +64,10 @@ typedef struct hark_speech_settings {
   char *phrase_list;                     /* JSON array text, owned; NULL: none */
   char *profile;                         /* latency profile, owned; NULL: the model's */
   hark_speech_encoding encoding;
+  /* The client's address (the transport's peer, no port; "" when none),
+   * put on every request of the stream (hark_request_set_client): a
+   * backend's per-client shares key on it. */
+  char client[HARK_REQUEST_CLIENT_MAX];
 } hark_speech_settings;
 
 void hark_speech_settings_fini(hark_speech_settings *st);

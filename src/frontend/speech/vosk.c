@@ -187,6 +187,7 @@ static void *on_open(void *userp, hark_ws *ws, void *p) {
   s->st.sample_rate = v->sample_rate ? v->sample_rate : t->vosk ? VOSK_SAMPLE_RATE : 0;
   s->st.words = true; /* Vosk's server shows words unless told otherwise */
   s->st.partials = true;
+  snprintf(s->st.client, sizeof s->st.client, "%s", hark_ws_peer(ws));
   free(t);
   s->session = hark_speech_open(v->server, &v->adm, "ws", &handler, s); /* takes the slot */
   snprintf(s->id, sizeof s->id, "%s", hark_speech_id(s->session));
