@@ -27,6 +27,7 @@
 #include <stdint.h>
 
 #include "hark/audio.h"
+#include "hark/request.h"
 
 /* ---- settings.c ---------------------------------------------------------- */
 
@@ -117,8 +118,9 @@ typedef struct ps_pool_stats {
  * that finds none idle makes one. NULL with a reason in err. */
 ps_pool *ps_pool_new(const ps_settings *s, char *err, size_t errlen);
 void ps_pool_free(ps_pool *p);
-/* A client's address (hark_request_client) as the pool keys its shares. */
-#define PS_CLIENT_MAX 64
+/* A client's address (hark_request_client) as the pool keys its shares:
+ * the request's own bound, so a key is never cut shorter than it. */
+#define PS_CLIENT_MAX HARK_REQUEST_CLIENT_MAX
 
 /* A decoder for `client` (NULL or "": a borrower of no client, outside the
  * shares), waiting up to wait_ms for one; NULL on timeout (or when a new
