@@ -26,7 +26,14 @@ batch size:
    "wall_s", "cpu_s", "cpu_per_stream_s" (CPU s per stream-second),
    "encoder_cpu_per_stream_s", "search_cpu_per_stream_s",
    "call_ms" (wall per call), "emit_fraction" (non-blank frames)}
-Environment: AUDIO_DIR (the LibriVox folder), CHUNK (32), PAD (13).
+Environment: AUDIO_DIR (the LibriVox folder), CHUNK (32), PAD (13), LINEAR
+("xnnpack", the default, as harkd's linear_kernel default: the encoder, the
+joiner and its projections through torch.utils.mobile_optimizer's
+optimize_for_mobile, libtorch's own way to put linear layers on XNNPACK's
+prepacked GEMM (it also freezes them and folds what it can, so it is a
+reference at least as fast as harkd's load-time rewrite of the linear
+layers alone); "blas": the modules as saved, their linear layers on
+libtorch's BLAS, as harkd's linear_kernel blas).
 """
 import glob
 import json
@@ -77,6 +84,13 @@ def main():
     model.eval()
     enc_m, dec_m, join_m = model.encoder, model.decoder, model.joiner
     enc_proj, dec_proj = join_m.encoder_proj, join_m.decoder_proj
+    linear = os.environ.get("LINEAR", "xnnpack")
+    if linear == "xnnpack":
+        from torch.utils.mobile_optimizer import optimize_for_mobile
+        enc_m = optimize_for_mobile(enc_m, preserved_methods=["get_init_states"])
+        join_m, enc_proj, dec_proj = (optimize_for_mobile(m) for m in (join_m, enc_proj, dec_proj))
+    elif linear != "blas":
+        raise SystemExit(f"LINEAR must be xnnpack or blas, not {linear}")
     blank, ctx_size = int(dec_m.blank_id), int(dec_m.context_size)
     one_chunk_s = chunk * 0.01
 
@@ -126,7 +140,7 @@ def main():
             wall, cpu = time.perf_counter() - w0, time.process_time() - c0
             ss = calls * B * one_chunk_s
             print(json.dumps({
-                "batch": B, "threads": threads, "calls": calls,
+                "batch": B, "threads": threads, "linear": linear, "calls": calls,
                 "stream_seconds": round(ss, 2), "wall_s": round(wall, 3), "cpu_s": round(cpu, 3),
                 "cpu_per_stream_s": round(cpu / ss, 5),
                 "encoder_cpu_per_stream_s": round(enc_cpu / ss, 5),

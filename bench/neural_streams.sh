@@ -48,6 +48,10 @@
 # for a thread the scheduler has not run, and failed at 3 streams where 1
 # thread kept 16-20 (bench/RESULTS.md, 2026-11-28).
 #
+# The linear layers: LINEAR_KERNEL (empty: the backend's default, XNNPACK;
+# "blas": libtorch's BLAS), the bare loop's the same (its LINEAR: xnnpack
+# through optimize_for_mobile, or the module as saved).
+#
 # Env: BUILD_DIR, FIGURES ("streams efficiency features"; efficiency and
 # features use the batched streams figure's N, or EFF_N (32) without it),
 # ITERATIONS (2: passes per trial, each stream slot runs ~2 files),
@@ -82,6 +86,7 @@ DELAY_US=${DELAY_US:-2000}
 INSTANCES=${INSTANCES:-1}
 INTRA=${INTRA:-}
 export ROUND_WAIT_MS=${ROUND_WAIT_MS:-}
+export LINEAR_KERNEL=${LINEAR_KERNEL:-}
 STAGGER_MS=${STAGGER_MS-1000}
 B1_CONFIGS=${B1_CONFIGS-1x1 1x2 2x1 2x2}
 NS=${NS:-}
@@ -126,7 +131,7 @@ mkdir -p "$RESULTS"
 # bare OUT THREADS SECONDS BATCH...: the bare loop, one JSON line per batch.
 bare() {
   local out=$1 threads=$2 secs=$3; shift 3
-  AUDIO_DIR=$AUDIO_DIR timeout $((secs * $# * 3 + 240)) "$PY" "$BARE" "$MODEL_DIR/model.pt" \
+  LINEAR=${LINEAR_KERNEL:-xnnpack} AUDIO_DIR=$AUDIO_DIR timeout $((secs * $# * 3 + 240)) "$PY" "$BARE" "$MODEL_DIR/model.pt" \
     "$threads" "$secs" "$@" >"$out" 2>"$out.log" || bench_die "bare loop failed: $(tail -c 400 "$out.log")"
 }
 # bare_get FILE BATCH KEY
@@ -151,6 +156,8 @@ import os
 params = {"INTRA_OP_THREAD_COUNT": intra} if intra else {}
 if precision:
     params["precision"] = precision
+if os.environ.get("LINEAR_KERNEL"):
+    params["linear_kernel"] = os.environ["LINEAR_KERNEL"]
 if os.environ.get("ROUND_WAIT_MS") and int(mb) > 1:
     params["round_wait_ms"] = os.environ["ROUND_WAIT_MS"]
 cfg = asr_models.config("nasr", max_batch=int(mb), instances=int(inst), params=params,

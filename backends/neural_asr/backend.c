@@ -270,6 +270,21 @@ static hark_error *model_init(hark_model *hm) {
       err = hark_error_new(HARK_ERR_INVALID_ARG,
                            "%s: parameter precision must be 'fp32', 'int8' or 'bf16', got '%s'",
                            m->set.label, prec);
+    const char *lk = hark_model_parameter(hm, "linear_kernel");
+    asr_linear linear = ASR_LINEAR_DEFAULT;
+    if (!err && lk && !strcmp(lk, "xnnpack"))
+      linear = ASR_LINEAR_XNNPACK;
+    else if (!err && lk && !strcmp(lk, "blas"))
+      linear = ASR_LINEAR_BLAS;
+    else if (!err && lk)
+      err = hark_error_new(HARK_ERR_INVALID_ARG,
+                           "%s: parameter linear_kernel must be 'xnnpack' or 'blas', got '%s'",
+                           m->set.label, lk);
+    if (!err && linear == ASR_LINEAR_XNNPACK && precision != ASR_FP32)
+      err = hark_error_new(HARK_ERR_INVALID_ARG,
+                           "%s: parameter linear_kernel xnnpack is for precision fp32; precision "
+                           "%s makes its own linear layers",
+                           m->set.label, prec);
     asr_net_opts o = {.model_label = m->set.label,
                       .file = path,
                       .family = family && !strcmp(family, "ctc") ? ASR_CTC : ASR_TRANSDUCER,
@@ -284,7 +299,8 @@ static hark_error *model_init(hark_model *hm) {
                       .search = m->set.search,
                       .beam = m->set.beam,
                       .intra_threads = threads ? (int)threads : dflt,
-                      .precision = precision};
+                      .precision = precision,
+                      .linear = linear};
     if (!err && !(m->net = asr_net_load(&o, why, sizeof why)))
       err = hark_error_new(HARK_ERR_INVALID_ARG, "%s", why);
     /* Measured, not guessed (bench/RESULTS.md, 2026-11-28 afternoon):
@@ -297,6 +313,10 @@ static hark_error *model_init(hark_model *hm) {
                        "call), so int8 costs more CPU than fp32 here (docs/neural-asr.md)",
                        m->set.label, asr_net_get_info(m->net)->quantised);
   }
+  if (!err && *asr_net_get_info(m->net)->linear_note)
+    HARK_BACKEND_LOG(HARK_BACKEND_LOG_WARN,
+                     "%s: linear layers left to libtorch's BLAS: XNNPACK cannot pack them: %s",
+                     m->set.label, asr_net_get_info(m->net)->linear_note);
   if (!err) {
     const asr_net_info *info = asr_net_get_info(m->net);
     m->set.chunk = info->chunk_frames;
@@ -326,12 +346,17 @@ static hark_error *model_init(hark_model *hm) {
     return err;
   }
   const asr_net_info *info = asr_net_get_info(m->net);
+  char kernels[64] = "";
+  if (info->packed)
+    snprintf(kernels, sizeof kernels, ", %u linear layers on XNNPACK", info->packed);
+  else if (!prec || !strcmp(prec, "fp32"))
+    snprintf(kernels, sizeof kernels, ", linear layers on libtorch's BLAS");
   HARK_BACKEND_LOG(HARK_BACKEND_LOG_INFO,
                    "%s: %s, %u tokens, chunks of %u+%u frames -> %u encoder frames of %.0f ms, %u "
-                   "state tensors (%zu bytes a stream), precision %s",
+                   "state tensors (%zu bytes a stream)%s, precision %s",
                    m->set.label, info->family == ASR_CTC ? "CTC" : "transducer", m->tokens.n,
                    m->set.chunk, m->set.pad, info->out_frames, m->sh.frame_shift_s * 1000.0,
-                   info->n_states, info->state_bytes, prec ? prec : "fp32");
+                   info->n_states, info->state_bytes, kernels, prec ? prec : "fp32");
   hark_model_set_state(hm, m);
   return NULL;
 }

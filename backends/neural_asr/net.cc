@@ -28,14 +28,17 @@
 #include <torch/csrc/jit/api/function_impl.h>
 #include <torch/csrc/jit/passes/dead_code_elimination.h>
 #include <torch/csrc/jit/passes/inliner.h>
+#include <torch/library.h>
 #include <torch/script.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cmath>
 #include <cstdio>
 #include <cstring>
 #include <fstream>
 #include <memory>
+#include <mutex>
 #include <sstream>
 #include <string>
 #include <vector>
@@ -75,6 +78,20 @@ struct asr_net_stream {
   uint64_t frames = 0;   /* encoder frames recognised */
   std::vector<hyp> hyps; /* the open utterance's, best first */
 };
+
+/* libtorch's switch (thread-local) that keeps XNNPACK off its process-wide
+ * thread pool: with it on, a call runs on the calling thread alone, as
+ * OpenMP does at one intra-op thread (without it, the pool's own threads
+ * took as much CPU as the round threads). libtorch 1.13 exports it; its
+ * header (caffe2/utils/threadpool/pthreadpool-cpp.h) is not in Debian's
+ * libtorch-dev. */
+namespace caffe2 {
+class _NoPThreadPoolGuard {
+ public:
+  static bool is_enabled();
+  static void set_enabled(bool);
+};
+} // namespace caffe2
 
 namespace {
 
@@ -679,17 +696,20 @@ c10::IValue prepack(const at::Tensor &w, const c10::optional<at::Tensor> &b) {
   at::Tensor q = at::quantize_per_channel(wf, scale, zero, 0, torch::kQInt8);
   static const c10::OperatorHandle op =
       c10::Dispatcher::singleton().findSchemaOrThrow("quantized::linear_prepack", "");
-  torch::jit::Stack st{q, b ? c10::IValue(b->to(torch::kFloat).contiguous()) : c10::IValue()};
+  torch::jit::Stack st{q,
+                       b ? c10::IValue(b->detach().to(torch::kFloat).contiguous()) : c10::IValue()};
   op.callBoxed(&st);
   return st.at(0);
 }
 
 /* Method `method` of m with its calls inlined and every aten::linear whose
- * weight (and bias) are m's own attributes replaced by
- * quantized::linear_dynamic on a prepacked constant. The method's graph is
- * m's type's own (a submodule's, shared by every instance of its type, is
- * copied in by the inlining, never changed). How many were replaced. */
-uint32_t quantise_method(torch::jit::Module &m, const char *method) {
+ * weight (and bias) are m's own attributes replaced by what `make` inserts
+ * in its place (before the node; its input, weight and bias given). The
+ * method's graph is m's type's own (a submodule's, shared by every
+ * instance of its type, is copied in by the inlining, never changed). How
+ * many were replaced. */
+template <typename F>
+uint32_t rewrite_linears(torch::jit::Module &m, const char *method, F &&make) {
   auto meth = m.find_method(method);
   if (!meth) return 0;
   std::shared_ptr<torch::jit::Graph> g = torch::jit::toGraphFunction(meth->function()).graph();
@@ -710,17 +730,88 @@ uint32_t quantise_method(torch::jit::Module &m, const char *method) {
       else if (!b->isNone())
         continue;
     }
-    c10::IValue packed = prepack(w->toTensor(), bias);
     torch::jit::WithInsertPoint here(node);
-    torch::jit::Value *p = g->insertConstant(packed);
-    torch::jit::Value *y = g->insert(c10::Symbol::fromQualString("quantized::linear_dynamic"),
-                                     {node->input(0), p, false});
+    torch::jit::Value *y = make(*g, node, w->toTensor(), bias);
     node->output()->replaceAllUsesWith(y);
     node->destroy();
     done++;
   }
   torch::jit::EliminateDeadCode(g);
   return done;
+}
+
+/* quantized::linear_dynamic on a prepacked int8 constant. */
+uint32_t quantise_method(torch::jit::Module &m, const char *method) {
+  return rewrite_linears(m, method,
+                         [](torch::jit::Graph &g, torch::jit::Node *linear, const at::Tensor &w,
+                            const c10::optional<at::Tensor> &b) {
+                           torch::jit::Value *p = g.insertConstant(prepack(w, b));
+                           return g.insert(c10::Symbol::fromQualString("quantized::linear_dynamic"),
+                                           {linear->input(0), p, false});
+                         });
+}
+
+/* XNNPACK's FP32 GEMM (prepacked::linear_clamp_run) on weights packed
+ * once, at load, in place of aten::linear, which hands them to libtorch's
+ * BLAS (Debian's OpenBLAS) to be packed again on every call: its
+ * sgemm_incopy was 15% of the round threads' time, and XNNPACK took 26%
+ * less of it at 150 streams (bench/RESULTS.md, 2026-11-28 night). A packed
+ * layer keeps each call's sizes and pointers in itself between its setup
+ * and its run, so two threads in one layer at once corrupt each other's
+ * output (tried: 310 wrong results in 1000 calls from two threads): each
+ * layer runs under a lock of its own (one of XNN_LOCKS, by the layer's
+ * index), taken only for that layer. Two round threads in one encoder then
+ * wait for each other only when both reach the same layer together.
+ * (oneDNN, thread-safe, was slower than OpenBLAS in harkd: its layout
+ * conversions around each call.) */
+constexpr size_t XNN_LOCKS = 256;
+std::mutex xnn_locks[XNN_LOCKS];
+
+void xnn_linear(const c10::OperatorHandle &, torch::jit::Stack *st) {
+  static const c10::OperatorHandle run =
+      c10::Dispatcher::singleton().findSchemaOrThrow("prepacked::linear_clamp_run", "");
+  int64_t slot = st->back().toInt();
+  st->pop_back(); /* x, packed: linear_clamp_run's own arguments */
+  std::lock_guard<std::mutex> hold(xnn_locks[(size_t)slot % XNN_LOCKS]);
+  run.callBoxed(st);
+}
+
+uint32_t xnnpack_method(torch::jit::Module &m, const char *method) {
+  static const c10::OperatorHandle prepack_op =
+      c10::Dispatcher::singleton().findSchemaOrThrow("prepacked::linear_clamp_prepack", "");
+  static std::atomic<int64_t> next_slot{0};
+  return rewrite_linears(
+      m, method,
+      [](torch::jit::Graph &g, torch::jit::Node *linear, const at::Tensor &w,
+         const c10::optional<at::Tensor> &b) {
+        torch::jit::Stack st{
+            w.detach().to(torch::kFloat).contiguous(),
+            b ? c10::IValue(b->detach().to(torch::kFloat).contiguous()) : c10::IValue(),
+            c10::IValue(), c10::IValue()};
+        prepack_op.callBoxed(&st);
+        torch::jit::Value *p = g.insertConstant(st.at(0));
+        torch::jit::Value *slot = g.insertConstant(next_slot++);
+        return g.insert(c10::Symbol::fromQualString("hark_asr::xnn_linear"),
+                        {linear->input(0), p, slot});
+      });
+}
+
+/* FP32 on XNNPACK: the encoder's linear layers, and the joiner's or the
+ * CTC head's (as INT8 takes them). A layer XNNPACK cannot pack leaves the
+ * layers before it packed (the graph stays whole: each is replaced or
+ * not), and the default says why it stopped. */
+void make_xnnpack(asr_net &n) {
+  try {
+    n.info.packed = xnnpack_method(n.encoder, "forward");
+    n.info.packed += n.info.family == ASR_CTC ? xnnpack_method(n.ctc, "forward")
+                                              : xnnpack_method(n.joiner, "forward");
+  } catch (const std::exception &e) {
+    const c10::Error *ce = dynamic_cast<const c10::Error *>(&e);
+    std::string why = ce ? ce->what_without_backtrace() : e.what();
+    if (n.o.linear == ASR_LINEAR_XNNPACK)
+      throw failure(n.label + ": parameter linear_kernel xnnpack: " + why);
+    snprintf(n.info.linear_note, sizeof n.info.linear_note, "%s", why.c_str());
+  }
 }
 
 /* INT8: the encoder's linear layers, and the joiner's (its forward: the
@@ -833,6 +924,7 @@ void load(asr_net &n) {
                   " arguments; the contract is forward(features, feature_lengths, states)");
   if (n.o.precision == ASR_INT8) make_int8(n);
   if (n.o.precision == ASR_BF16) make_bf16(n);
+  if (n.o.precision == ASR_FP32 && n.o.linear != ASR_LINEAR_BLAS) make_xnnpack(n);
   discover_axes(n);
   if (n.o.precision == ASR_BF16) {
     n.info.state_bytes = 0;
@@ -903,6 +995,13 @@ int guarded(const asr_net *n, char *err, size_t errlen, F &&body) {
 
 } // namespace
 
+TORCH_LIBRARY(hark_asr, m) {
+  m.def(
+      "xnn_linear(Tensor x, __torch__.torch.classes.xnnpack.LinearOpContext packed, int slot) -> "
+      "Tensor",
+      torch::CppFunction::makeFromBoxedFunction<&xnn_linear>());
+}
+
 extern "C" {
 
 asr_net *asr_net_load(const asr_net_opts *o, char *err, size_t errlen) {
@@ -914,6 +1013,7 @@ asr_net *asr_net_load(const asr_net_opts *o, char *err, size_t errlen) {
   int rc = guarded(n.get(), err, errlen, [&] {
     n->o.file = file.c_str();
     if (at::get_num_threads() != o->intra_threads) at::set_num_threads(o->intra_threads);
+    caffe2::_NoPThreadPoolGuard::set_enabled(o->intra_threads == 1);
     c10::InferenceMode guard;
     load(*n);
   });
@@ -968,6 +1068,7 @@ int asr_net_step(asr_net *net, asr_net_stream **streams, const float *const *fea
   if (n == 0) return 0;
   return guarded(net, err, errlen, [&] {
     if (at::get_num_threads() != net->o.intra_threads) at::set_num_threads(net->o.intra_threads);
+    caffe2::_NoPThreadPoolGuard::set_enabled(net->o.intra_threads == 1);
     c10::InferenceMode guard;
     std::vector<std::vector<hyp>> hyps;
     search(*net, streams, n, encode(*net, streams, feats, n), hyps);

@@ -42,6 +42,14 @@ typedef enum asr_search { ASR_GREEDY = 0, ASR_BEAM } asr_search;
  * search, which stays FP32. A model or processor that cannot fails to
  * load with the reason. */
 typedef enum asr_precision { ASR_FP32 = 0, ASR_INT8, ASR_BF16 } asr_precision;
+/* The kernel of an FP32 network's linear layers (parameter
+ * `linear_kernel`): every aten::linear on a module's own weights in the
+ * encoder's and the joiner's / CTC head's forward made, at load, XNNPACK's
+ * GEMM on weights packed once (the default); or left to libtorch, whose
+ * aten::linear hands the weights to its BLAS to be packed again on every
+ * call (`blas`). The default falls back to `blas`, with the reason, where
+ * XNNPACK cannot pack a layer; asked for by name, it fails to load. */
+typedef enum asr_linear { ASR_LINEAR_DEFAULT = 0, ASR_LINEAR_XNNPACK, ASR_LINEAR_BLAS } asr_linear;
 
 typedef struct asr_net_opts {
   const char *model_label; /* "neural_asr: model 'x' version 1", for messages */
@@ -58,6 +66,7 @@ typedef struct asr_net_opts {
   uint32_t beam; /* hypotheses kept (ASR_BEAM) */
   int intra_threads;
   asr_precision precision;
+  asr_linear linear;
 } asr_net_opts;
 
 /* What the model turned out to be, found by one dry run at load. */
@@ -70,6 +79,8 @@ typedef struct asr_net_info {
   uint32_t n_states;                 /* tensors in the encoder's state list */
   size_t state_bytes;                /* one stream's state, all tensors */
   uint32_t quantised;                /* INT8: linear layers made int8 */
+  uint32_t packed;                   /* linear layers on XNNPACK (0: BLAS) */
+  char linear_note[256]; /* why the default's XNNPACK fell back to BLAS ("": it did not) */
 } asr_net_info;
 
 typedef struct asr_net asr_net;

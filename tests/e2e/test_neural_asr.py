@@ -79,6 +79,8 @@ def words_of(finals):
 class NeuralTest(unittest.TestCase):
     FAMILY = "transducer"
     STREAMS = 64
+    INSTANCES = 1  # round threads
+    MAX_BATCH = 64
 
     @classmethod
     def setUpClass(cls):
@@ -88,8 +90,8 @@ class NeuralTest(unittest.TestCase):
         # Endpointing off: the reference knows nothing of utterances.
         off = {"rule1_min_trailing_silence": "0", "rule2_min_trailing_silence": "0",
                "rule3_min_utterance_length": "0"}
-        asr_models.make_model_folder(cls.repo, "nasr", cls.model,
-                                     asr_models.config("nasr", params=off))
+        asr_models.make_model_folder(cls.repo, "nasr", cls.model, asr_models.config(
+            "nasr", max_batch=cls.MAX_BATCH, instances=cls.INSTANCES, params=off))
         cls.server = Harkd(repo=cls.repo, args=("--stream-backlog-limit", "100000"))
 
     @classmethod
@@ -154,6 +156,15 @@ class NeuralTest(unittest.TestCase):
 class CtcTest(NeuralTest):
     FAMILY = "ctc"
     STREAMS = 10
+
+
+class ConcurrentRoundsTest(NeuralTest):
+    """Two round threads and rounds of at most 8 chunks: the 64 streams'
+    rounds run two at a time through the same layers (each XNNPACK layer
+    holds one call's sizes and pointers between its setup and its run; a
+    lock of its own keeps a second thread out), and stay exact."""
+    INSTANCES = 2
+    MAX_BATCH = 8
 
 
 class BeamTest(unittest.TestCase):

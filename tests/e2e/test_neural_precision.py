@@ -1,13 +1,15 @@
-"""The neural_asr backend's `precision` parameter, end to end: the trained
-digits CTC model (tools/asr_models/train_digits.py, cached) loaded from its
-one FP32 TorchScript file as fp32, int8 (its encoder's and CTC head's linear
-layers dynamically quantised at load) and bf16 (its encoder in bfloat16),
-each recognising the held-out utterances through the real harkd's Vosk
-WebSocket: int8 and bf16 within MAX_EXTRA_WER of fp32's word error rate
-(and all within test_neural_trained's 5%). A precision the backend does not
-know, int8 on a model with no linear layer to quantise, and bf16 on a model
-that cannot run in bfloat16 (or on a processor without AVX512_BF16) fail to
-load with the reason.
+"""The neural_asr backend's `precision` and `linear_kernel` parameters, end
+to end: the trained digits CTC model (tools/asr_models/train_digits.py,
+cached) loaded from its one FP32 TorchScript file as fp32 (its linear
+layers on XNNPACK, the default), fp32 on libtorch's BLAS (`linear_kernel
+blas`), int8 (its encoder's and CTC head's linear layers dynamically
+quantised at load) and bf16 (its encoder in bfloat16), each recognising the
+held-out utterances through the real harkd's Vosk WebSocket: XNNPACK, int8
+and bf16 within MAX_EXTRA_WER of BLAS fp32's word error rate (and all within
+test_neural_trained's 5%). A precision or kernel the backend does not know,
+int8 on a model with no linear layer to quantise, XNNPACK asked for with
+int8, and bf16 on a model that cannot run in bfloat16 (or on a processor
+without AVX512_BF16) fail to load with the reason.
 """
 import asyncio
 import os
@@ -92,6 +94,8 @@ class Precision(unittest.TestCase):
         for prec in ("fp32", "int8", "bf16"):
             asr_models.make_model_folder(cls.repo, f"digits_{prec}", cls.model, asr_models.config(
                 f"digits_{prec}", params={"family": "ctc", "precision": prec}))
+        asr_models.make_model_folder(cls.repo, "digits_blas", cls.model, asr_models.config(
+            "digits_blas", params={"family": "ctc", "linear_kernel": "blas"}))
 
         def save(name, module):
             path = os.path.join(cls.files, name + ".pt")
@@ -99,13 +103,16 @@ class Precision(unittest.TestCase):
             return path
 
         bad = {
-            "prec_fp16": (save("no_linear", Ctc(EncNoLinear())), "fp16"),
-            "int8_no_linear": (save("no_linear", Ctc(EncNoLinear())), "int8"),
-            "bf16_float_only": (save("float_only", Ctc(EncFloatOnly())), "bf16"),
+            "prec_fp16": (save("no_linear", Ctc(EncNoLinear())), {"precision": "fp16"}),
+            "int8_no_linear": (save("no_linear", Ctc(EncNoLinear())), {"precision": "int8"}),
+            "bf16_float_only": (save("float_only", Ctc(EncFloatOnly())), {"precision": "bf16"}),
+            "kernel_mkl": (save("float_only", Ctc(EncFloatOnly())), {"linear_kernel": "mkl"}),
+            "xnnpack_int8": (save("float_only", Ctc(EncFloatOnly())),
+                             {"precision": "int8", "linear_kernel": "xnnpack"}),
         }
-        for name, (module, prec) in bad.items():
+        for name, (module, params) in bad.items():
             asr_models.make_model_folder(cls.repo, name, None, asr_models.config(
-                name, params={"family": "ctc", "precision": prec}), tokens=TOKENS, module=module)
+                name, params={"family": "ctc", **params}), tokens=TOKENS, module=module)
         cls.server = Harkd(repo=cls.repo, args=("--strict-readiness", "false",
                                                 "--stream-backlog-limit", "100000"))
 
@@ -138,21 +145,25 @@ class Precision(unittest.TestCase):
         print(f"\n{name}: WER {errors}/{words} = {100 * errors / words:.2f}%", file=sys.stderr)
         return errors / words
 
-    def test_int8_and_bf16_recognise_within_the_bound_of_fp32(self):
+    def test_xnnpack_int8_and_bf16_recognise_within_the_bound_of_fp32(self):
         idx = self.index()
-        precs = ["int8"] + (["bf16"] if cpu_has("avx512_bf16") else [])
-        for prec in ["fp32"] + precs:
-            self.assertEqual(idx[f"digits_{prec}"]["state"], "READY", idx[f"digits_{prec}"])
-        log = self.server.output()  # the load log says each model's precision, and warns of int8's cost
-        for prec in ["fp32"] + precs:
+        precs = ["fp32", "int8"] + (["bf16"] if cpu_has("avx512_bf16") else [])
+        for name in ["blas"] + precs:
+            self.assertEqual(idx[f"digits_{name}"]["state"], "READY", idx[f"digits_{name}"])
+        log = self.server.output()  # the load log says each model's precision and kernels
+        for prec in precs:
             self.assertRegex(log, rf"'digits_{prec}' version 1: .*precision {prec}\n")
+        self.assertRegex(log, r"'digits_fp32' version 1: .*\), [1-9]\d* linear layers on XNNPACK, "
+                              r"precision fp32\n")
+        self.assertRegex(log, r"'digits_blas' version 1: .*\), linear layers on libtorch's BLAS, "
+                              r"precision fp32\n")
         self.assertRegex(log, r"'digits_int8' version 1: precision int8: \d+ linear layers quantised; "
                               r"this libtorch's oneDNN rebuilds")
-        base = self.wer("digits_fp32")
+        base = self.wer("digits_blas")
         self.assertLessEqual(base, MAX_WER)
         for prec in precs:
             w = self.wer(f"digits_{prec}")
-            self.assertLessEqual(w, base + MAX_EXTRA_WER, f"{prec} against fp32 {base}")
+            self.assertLessEqual(w, base + MAX_EXTRA_WER, f"{prec} against BLAS fp32 {base}")
             self.assertLessEqual(w, MAX_WER, prec)
 
     def test_what_cannot_run_fails_to_load_with_the_reason(self):
@@ -160,6 +171,8 @@ class Precision(unittest.TestCase):
         expect = {
             "prec_fp16": "parameter precision must be 'fp32', 'int8' or 'bf16', got 'fp16'",
             "int8_no_linear": "parameter precision int8: the encoder's forward has no linear layer",
+            "kernel_mkl": "parameter linear_kernel must be 'xnnpack' or 'blas', got 'mkl'",
+            "xnnpack_int8": "parameter linear_kernel xnnpack is for precision fp32; precision int8",
             "bf16_float_only": "(parameter precision bf16: the model does not run so"
                                if cpu_has("avx512_bf16") else
                                "parameter precision bf16: this processor has no AVX512_BF16",
