@@ -315,8 +315,8 @@ static hark_error *model_init(hark_model *hm) {
   }
   if (!err && *asr_net_get_info(m->net)->linear_note)
     HARK_BACKEND_LOG(HARK_BACKEND_LOG_WARN,
-                     "%s: linear layers left to libtorch's BLAS: XNNPACK cannot pack them: %s",
-                     m->set.label, asr_net_get_info(m->net)->linear_note);
+                     "%s: linear layers left to libtorch's BLAS, not XNNPACK: %s", m->set.label,
+                     asr_net_get_info(m->net)->linear_note);
   if (!err) {
     const asr_net_info *info = asr_net_get_info(m->net);
     m->set.chunk = info->chunk_frames;

@@ -704,7 +704,8 @@ c10::IValue prepack(const at::Tensor &w, const c10::optional<at::Tensor> &b) {
 
 /* Method `method` of m with its calls inlined and every aten::linear whose
  * weight (and bias) are m's own attributes replaced by what `make` inserts
- * in its place (before the node; its input, weight and bias given). The
+ * in its place (before the node; the node, its weight and bias given; a
+ * null from `make` leaves the node). The
  * method's graph is m's type's own (a submodule's, shared by every
  * instance of its type, is copied in by the inlining, never changed). How
  * many were replaced. */
@@ -732,6 +733,7 @@ uint32_t rewrite_linears(torch::jit::Module &m, const char *method, F &&make) {
     }
     torch::jit::WithInsertPoint here(node);
     torch::jit::Value *y = make(*g, node, w->toTensor(), bias);
+    if (!y) continue; /* `make` leaves this one */
     node->output()->replaceAllUsesWith(y);
     node->destroy();
     done++;
@@ -783,7 +785,10 @@ uint32_t xnnpack_method(torch::jit::Module &m, const char *method) {
   return rewrite_linears(
       m, method,
       [](torch::jit::Graph &g, torch::jit::Node *linear, const at::Tensor &w,
-         const c10::optional<at::Tensor> &b) {
+         const c10::optional<at::Tensor> &b) -> torch::jit::Value * {
+        /* XNNPACK's GEMM is FP32's: a layer in another type keeps BLAS */
+        if (w.scalar_type() != torch::kFloat || (b && b->scalar_type() != torch::kFloat))
+          return nullptr;
         torch::jit::Stack st{
             w.detach().to(torch::kFloat).contiguous(),
             b ? c10::IValue(b->detach().to(torch::kFloat).contiguous()) : c10::IValue(),
@@ -1010,13 +1015,29 @@ asr_net *asr_net_load(const asr_net_opts *o, char *err, size_t errlen) {
   n->o = *o;
   n->o.model_label = n->label.c_str();
   std::string file = o->file;
-  int rc = guarded(n.get(), err, errlen, [&] {
+  auto attempt = [&] {
     n->o.file = file.c_str();
     if (at::get_num_threads() != o->intra_threads) at::set_num_threads(o->intra_threads);
     caffe2::_NoPThreadPoolGuard::set_enabled(o->intra_threads == 1);
     c10::InferenceMode guard;
     load(*n);
-  });
+  };
+  int rc = guarded(n.get(), err, errlen, attempt);
+  if (rc != 0 && o->precision == ASR_FP32 && o->linear == ASR_LINEAR_DEFAULT && n->info.packed) {
+    /* XNNPACK is the default's speed, not a condition: a model that fails
+     * with its layers there is loaded again on libtorch's BLAS, and the
+     * load log says why. */
+    std::string why = errlen ? err : "";
+    n = std::make_unique<asr_net>();
+    n->label = o->model_label;
+    n->o = *o;
+    n->o.model_label = n->label.c_str();
+    n->o.linear = ASR_LINEAR_BLAS;
+    rc = guarded(n.get(), err, errlen, attempt);
+    if (rc == 0)
+      snprintf(n->info.linear_note, sizeof n->info.linear_note, "the model failed on them: %s",
+               why.c_str());
+  }
   if (rc != 0) return nullptr;
   if (o->precision == ASR_INT8)
     HARK_BACKEND_LOG(HARK_BACKEND_LOG_INFO, "%s: precision int8: %u linear layers quantised",

@@ -68,6 +68,18 @@ class EncFloatOnly(EncNoLinear):
         return self.proj(x[:, :8, :].float()), lens // 4, [states[0] + 1]
 
 
+class EncDouble(EncNoLinear):
+    """A float64 linear layer: XNNPACK's GEMM is FP32's, so it stays on BLAS."""
+
+    def __init__(self):
+        super().__init__()
+        self.proj = torch.nn.Linear(80, 16).double()
+
+    def forward(self, x: torch.Tensor, lens: torch.Tensor,
+                states: List[torch.Tensor]) -> Tuple[torch.Tensor, torch.Tensor, List[torch.Tensor]]:
+        return self.proj(x[:, :8, :].double()).float(), lens // 4, [states[0] + 1]
+
+
 class CtcHead(torch.nn.Module):
     def __init__(self):
         super().__init__()
@@ -110,6 +122,9 @@ class Precision(unittest.TestCase):
             "xnnpack_int8": (save("float_only", Ctc(EncFloatOnly())),
                              {"precision": "int8", "linear_kernel": "xnnpack"}),
         }
+        asr_models.make_model_folder(cls.repo, "fp64_layer", None, asr_models.config(
+            "fp64_layer", params={"family": "ctc"}), tokens=TOKENS,
+            module=save("fp64_layer", Ctc(EncDouble())))
         for name, (module, params) in bad.items():
             asr_models.make_model_folder(cls.repo, name, None, asr_models.config(
                 name, params={"family": "ctc", **params}), tokens=TOKENS, module=module)
@@ -165,6 +180,12 @@ class Precision(unittest.TestCase):
             w = self.wer(f"digits_{prec}")
             self.assertLessEqual(w, base + MAX_EXTRA_WER, f"{prec} against BLAS fp32 {base}")
             self.assertLessEqual(w, MAX_WER, prec)
+
+    def test_a_float64_layer_stays_on_blas(self):
+        self.assertEqual(self.index()["fp64_layer"]["state"], "READY")
+        # the CTC head's FP32 layer on XNNPACK, the encoder's float64 one not
+        self.assertRegex(self.server.output(),
+                         r"'fp64_layer' version 1: .*\), 1 linear layers on XNNPACK, precision fp32\n")
 
     def test_what_cannot_run_fails_to_load_with_the_reason(self):
         idx = self.index()
