@@ -47,6 +47,7 @@ struct asr_net {
   std::string label;
   asr_net_opts o{};
   asr_net_info info{};
+  bool xnnpack_tried = false; /* the load put (or began to put) layers on XNNPACK */
   torch::jit::Module module, encoder, decoder, joiner, ctc;
   bool has_proj = false;        /* joiner.encoder_proj / decoder_proj used apart */
   size_t joiner_args = 3;       /* joiner.forward's arguments after self */
@@ -705,10 +706,9 @@ c10::IValue prepack(const at::Tensor &w, const c10::optional<at::Tensor> &b) {
 /* Method `method` of m with its calls inlined and every aten::linear whose
  * weight (and bias) are m's own attributes replaced by what `make` inserts
  * in its place (before the node; the node, its weight and bias given; a
- * null from `make` leaves the node). The
- * method's graph is m's type's own (a submodule's, shared by every
- * instance of its type, is copied in by the inlining, never changed). How
- * many were replaced. */
+ * null from `make` leaves the node). The method's graph is m's type's own
+ * (a submodule's, shared by every instance of its type, is copied in by
+ * the inlining, never changed). How many were replaced. */
 template <typename F>
 uint32_t rewrite_linears(torch::jit::Module &m, const char *method, F &&make) {
   auto meth = m.find_method(method);
@@ -756,8 +756,8 @@ uint32_t quantise_method(torch::jit::Module &m, const char *method) {
 /* XNNPACK's FP32 GEMM (prepacked::linear_clamp_run) on weights packed
  * once, at load, in place of aten::linear, which hands them to libtorch's
  * BLAS (Debian's OpenBLAS) to be packed again on every call: its
- * sgemm_incopy was 15% of the round threads' time, and XNNPACK took 26%
- * less of it at 150 streams (bench/RESULTS.md, 2026-11-28 night). A packed
+ * sgemm_incopy was 15% of the round threads' time, and XNNPACK took a
+ * quarter less of it at 150 streams (bench/RESULTS.md, 2026-11-28 night). A packed
  * layer keeps each call's sizes and pointers in itself between its setup
  * and its run, so two threads in one layer at once corrupt each other's
  * output (tried: 310 wrong results in 1000 calls from two threads): each
@@ -802,20 +802,18 @@ uint32_t xnnpack_method(torch::jit::Module &m, const char *method) {
 }
 
 /* FP32 on XNNPACK: the encoder's linear layers, and the joiner's or the
- * CTC head's (as INT8 takes them). A layer XNNPACK cannot pack leaves the
- * layers before it packed (the graph stays whole: each is replaced or
- * not), and the default says why it stopped. */
+ * CTC head's (as INT8 takes them). A layer XNNPACK cannot pack fails the
+ * load; by default asr_net_load then loads the model again on BLAS. */
 void make_xnnpack(asr_net &n) {
+  n.xnnpack_tried = true;
   try {
     n.info.packed = xnnpack_method(n.encoder, "forward");
     n.info.packed += n.info.family == ASR_CTC ? xnnpack_method(n.ctc, "forward")
                                               : xnnpack_method(n.joiner, "forward");
   } catch (const std::exception &e) {
     const c10::Error *ce = dynamic_cast<const c10::Error *>(&e);
-    std::string why = ce ? ce->what_without_backtrace() : e.what();
-    if (n.o.linear == ASR_LINEAR_XNNPACK)
-      throw failure(n.label + ": parameter linear_kernel xnnpack: " + why);
-    snprintf(n.info.linear_note, sizeof n.info.linear_note, "%s", why.c_str());
+    throw failure(n.label +
+                  ": linear layers on XNNPACK: " + (ce ? ce->what_without_backtrace() : e.what()));
   }
 }
 
@@ -1023,7 +1021,7 @@ asr_net *asr_net_load(const asr_net_opts *o, char *err, size_t errlen) {
     load(*n);
   };
   int rc = guarded(n.get(), err, errlen, attempt);
-  if (rc != 0 && o->precision == ASR_FP32 && o->linear == ASR_LINEAR_DEFAULT && n->info.packed) {
+  if (rc != 0 && o->linear == ASR_LINEAR_DEFAULT && n->xnnpack_tried) {
     /* XNNPACK is the default's speed, not a condition: a model that fails
      * with its layers there is loaded again on libtorch's BLAS, and the
      * load log says why. */
@@ -1034,9 +1032,7 @@ asr_net *asr_net_load(const asr_net_opts *o, char *err, size_t errlen) {
     n->o.model_label = n->label.c_str();
     n->o.linear = ASR_LINEAR_BLAS;
     rc = guarded(n.get(), err, errlen, attempt);
-    if (rc == 0)
-      snprintf(n->info.linear_note, sizeof n->info.linear_note, "the model failed on them: %s",
-               why.c_str());
+    if (rc == 0) snprintf(n->info.linear_note, sizeof n->info.linear_note, "%s", why.c_str());
   }
   if (rc != 0) return nullptr;
   if (o->precision == ASR_INT8)

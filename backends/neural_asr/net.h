@@ -80,7 +80,7 @@ typedef struct asr_net_info {
   size_t state_bytes;                /* one stream's state, all tensors */
   uint32_t quantised;                /* INT8: linear layers made int8 */
   uint32_t packed;                   /* linear layers on XNNPACK (0: BLAS) */
-  char linear_note[256]; /* why the default's XNNPACK fell back to BLAS ("": it did not) */
+  char linear_note[256]; /* why the default's load on XNNPACK failed, so BLAS ("": it did not) */
 } asr_net_info;
 
 typedef struct asr_net asr_net;
