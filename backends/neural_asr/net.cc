@@ -996,6 +996,13 @@ int guarded(const asr_net *n, char *err, size_t errlen, F &&body) {
   return -1;
 }
 
+/* The calling thread's libtorch threads for what it runs next: `n`
+ * intra-op threads, and with one, XNNPACK on this thread alone. */
+void use_threads(int n) {
+  if (at::get_num_threads() != n) at::set_num_threads(n);
+  caffe2::_NoPThreadPoolGuard::set_enabled(n == 1);
+}
+
 } // namespace
 
 TORCH_LIBRARY(hark_asr, m) {
@@ -1015,8 +1022,7 @@ asr_net *asr_net_load(const asr_net_opts *o, char *err, size_t errlen) {
   std::string file = o->file;
   auto attempt = [&] {
     n->o.file = file.c_str();
-    if (at::get_num_threads() != o->intra_threads) at::set_num_threads(o->intra_threads);
-    caffe2::_NoPThreadPoolGuard::set_enabled(o->intra_threads == 1);
+    use_threads(o->intra_threads);
     c10::InferenceMode guard;
     load(*n);
   };
@@ -1084,8 +1090,7 @@ int asr_net_step(asr_net *net, asr_net_stream **streams, const float *const *fea
                  char *err, size_t errlen) {
   if (n == 0) return 0;
   return guarded(net, err, errlen, [&] {
-    if (at::get_num_threads() != net->o.intra_threads) at::set_num_threads(net->o.intra_threads);
-    caffe2::_NoPThreadPoolGuard::set_enabled(net->o.intra_threads == 1);
+    use_threads(net->o.intra_threads);
     c10::InferenceMode guard;
     std::vector<std::vector<hyp>> hyps;
     search(*net, streams, n, encode(*net, streams, feats, n), hyps);
