@@ -403,10 +403,10 @@ class Riva(harness.ServerTest):
                 got.set()
         burst(100)
         self.wait_pool_idle()
-        before = self.server.rss_kib()
+        before = self.server.settled_rss_kib()
         burst(1000)
         self.wait_pool_idle()
-        after = self.server.rss_kib()
+        after = self.server.settled_rss_kib()
         if not self.server.sanitized():
             self.assertLess(after - before, 32 * 1024, (before, after))
         rate1, audio1 = pcm(FILES[1])

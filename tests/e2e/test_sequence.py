@@ -365,7 +365,7 @@ class ImplicitStateMemory(unittest.TestCase):
         self.run_clients(model, list(range(1000, 2000)), full, errors)
         self.assertEqual(errors, [])
         self.assertEqual(self.wait_state(model, (0, 0)), (0, 0))
-        rss0 = self.server.rss_kib()
+        rss0 = self.server.settled_rss_kib()
 
         # 10,000 sequences (START, a step, END), CLIENTS at a time, while a
         # scraper watches the gauges: up while sequences are open, never
@@ -399,7 +399,7 @@ class ImplicitStateMemory(unittest.TestCase):
         ok = metric_value(self.server.metrics(), "nv_inference_request_success", model=model)
         self.assertGreaterEqual(ok, 3 * 11000 + 3 * 200)
 
-        rss1 = self.server.rss_kib()
+        rss1 = self.server.settled_rss_kib()
         print(f"\n10,000 sequences in {took:.1f} s ({len(seen)} scrapes); "
               f"harkd RSS {rss0 / 1024:.1f} -> {rss1 / 1024:.1f} MiB")
         # ASan's quarantine holds freed memory, so resident memory says

@@ -257,9 +257,9 @@ class Protocol(WsTest):
                 await cycle(base + i)
 
         run(go(100, 0), timeout=120)
-        before = self.server.rss_kib()
+        before = self.server.settled_rss_kib()
         run(go(900, 100), timeout=240)
-        after = self.server.rss_kib()
+        after = self.server.settled_rss_kib()
         if not self.server.sanitized():
             self.assertLess(after - before, 32 * 1024, (before, after))
         run(go(1, 1))  # still serving
