@@ -106,8 +106,15 @@ class Harkd:
         # Freed pages go back to the kernel every second, not every 30:
         # settled_rss_kib() then reads the memory harkd holds, not the
         # pages its allocator happened to keep since the last release.
-        release = () if "--memory-release-secs" in args else ("--memory-release-secs",
-                                                               str(RELEASE_SECS))
+        args = list(args)
+        given = [i for i, a in enumerate(args) if a.split("=")[0] == "--memory-release-secs"]
+        if given:
+            i = given[-1]
+            self.release_secs = int(args[i].split("=", 1)[1] if "=" in args[i] else args[i + 1])
+            release = ()
+        else:
+            self.release_secs = RELEASE_SECS
+            release = ("--memory-release-secs", str(RELEASE_SECS))
         cmd = [os.path.join(BIN_DIR, "harkd"), "--model-repository", repo,
                "--http-port", str(self.http_port), "--metrics-port", str(self.metrics_port),
                "--grpc-port", str(self.grpc_port), "--http-address", "127.0.0.1", *release,
@@ -176,7 +183,10 @@ class Harkd:
         back: the lowest reading over two and a half release periods. A
         plain reading counts, by chance, anything from none to a whole
         period's freed pages (20-45 MiB after 10,000 neural streams)."""
-        low, end = self.rss_kib(), time.monotonic() + 2.5 * RELEASE_SECS
+        if self.release_secs <= 0:
+            raise AssertionError("settled_rss_kib: harkd runs with --memory-release-secs "
+                                 f"{self.release_secs}: its kept pages are never given back")
+        low, end = self.rss_kib(), time.monotonic() + 2.5 * self.release_secs
         while time.monotonic() < end:
             time.sleep(0.1)
             low = min(low, self.rss_kib())
