@@ -169,6 +169,9 @@ hark_edge() {
   tail -1 "$OUT_JSON" >&2
 }
 
+for n in $EDGE_SHERPA; do
+  ((n >= SHERPA_PROCS)) || { log "EDGE_SHERPA: $n streams cannot fill $SHERPA_PROCS processes"; exit 1; }
+done
 for t in $(seq "$TRIALS"); do
   [[ -n $EDGE_HARK$EDGE_SHERPA ]] || break
   for n in $EDGE_HARK; do hark_edge "$n" "$t"; done
