@@ -64,6 +64,10 @@ for b in harkd hark; do
   [[ -x $BUILD_DIR/bin/$b ]] || { log "$BUILD_DIR/bin/$b is missing: cmake --build build --target harkd hark hark_neural_asr"; exit 1; }
 done
 
+for n in $EDGE_SHERPA; do
+  ((n >= SHERPA_PROCS)) || { log "EDGE_SHERPA: $n streams cannot fill $SHERPA_PROCS processes"; exit 1; }
+done
+
 NODE_PATH=$("$root/tools/sherpa/build.sh" "$SHERPA_CACHE") || {
   log "sherpa-onnx is not installed as tools/sherpa/build.sh wants it: stopping"
   exit 1
@@ -169,9 +173,6 @@ hark_edge() {
   tail -1 "$OUT_JSON" >&2
 }
 
-for n in $EDGE_SHERPA; do
-  ((n >= SHERPA_PROCS)) || { log "EDGE_SHERPA: $n streams cannot fill $SHERPA_PROCS processes"; exit 1; }
-done
 for t in $(seq "$TRIALS"); do
   [[ -n $EDGE_HARK$EDGE_SHERPA ]] || break
   for n in $EDGE_HARK; do hark_edge "$n" "$t"; done
