@@ -43,6 +43,19 @@
 # time: it counts one request per 100 ms chunk, not encoder work) and
 # --max-streams well above N.
 #
+# Warm trials: the trials at each N run on a harkd of their own, started
+# for that N and warmed by an untimed pass of the same N streams
+# (WARM_PASS, 1; 0: one harkd for all N, unwarmed), which keeps freed
+# memory for reuse (MEMORY_RELEASE_SECS, 0: its --memory-release-secs).
+# The figure is a server's capacity at a load it has served before. Cold,
+# the start of a trial measured something else: on this VM a page first
+# touched costs ~14 us (a host fault as well as the guest's), and each new
+# stream touches ~1 MB (0.5 MB of encoder states), so 165 streams opening
+# within a second spent ~0.5 s of CPU on page faults, and that second set
+# the p99 (bench/RESULTS.md, 2026-11-29 morning: chunk p99 128-321 ms
+# cold, 100-109 ms warm, the same 165 streams).
+# WARM_PASS=0 MEMORY_RELEASE_SECS=30 is the cold server, as before.
+#
 # On a host whose cores other work shares, use INTRA=1: libtorch's default
 # of cores / instances threads (2 on 2 cores) waits at every OpenMP barrier
 # for a thread the scheduler has not run, and failed at 3 streams where 1
@@ -69,6 +82,7 @@
 # FIRST_WORD_PROBES (8; 0: none): after the batched search, one more trial
 # at its N with that many of the streams run by bench/nasr_first_word.py,
 # for the first-word latency (not counted in any other figure),
+# WARM_PASS, MEMORY_RELEASE_SECS (above),
 # REPEATS (1: trials at each N, each server; N holds when every one passes:
 # REPEATS=3 for the figure, since near the edge a single trial passes or
 # fails by the host's noise), KEEP_RESULTS (a folder: each trial's JSON
@@ -106,6 +120,8 @@ P99_CHUNK_MS=${P99_CHUNK_MS:-200}
 P99_FINAL_MS=${P99_FINAL_MS:-500}
 MAX_REPLY_MS=${MAX_REPLY_MS:-2000}
 HARKD_ARGS=${HARKD_ARGS:-}
+WARM_PASS=${WARM_PASS:-1}
+MEMORY_RELEASE_SECS=${MEMORY_RELEASE_SECS:-0}
 PRECISION=${PRECISION:-}
 KEEP_RESULTS=${KEEP_RESULTS:-}
 REPEATS=${REPEATS:-1}
@@ -176,15 +192,17 @@ TRIALS=() # in the order they ran
 # configuration (the previous one stopped first), warmed up with one
 # real-time pass of WARM_N streams (libtorch's profiling runs, the
 # allocator's first arenas), untimed; then its idle RSS.
+SERVE_ARGS=() SERVED_N=
 serve() {
   local name=$1 repo=$BENCH_TMP/repo-$1
+  SERVE_ARGS=("$@") SERVED_N=
   stop_server
   make_repo "$repo" "$2" "$3" "$4"
   BENCH_REPO=$repo # read by bench_start_harkd
   export BENCH_REPO
   # shellcheck disable=SC2086 # HARKD_ARGS: flags, split on purpose
   bench_start_harkd --stream-backlog-limit 1000000 --max-streams $((4 * MAX_N > 1024 ? 4 * MAX_N : 1024)) \
-    $HARKD_ARGS
+    --memory-release-secs "$MEMORY_RELEASE_SECS" $HARKD_ARGS
   HARKD_PID=$BENCH_LAST_PID
   curl -sf -o /dev/null "http://$HARKD_URL/v2/models/nasr/ready" || bench_die "nasr is not ready"
   grep -o 'neural_asr: model .nasr.*' "$BENCH_TMP/harkd.log" | head -1 >&2 || true
@@ -323,9 +341,17 @@ summary() {
 
 # trial NAME N: trial_once REPEATS times (NAME, NAME.2, NAME.3, ...); N
 # passes when every one does, and the first that fails ends its trials.
+# With WARM_PASS, each N gets a harkd of its own (the one serve started,
+# for its first N), warmed by an untimed pass of N streams first.
 # Near the edge one trial passes or fails by the host's noise.
 trial() {
   local name=$1 n=$2 r
+  if ((WARM_PASS)) && [[ $SERVED_N != "$n" ]]; then
+    [[ -z $SERVED_N ]] || serve "${SERVE_ARGS[@]}"
+    SERVED_N=$n
+    bench_settle nasr
+    client "$BENCH_TMP/$name.warm.json" "$n" 1
+  fi
   trial_once "$name" "$n" || return 1
   for ((r = 2; r <= REPEATS; r++)); do
     trial_once "$name.$r" "$n" || return 1
@@ -333,13 +359,17 @@ trial() {
 }
 
 # search PREFIX START: the largest N within the bounds into CAP (0: none),
-# the smallest that failed into HI; NS_LIST (if set) instead of searching.
+# the smallest that failed into HI; NS_LIST (if set) instead of searching:
+# every N in it is tried, and CAP is the largest N below every failure (a
+# pass above a failure is noise, not capacity).
 search() {
   local prefix=$1 n=$2 lo=0 hi=0 mid
   if [[ -n ${NS_LIST:-} ]]; then
+    local passed=()
     for n in $NS_LIST; do
-      if trial "$prefix-$n" "$n"; then ((n > lo)) && lo=$n; else ((hi == 0 || n < hi)) && hi=$n; fi
+      if trial "$prefix-$n" "$n"; then passed+=("$n"); else ((hi == 0 || n < hi)) && hi=$n; fi
     done
+    for n in "${passed[@]}"; do ((n > lo && (hi == 0 || n < hi))) && lo=$n; done
     CAP=$lo HI=${hi/#0/none}
     return
   fi
@@ -468,7 +498,7 @@ cat <<EOF
 
 ### neural_asr: real-time streams, efficiency and features (issue 26)
 
-$(bench_machine). Command: \`$(bench_command FIGURES REPEATS ITERATIONS MODEL_SIZE MAX_BATCH DELAY_US ROUND_WAIT_MS INSTANCES INTRA B1_CONFIGS NS NS_B1 EFF_N RESOLUTION STAGGER_MS)\`.
+$(bench_machine). Command: \`$(bench_command FIGURES REPEATS ITERATIONS MODEL_SIZE MAX_BATCH DELAY_US ROUND_WAIT_MS INSTANCES INTRA B1_CONFIGS NS NS_B1 EFF_N RESOLUTION STAGGER_MS WARM_PASS MEMORY_RELEASE_SECS)\`.
 Model: \`$MODEL_SIZE\` transducer (\`$(basename "$MODEL_DIR")\`), chunks of 32+13 frames (320 ms), endpointing at
 the backend's defaults; max_queue_delay_microseconds $DELAY_US. Bounds: chunk p99 ≤ $P99_CHUNK_MS ms, final p99 ≤
 $P99_FINAL_MS ms, every reply ≤ $MAX_REPLY_MS ms, no errors. \`hark transcribe --simulate-realtime --chunk-ms 100

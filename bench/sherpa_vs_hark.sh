@@ -56,6 +56,10 @@ SHERPA_PROCS=${SHERPA_PROCS:-$CORES}
 SECONDS_PER_RUN=${SECONDS_PER_RUN:-20}
 SHERPA_CACHE=${SHERPA_CACHE:-/var/cache/hark/sherpa}
 OUT_JSON=${OUT_JSON:-/tmp/sherpa_vs_hark.jsonl}
+# Both engines start cold: each sherpa-onnx process is new, and harkd runs
+# neural_streams.sh's cold trials (WARM_PASS=0 MEMORY_RELEASE_SECS=30: no
+# warm pass at N, its memory returned every 30 s), as the published
+# comparisons did.
 AUDIO_DIR=${AUDIO_DIR:-/usr/share/pocketsphinx/test/data/librivox}
 FILES=("$AUDIO_DIR"/*.wav)
 log() { printf '[%s] %s\n' "$(date +%H:%M:%S)" "$*" >&2; }
@@ -105,7 +109,7 @@ for r in $(seq "$ROUNDS"); do
     load=$(cut -d' ' -f1 /proc/loadavg)
     log "round $r, N=$n: hark (load $load)"
     rm -f "$keep"/*.json
-    FIGURES=streams NS=$n B1_CONFIGS= INTRA=1 ITERATIONS=1 KEEP_RESULTS=$keep \
+    FIGURES=streams NS=$n B1_CONFIGS= INTRA=1 ITERATIONS=1 KEEP_RESULTS=$keep WARM_PASS=0 MEMORY_RELEASE_SECS=30 \
       PRECISION=${PRECISION:-} "$here/neural_streams.sh" >/dev/null 2>"$keep/log" || true
     f=$(ls "$keep"/batched-*.json 2>/dev/null | head -1 || true)
     if [[ -n $f ]]; then
@@ -161,7 +165,7 @@ hark_edge() {
   load=$(cut -d' ' -f1 /proc/loadavg)
   log "edge trial $t, N=$n: hark, $CORES round threads (load $load)"
   rm -f "$keep"/*.json
-  FIGURES=streams NS=$n B1_CONFIGS= INTRA=1 INSTANCES=$CORES FIRST_WORD_PROBES=0 \
+  FIGURES=streams NS=$n B1_CONFIGS= INTRA=1 INSTANCES=$CORES FIRST_WORD_PROBES=0 WARM_PASS=0 MEMORY_RELEASE_SECS=30 \
     KEEP_RESULTS=$keep PRECISION=${PRECISION:-} "$here/neural_streams.sh" >/dev/null 2>"$keep/log" || true
   f=$(ls "$keep"/batched-*.json 2>/dev/null | head -1 || true)
   if [[ -n $f ]]; then
