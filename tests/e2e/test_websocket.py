@@ -221,10 +221,17 @@ class Protocol(WsTest):
             self.assertEqual(cm.exception.status_code, 404)
         run(go())
         # The body is KServe's JSON error.
+        head, body = self.refused_upgrade(b"/v2/models/nope/stream")
+        self.assertTrue(head.startswith(b"HTTP/1.1 400"), head)
+        self.assertIn("nope", json.loads(body)["error"])
+
+    def refused_upgrade(self, path, extra=b""):
+        """A WebSocket upgrade of `path` (with `extra` header lines) that
+        harkd answers with an HTTP error: (status line and headers, body)."""
         s = socket.create_connection(("127.0.0.1", self.server.http_port), timeout=10)
-        s.sendall(b"GET /v2/models/nope/stream HTTP/1.1\r\nHost: x\r\nUpgrade: websocket\r\n"
+        s.sendall(b"GET " + path + b" HTTP/1.1\r\nHost: x\r\nUpgrade: websocket\r\n"
                   b"Connection: Upgrade\r\nSec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\n"
-                  b"Sec-WebSocket-Version: 13\r\n\r\n")
+                  b"Sec-WebSocket-Version: 13\r\n" + extra + b"\r\n")
         data = b""
         while b"\r\n\r\n" not in data or not data.endswith(b"}"):
             chunk = s.recv(4096)
@@ -233,8 +240,23 @@ class Protocol(WsTest):
             data += chunk
         s.close()
         head, _, body = data.partition(b"\r\n\r\n")
-        self.assertTrue(head.startswith(b"HTTP/1.1 400"), head)
-        self.assertIn("nope", json.loads(body)["error"])
+        return head, body
+
+    def test_subprotocol_is_refused(self):
+        # Was: lws bound the stream to the internal protocol the client
+        # named (hark-raw, hark-ws-rx...): a 101, then nothing served, and
+        # the connection's state never freed.
+        for proto in ("hark-raw", "hark-ws-rx", "hark-wake", "chat"):
+            head, body = self.refused_upgrade(
+                b"/", b"Sec-WebSocket-Protocol: %s\r\n" % proto.encode())
+            self.assertTrue(head.startswith(b"HTTP/1.1 400"), (proto, head))
+            self.assertIn("Sec-WebSocket-Protocol", json.loads(body)["error"])
+
+        async def go():  # streams without one are served as before
+            async with websockets.connect(self.url()) as ws:
+                await ws.send(pcm(100))
+                self.assertIn("partial", json.loads(await ws.recv()))
+        run(go())
 
     def test_plain_get_on_stream_route(self):
         status, _, body = self.server.request("GET", f"/v2/models/{MODEL}/stream")

@@ -169,6 +169,14 @@ int hark_ws_on_confirm(struct lws *wsi, const char *upgrade) {
     return refuse(wsi, 400,
                   "Bad Request: a WebSocket upgrade needs a Sec-WebSocket-Key header "
                   "(RFC 6455 4.1)");
+  /* lws would bind the stream to whichever protocol of the vhost the
+   * client names here, and the vhost's others are hark's own (a raw
+   * connection's, a WebSocket reader's...): a stream bound to one is never
+   * served and its state never freed. hark's streams have no subprotocol. */
+  if (lws_hdr_total_length(wsi, WSI_TOKEN_PROTOCOL) > 0)
+    return refuse(wsi, 400,
+                  "Bad Request: no WebSocket subprotocol is served; send no "
+                  "Sec-WebSocket-Protocol header");
   if (!hark_http_wsi_allowed(wsi, HARK_API_INFERENCE, msg, sizeof msg))
     return refuse(wsi, 403, msg);
   void *ticket = NULL;
