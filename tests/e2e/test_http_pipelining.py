@@ -225,6 +225,13 @@ class Pipelining(unittest.TestCase):
         self.assertEqual(after, before, "harkd refused a request as pipelined")
         self.assertGreater(len(statuses), 1000)
 
+    def test_reads_are_counted_without_system_calls(self):
+        # The guard tells buffered input apart by counting lws's reads in
+        # harkd's own recv() (src/frontend/http/reads.c), which libraries
+        # reach only while harkd exports it; else it asks the kernel, four
+        # system calls a request, and says so at startup.
+        self.assertNotIn("does not read through harkd's recv()", self.server.output())
+
     def test_keep_alive_posts_one_at_a_time_are_all_served(self):
         # A request sent once the whole (large) reply came must not be
         # taken for pipelined input: lws used to read it while the last

@@ -79,9 +79,14 @@ static void exchange_reset(hark_http_conn *c) {
 
 void hark_http_close_after(hark_http_conn *c) { c->close_after = true; }
 
+/* The connection's lasting state (hark_http_on_accept made it). */
+static hark_http_sock *sock_of(struct lws *wsi) { return lws_get_opaque_user_data(wsi); }
+
 const char *hark_http_peer(hark_http_conn *c) {
-  if (!c->peer[0]) hark_http_wsi_peer(c->wsi, c->peer);
-  return c->peer;
+  hark_http_sock *s = sock_of(c->wsi);
+  if (!s) return "";
+  if (!s->peer[0]) hark_http_wsi_peer(c->wsi, s->peer);
+  return s->peer;
 }
 
 int hark_http_header(hark_http_conn *c, const char *name, char *buf, size_t cap) {
@@ -110,9 +115,41 @@ static void timer_stop(hark_http_conn *c) {
 
 void hark_http_timer_stop(hark_http_conn *c) { timer_stop(c); }
 
-void hark_http_on_accept(struct lws *wsi) {
-  lws_set_timer_usecs(
-      wsi, (lws_usec_t)hark_http_loop_of(wsi)->http->opts.header_timeout_secs * LWS_US_PER_SEC);
+int hark_http_on_accept(struct lws *wsi) {
+  hark_http_sock *s = calloc(1, sizeof *s);
+  if (!s) {
+    HARK_WARN("http: out of memory for a new connection; closing it");
+    return -1;
+  }
+  s->wsi = wsi;
+  s->loop = hark_http_loop_of(wsi);
+  lws_set_opaque_user_data(wsi, s);
+  lws_set_timer_usecs(wsi, (lws_usec_t)s->loop->http->opts.header_timeout_secs * LWS_US_PER_SEC);
+  return 0;
+}
+
+static void flush_unlink(hark_http_sock *s) {
+  hark_http_loop *loop = s->loop;
+  if (!s->flush_queued) return;
+  if (s->flush_prev)
+    s->flush_prev->flush_next = s->flush_next;
+  else
+    loop->flush_head = s->flush_next;
+  if (s->flush_next)
+    s->flush_next->flush_prev = s->flush_prev;
+  else
+    loop->flush_tail = s->flush_prev;
+  s->flush_prev = s->flush_next = NULL;
+  s->flush_queued = false;
+}
+
+void hark_http_on_destroy(struct lws *wsi) {
+  hark_http_sock *s = sock_of(wsi);
+  if (!s) return; /* not an HTTP connection */
+  lws_set_opaque_user_data(wsi, NULL);
+  flush_unlink(s);
+  if (s->loop->flushing == s) s->loop->flushing = NULL;
+  free(s);
 }
 
 static void kill_conn(struct lws *wsi) {
@@ -239,10 +276,12 @@ bool hark_http_wsi_allowed(struct lws *wsi, hark_api api, char *msg, size_t cap)
  * how many bytes lws has taken from the socket. A later head with a body
  * that came with no byte taken since was parsed from lws's buffer: it is
  * answered 503 with Connection: close before lws reads its body, and the
- * connection ends. The lws connection's opaque user data holds the note
- * (our state is remade for each exchange); 0: no note.
+ * connection ends. The connection's lasting state (hark_http_sock) holds
+ * the note; 0: no note.
  *
- * The count is what TCP received (TCP_INFO) less what waits in the
+ * On a plain socket the count is of lws's reads (reads.c), with no system
+ * call. Under TLS (OpenSSL reads the socket), or where reads.c cannot
+ * count, it is what TCP received (TCP_INFO) less what waits in the
  * socket (SIOCINQ), read in two calls: input that lands between them is
  * in the second and not the first, so the count comes out short by its
  * size. A head read alone, whose body landed there, then looked like no
@@ -307,6 +346,14 @@ static bool socket_taken(struct lws *wsi, bool high, uint64_t *out) {
   return true;
 }
 
+/* What the connection's socket has given lws: reads on a plain socket
+ * (reads.c), else bytes (socket_taken; `high` as there). The same kind
+ * for all of a connection's life. */
+static bool taken_count(struct lws *wsi, bool high, uint64_t *out) {
+  if (!lws_is_ssl(wsi) && hark_http_reads(lws_get_socket_fd(wsi), out)) return true;
+  return socket_taken(wsi, high, out);
+}
+
 /* The whole reply is with lws: keep the connection for the next request
  * (hark_http_on_unbound notes what the socket has given, or closes the
  * connection when that cannot be told). */
@@ -318,21 +365,25 @@ void hark_http_on_unbound(hark_http_conn *c) {
   atomic_fetch_sub_explicit(&c->loop->replying, 1, memory_order_relaxed);
   exchange_reset(c);
   timer_stop(c);
+  hark_http_sock *s = sock_of(c->wsi);
   uint64_t taken;
-  if (!socket_taken(c->wsi, false, &taken)) { /* what lws holds cannot be told */
+  if (!s || !taken_count(c->wsi, false, &taken)) { /* what lws holds cannot be told */
     kill_conn(c->wsi);
     taken = 0; /* a head before the close: its count fails too, so it is refused */
   }
-  lws_set_opaque_user_data(c->wsi, (void *)(uintptr_t)(taken + 1));
+  if (!s) return;
+  s->completed = true;
+  s->note = taken + 1;
 }
 
 /* The head just parsed came out of lws's buffer of pipelined input. */
 static bool head_was_buffered(struct lws *wsi) {
-  uintptr_t note = (uintptr_t)lws_get_opaque_user_data(wsi);
-  lws_set_opaque_user_data(wsi, NULL);
-  uint64_t taken;
+  hark_http_sock *s = sock_of(wsi);
+  if (!s) return true; /* cannot be told: kill_conn is on its way */
+  uint64_t note = s->note, taken;
+  s->note = 0;
   if (!note) return false; /* the connection's first request: lws read it */
-  return !socket_taken(wsi, true, &taken) || (uintptr_t)(taken + 1) == note;
+  return !taken_count(wsi, true, &taken) || taken + 1 == note;
 }
 
 /* ---- replies ------------------------------------------------------------------ */
@@ -384,6 +435,61 @@ static bool reply_charge(int *status, const char **ctype, hark_buf *b, size_t *c
   return false;
 }
 
+/*
+ * A reply is written before the loop next waits, not when epoll next says
+ * the socket is writable: a reply is made in a callback of lws (or of a
+ * call's completion), where lws has not asked for it, and waiting for the
+ * socket to be writable cost two epoll_ctl a request (libev adds EPOLLOUT
+ * for lws's request and drops it after), as much as a reply's send on a
+ * VM where every system call traps. So the connection is queued, and
+ * before the loop waits (hark_http_flush, from http.c's pass) lws is told
+ * the socket is writable, as its libev watcher would: it writes what it
+ * buffered, or calls hark_http_on_writable. A socket that does not take
+ * the whole reply is left to lws, which waits for it to be writable. lws
+ * asks to be told of the socket's next writable moment once it completes
+ * a kept-alive exchange; a second call tells it, so that its request and
+ * its end fall in one pass and libev changes nothing in the kernel. lws
+ * still asks for POLLOUT here too: on lws's own poll() (no libev) that is
+ * how the reply goes, and otherwise the flush comes first.
+ */
+static void want_write(hark_http_conn *c) {
+  lws_callback_on_writable(c->wsi);
+  hark_http_loop *loop = c->loop;
+  hark_http_sock *s = sock_of(c->wsi);
+  if (!loop->ev || !s || s->flush_queued) return;
+  s->flush_queued = true;
+  s->flush_prev = loop->flush_tail;
+  s->flush_next = NULL;
+  if (loop->flush_tail)
+    loop->flush_tail->flush_next = s;
+  else
+    loop->flush_head = s;
+  loop->flush_tail = s;
+}
+
+void hark_http_flush(hark_http_loop *loop) {
+  bool completed = false;
+  hark_http_sock *s;
+  while ((s = loop->flush_head)) {
+    flush_unlink(s);
+    struct lws_pollfd pfd = {
+        .fd = lws_get_socket_fd(s->wsi), .events = LWS_POLLOUT, .revents = LWS_POLLOUT};
+    if (pfd.fd < 0) continue;
+    s->completed = false;
+    loop->flushing = s; /* NULL again if the connection goes meanwhile */
+    lws_service_fd(loop->ctx, &pfd);
+    if (loop->flushing == s && s->completed) {
+      completed = true;
+      pfd.revents = LWS_POLLOUT; /* what lws asked for as it completed the exchange */
+      lws_service_fd(loop->ctx, &pfd);
+    }
+    loop->flushing = NULL;
+  }
+  /* lws serves input it read ahead (a pipelined request) from its idle
+   * watcher, which only its own events start: wake the loop for it. */
+  if (completed && lws_service_adjust_timeout(loop->ctx, 1, 0) == 0) hark_http_loop_wake(loop);
+}
+
 /* The headers go right before the body, in the headroom `b` begins with,
  * so the reply leaves in one write. */
 void hark_http_reply(hark_http_conn *c, int status, const char *ctype, hark_buf *b,
@@ -430,7 +536,7 @@ void hark_http_reply(hark_http_conn *c, int status, const char *ctype, hark_buf 
   c->state = CONN_REPLYING;
   atomic_fetch_add_explicit(&c->loop->replying, 1, memory_order_relaxed);
   timer_arm(c, TIMER_SEND, c->loop->http->opts.send_timeout_secs);
-  lws_callback_on_writable(wsi);
+  want_write(c);
 }
 
 void hark_http_reply_error(hark_http_conn *c, int status, hark_error *err) {

@@ -91,9 +91,17 @@ static void note_event(hark_http_loop *loop) {
   if (loop->kick && !ev_is_active(loop->kick)) ev_timer_again(loop->ev, loop->kick);
 }
 
+static int on_lws_event(struct lws *wsi, enum lws_callback_reasons reason, void *user, void *in,
+                        size_t len);
+
 static int lws_event(struct lws *wsi, enum lws_callback_reasons reason, void *user, void *in,
                      size_t len) {
   if (hark_http_tls_event(reason)) return 0; /* `user` is OpenSSL's there, not a connection */
+  if (reason == LWS_CALLBACK_WSI_DESTROY) {  /* any wsi of the vhost comes here */
+    const struct lws_protocols *p = lws_get_protocol(wsi);
+    if (p && p->callback == on_lws_event) hark_http_on_destroy(wsi); /* not a WebSocket's reader */
+    return 0;
+  }
   hark_http_conn *c = user;
   hark_http_loop *loop = wsi ? hark_http_loop_of(wsi) : NULL;
   if (c) {
@@ -109,7 +117,7 @@ static int lws_event(struct lws *wsi, enum lws_callback_reasons reason, void *us
   case LWS_CALLBACK_CLOSED_HTTP:
     if (c) hark_http_on_closed(c);
     return 0;
-  case LWS_CALLBACK_SERVER_NEW_CLIENT_INSTANTIATED: hark_http_on_accept(wsi); return 0;
+  case LWS_CALLBACK_SERVER_NEW_CLIENT_INSTANTIATED: return hark_http_on_accept(wsi);
   case LWS_CALLBACK_TIMER: return hark_http_on_timer(wsi, c);
   case LWS_CALLBACK_EVENT_WAIT_CANCELLED:
     if (loop) hark_http_drain_calls(loop);
@@ -538,6 +546,10 @@ hark_error *hark_http_new(const hark_http_options *opts, const hark_http_handler
   atomic_init(&http->draining, false);
   atomic_init(&http->n_sockets, 0);
   lws_set_log_level(LLL_ERR | LLL_WARN, lws_log_to_hark);
+  if (!hark_http_reads_live())
+    HARK_WARN(
+        "http: libwebsockets does not read through harkd's recv() (reads.c): each "
+        "kept-alive request costs four more system calls");
   http->n_loops = loop_count(opts);
   http->raw_port = handler->raw ? opts->raw_port : -1;
   const char *where = opts->address ? opts->address : "0.0.0.0";
@@ -646,6 +658,7 @@ static void wake_all(hark_http *http) {
  * lws_service() would run it until it has no watchers left. */
 static int service(hark_http_loop *loop) {
   if (!loop->ev) return lws_service(loop->ctx, 0);
+  hark_http_flush(loop); /* the replies made in the last pass */
   ev_run(loop->ev, EVRUN_ONCE);
   return 0;
 }

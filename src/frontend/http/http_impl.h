@@ -57,8 +57,20 @@ struct hark_http_conn {
   hark_http_call *call; /* the exchange's call, or NULL */
   hark_ws *ws;          /* a WebSocket connection's state (ws.c) */
   conn_timer timer;
-  char peer[HARK_PEER_MAX]; /* hark_http_peer's answer, once asked ("" before) */
 };
+
+/* What outlives a connection's exchanges (lws remakes its user data, a
+ * hark_http_conn, for each): lws's opaque user data of the connection,
+ * from its accept to its WSI_DESTROY (exchange.c). Loop thread only. */
+typedef struct hark_http_sock {
+  struct lws *wsi;
+  hark_http_loop *loop;
+  struct hark_http_sock *flush_prev, *flush_next; /* loop->flush_head's list */
+  bool flush_queued;
+  bool completed;           /* an exchange completed while its reply was flushed */
+  uint64_t note;            /* what the socket had given when an exchange completed, + 1; 0: none */
+  char peer[HARK_PEER_MAX]; /* hark_http_peer's answer, once asked ("" before) */
+} hark_http_sock;
 
 /* A raw connection's state: lws allocates it zeroed (raw.c). */
 struct hark_raw {
@@ -112,6 +124,10 @@ struct hark_http_loop {
   /* Raw connections (raw.c), loop thread only. */
   hark_raw *raws;
   bool raw_closing_all;
+  /* Replies to write before the loop next waits (exchange.c), loop
+   * thread only; `flushing`: the one being written (NULL once its
+   * connection is gone). */
+  hark_http_sock *flush_head, *flush_tail, *flushing;
 };
 
 /* Any thread, or a signal handler (call.c): the loop wakes and drains its
@@ -151,6 +167,12 @@ static inline bool hark_http_tls_event(enum lws_callback_reasons reason) {
  * bytes; "" when it has none). */
 void hark_http_wsi_peer(struct lws *wsi, char *buf);
 
+/* reads.c: how many reads that took bytes descriptor `fd` has had; false
+ * when that cannot be told (then ask the kernel). Plain sockets only. */
+bool hark_http_reads(int fd, uint64_t *out);
+/* Whether reads.c counts at all (libraries reach its recv()). */
+bool hark_http_reads_live(void);
+
 /* The loop a connection belongs to. */
 static inline hark_http_loop *hark_http_loop_of(struct lws *wsi) {
   return lws_context_user(lws_get_context(wsi));
@@ -181,8 +203,15 @@ void hark_http_on_unbound(hark_http_conn *c);
 /* LWS_CALLBACK_CLOSED_HTTP. */
 void hark_http_on_closed(hark_http_conn *c);
 /* LWS_CALLBACK_SERVER_NEW_CLIENT_INSTANTIATED: a new connection, whose
- * first request's head is due (its state may not exist yet). */
-void hark_http_on_accept(struct lws *wsi);
+ * first request's head is due (its state may not exist yet); -1 closes
+ * it. */
+int hark_http_on_accept(struct lws *wsi);
+/* LWS_CALLBACK_WSI_DESTROY, of any of the loop's wsis: frees what
+ * hark_http_on_accept made for it. */
+void hark_http_on_destroy(struct lws *wsi);
+/* Loop thread, on libev, outside lws's callbacks: writes the replies made
+ * since the loop last waited (see exchange.c, "replies"). */
+void hark_http_flush(hark_http_loop *loop);
 /* LWS_CALLBACK_TIMER: the bound the connection's timer counted passed
  * (`c` may be NULL: the head's, armed at accept); -1 closes it. */
 int hark_http_on_timer(struct lws *wsi, hark_http_conn *c);
