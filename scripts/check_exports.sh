@@ -13,9 +13,8 @@ if [ "$exported" != "$declared" ]; then
 fi
 # (Copies of a shared library's data, NAME@VERSION, are the linker's, not ours.)
 # (malloc_conf: jemalloc's options, which the release build sets; src/harkd.c.)
-# (recv: harkd's own, which libwebsockets must reach; src/frontend/http/reads.c.)
 others=$(nm -D --defined-only "$harkd" | awk '$2 ~ /[TD]/ && $3 !~ /@/ {print $3}' |
-  grep -v -e '^hark_' -e '^malloc_conf$' -e '^recv$' || true)
+  grep -v -e '^hark_' -e '^malloc_conf$' || true)
 if [ -n "$others" ]; then
   echo "harkd exports code that is not hark's API:" >&2
   echo "$others" >&2

@@ -20,6 +20,7 @@ struct hark_frontends {
   hark_vosk *vosk;
   hark_riva *riva;
   hark_tls *grpc_tls; /* --grpc-use-ssl */
+  hark_tls *http_tls; /* --http-use-ssl */
 };
 
 /* The drain may end early once nothing is in flight in the engine and no
@@ -67,12 +68,12 @@ static hark_error *tls_new(hark_frontends *f, const hark_frontend_options *opts,
   if (ho->tls_cert && ho->http_port >= 0) {
     hark_tls_options to = {.cert = ho->tls_cert,
                            .key = ho->tls_key,
+                           .alpn = "http/1.1",
                            .cert_flag = "--http-server-cert",
                            .key_flag = "--http-server-key"};
-    hark_tls *t;
-    hark_error *err = hark_tls_new(&to, &t);
+    hark_error *err = hark_tls_new(&to, &f->http_tls);
     if (err) return err;
-    hark_tls_free(t);
+    ho->http_tls = f->http_tls;
   }
   return NULL;
 }
@@ -129,6 +130,7 @@ void hark_frontends_free(hark_frontends *f) {
    * flight; then nothing of the gRPC transport is in use. */
   hark_http_free(f->http);
   hark_grpc_free(f->grpc);
+  hark_tls_free(f->http_tls);
   hark_tls_free(f->grpc_tls);   /* no connection uses it now */
   hark_shm_free(f->kserve.shm); /* no request holds a region now */
   hark_riva_free(f->riva);

@@ -289,6 +289,30 @@ def simple_request(a, b, binary=False, **extra):
     return doc
 
 
+def read_http_reply(sock, timeout=10):
+    """One HTTP/1.1 reply from a raw socket: (status, headers with lower-case
+    names, body, the bytes read past it), or None when the connection ends
+    before a whole head."""
+    sock.settimeout(timeout)
+    buf = b""
+    while b"\r\n\r\n" not in buf:
+        chunk = sock.recv(65536)
+        if not chunk:
+            return None
+        buf += chunk
+    head, _, rest = buf.partition(b"\r\n\r\n")
+    lines = head.decode("latin-1").split("\r\n")
+    status = int(lines[0].split(" ")[1])
+    headers = {k.strip().lower(): v.strip() for k, v in (ln.split(":", 1) for ln in lines[1:])}
+    n = int(headers.get("content-length", "0"))
+    while len(rest) < n:
+        chunk = sock.recv(65536)
+        if not chunk:
+            break
+        rest += chunk
+    return status, headers, rest[:n], rest[n:]
+
+
 class RawWebSocket:
     """A WebSocket client that sends whatever frames a test asks for (masked
     or not, any bits, any length field) and reads the server's frames: for

@@ -51,10 +51,7 @@ void hark_http_call_start(hark_http_conn *c, hark_http_call *call, hark_http_don
 }
 
 void hark_http_call_abort(hark_http_call *call) {
-  if (call->conn) {
-    call->conn->call = NULL;
-    call->conn->state = CONN_IDLE;
-  }
+  if (call->conn) call->conn->call = NULL; /* the service answers it itself */
   call->conn = NULL;
   if (call->held) hark_http_loop_release(call->loop);
 }

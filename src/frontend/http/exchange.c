@@ -1,54 +1,69 @@
 /*
- * exchange.c — one HTTP/1.1 exchange on a connection: the request head
- * goes to the service's head handler; a body it asks for accumulates in
- * the connection's buffer (bounded by max_input_size, with a stall
- * timeout) and then goes to its body handler; the one reply it makes is
- * written when the socket is writable, headers and body in one write.
- * Keep-alive connections then wait for the next request. A body's buffer
- * grows as its bytes arrive (from 64 KiB, doubling, never past its
- * Content-Length), each growth taken from the in-flight byte budget
- * (--max-inflight-bytes) first: a declared size costs nothing until it is
- * sent, and a body the budget cannot hold now is refused with 503. The
- * bytes go back when the buffer is freed, by the connection or by the
- * request that took it (hark_http_body_free). A connection
- * that closes while a call has its request leaves the call without a
- * client (its done handler gets NULL). A reply holds the budget too, from
- * when it is made until it is written: one that does not fit is answered
- * 503 instead (small ones are counted whatever the bound, so an error can
- * always be told), and the send timeout bounds how long a client that
- * does not read keeps it. Loop thread only.
+ * exchange.c — HTTP/1.1 connections on the HTTP and metrics ports, read
+ * and written by hark itself over raw connections (raw.c): the bytes a
+ * connection reads wait in its input buffer; a whole request head
+ * (h1_parse.c) goes to the service's head handler; a body it asks for is
+ * moved into a buffer of its own (bounded by max_input_size) and then goes
+ * to its body handler; the one reply it makes is written at once, headers
+ * and body in one write, and the next request is read from what waits.
+ * Requests a client pipelines are served one after the other, in order;
+ * while the service has one, the connection reads no more than a little
+ * ahead. An upgrade to a WebSocket hands the connection to ws.c.
  *
- * Time limits, as nginx's: the first request's head must be whole within
- * the header timeout of the connection's start (408, then close; later
- * heads on a kept-alive connection are bounded by lws's header-table
- * timeout from their first byte), a body within its deadline of its head
- * (408), and a reply must make progress: a client that reads nothing of
- * it for the send timeout is dropped. One lws timer per connection counts
- * down whichever bound applies now. lws's own request timeout, which it
- * arms for every head, is stopped once the head is in: a request that is
- * whole is not cut while it is worked on (a model load, a long inference).
+ * A body's buffer grows as its bytes arrive (from 64 KiB, doubling, never
+ * past its Content-Length), each growth taken from the in-flight byte
+ * budget (--max-inflight-bytes) first: a declared size costs nothing
+ * until it is sent, and a body the budget cannot hold now is refused with
+ * 503. The bytes go back when the buffer is freed, by the connection or
+ * by the request that took it (hark_http_body_free). A connection that
+ * closes while a call has its request leaves the call without a client
+ * (its done handler gets NULL, and its cancel token is set). A reply
+ * holds the budget too, from when it is made until it is written: one
+ * that does not fit is answered 503 instead (small ones are counted
+ * whatever the bound, so an error can always be told), and the send
+ * timeout bounds how long a client that does not read keeps it.
+ *
+ * Time limits, as nginx's, checked by the loop's sweep once a second (no
+ * timer is armed per request): a request's head must be whole within the
+ * header timeout of the connection's start, or of its first byte on a
+ * kept-alive connection (408, then close); a body within its deadline of
+ * its head, and with no pause longer than the body timeout (408); a
+ * kept-alive connection idle for KEEPALIVE_SECS is closed; and a reply
+ * must make progress (raw.c's send timeout). Loop thread only.
  */
 #include <errno.h>
-#include <linux/sockios.h>
-#include <linux/tcp.h>
-#include <stddef.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
-#include <sys/ioctl.h>
 #include <sys/socket.h>
 
+#include <openssl/evp.h>
+#include <openssl/sha.h>
+
+#include "frontend/http/h1_parse.h"
 #include "frontend/http/http_impl.h"
 #include "util/alloc.h"
 #include "util/log.h"
 
 #define WRITE_CHUNK (256u * 1024u)
+/* The longest request head (nginx: 4 × 8 KiB). */
+#define HEAD_MAX (32u * 1024u)
+/* While the service has a request, input read ahead past this waits in
+ * the socket. */
+#define IN_AHEAD (64u * 1024u)
 /* After an early reply, the rest of the body is read and dropped for at
  * most this long, then the connection closes. */
 #define LINGER_SECS 5
+/* A kept-alive connection with no request this long is closed (nginx's
+ * keepalive_timeout). */
+#define KEEPALIVE_SECS 75
+#define NS_PER_SEC 1000000000ull
 
 static const char *const JSON = "application/json";
+
+static void pump(hark_http_conn *c);
 
 /* ---- exchange state --------------------------------------------------------- */
 
@@ -67,323 +82,142 @@ static void out_free(hark_http_conn *c) {
   hark_buf_free(&c->out);
 }
 
-/* Frees what one exchange used; close_after outlives it. */
+static bool body_unread(const hark_http_conn *c) { return c->body_len < c->body_declared; }
+
+/* Frees what one exchange used. */
 static void exchange_reset(hark_http_conn *c) {
   hark_http_set_state(c, NULL, NULL);
   hark_http_body_free(c->body_mem);
   out_free(c);
   c->body_mem = c->body = NULL;
   c->body_len = c->body_cap = c->body_declared = c->out_off = 0;
-  c->state = CONN_IDLE;
+  c->head_only = c->continue_due = c->keep_alive_10 = false;
+  c->path[0] = '\0';
+}
+
+/* An exchange began (a head was taken) or ended: the drain's count. */
+static void exchange_begin(hark_http_conn *c) {
+  c->in_exchange = true;
+  atomic_fetch_add_explicit(&c->loop->replying, 1, memory_order_relaxed);
+}
+
+static void exchange_end(hark_http_conn *c) {
+  if (!c->in_exchange) return;
+  c->in_exchange = false;
+  atomic_fetch_sub_explicit(&c->loop->replying, 1, memory_order_relaxed);
 }
 
 void hark_http_close_after(hark_http_conn *c) { c->close_after = true; }
 
-/* The connection's lasting state (hark_http_on_accept made it). */
-static hark_http_sock *sock_of(struct lws *wsi) { return lws_get_opaque_user_data(wsi); }
-
-const char *hark_http_peer(hark_http_conn *c) {
-  hark_http_sock *s = sock_of(c->wsi);
-  if (!s) return "";
-  if (!s->peer[0]) hark_http_wsi_peer(c->wsi, s->peer);
-  return s->peer;
-}
+const char *hark_http_peer(hark_http_conn *c) { return hark_raw_peer(c->raw); }
 
 int hark_http_header(hark_http_conn *c, const char *name, char *buf, size_t cap) {
-  int len = (int)strlen(name);
-  if (lws_hdr_custom_length(c->wsi, name, len) < 0) return -1;
-  int n = lws_hdr_custom_copy(c->wsi, buf, (int)cap, name, len);
-  return n < 0 ? -1 : n;
+  char n[128];
+  size_t len = strlen(name);
+  if (len && name[len - 1] == ':') len--; /* "name:" as lws named them */
+  if (!c->head || len >= sizeof n) return -1;
+  memcpy(n, name, len);
+  n[len] = '\0';
+  const hark_h1_field *f = hark_h1_find(c->head, n, NULL);
+  if (!f || f->value_len >= cap) return -1;
+  memcpy(buf, f->value, f->value_len);
+  buf[f->value_len] = '\0';
+  return (int)f->value_len;
 }
 
-/* ---- time limits ---------------------------------------------------------------- */
-
-static void timer_arm(hark_http_conn *c, conn_timer t, int secs) {
-  c->timer = t;
-  lws_set_timer_usecs(c->wsi, (lws_usec_t)secs * LWS_US_PER_SEC);
-}
-
-/* Always stops it: the head timer runs before the connection has its
- * state (c->timer cannot say it runs). lws 4.1 has no cancel for this
- * timer (LWS_SET_TIMER_USEC_CANCEL fires it at once), so it is put off
- * past any connection's life; lws drops it when the connection closes. */
-#define TIMER_NEVER_US (1000000ll * 3600 * 24 * 365 * 30)
-static void timer_stop(hark_http_conn *c) {
-  c->timer = TIMER_NONE;
-  lws_set_timer_usecs(c->wsi, TIMER_NEVER_US);
-}
-
-void hark_http_timer_stop(hark_http_conn *c) { timer_stop(c); }
-
-int hark_http_on_accept(struct lws *wsi) {
-  hark_http_sock *s = calloc(1, sizeof *s);
-  if (!s) {
-    HARK_WARN("http: out of memory for a new connection; closing it");
-    return -1;
+/* Every field folded into what the restricted headers open: a restricted
+ * header sent more than once opens nothing (restrict.h), as on gRPC. */
+bool hark_http_allowed(hark_http_conn *c, hark_api api, char *msg, size_t cap) {
+  const hark_restrict *r = c->loop->http->opts.restricted;
+  if (!hark_restrict_header(r, api)) return true;
+  uint32_t state = 0;
+  for (size_t i = 0; c->head && i < c->head->n_fields; i++) {
+    const hark_h1_field *f = &c->head->fields[i];
+    char name[128];
+    if (f->name_len >= sizeof name) continue;
+    for (size_t k = 0; k < f->name_len; k++)
+      name[k] = (char)(f->name[k] >= 'A' && f->name[k] <= 'Z' ? f->name[k] + 32 : f->name[k]);
+    hark_restrict_collect(r, &state, (const uint8_t *)name, f->name_len, (const uint8_t *)f->value,
+                          f->value_len);
   }
-  s->wsi = wsi;
-  s->loop = hark_http_loop_of(wsi);
-  lws_set_opaque_user_data(wsi, s);
-  lws_set_timer_usecs(wsi, (lws_usec_t)s->loop->http->opts.header_timeout_secs * LWS_US_PER_SEC);
-  return 0;
-}
-
-static void flush_unlink(hark_http_sock *s) {
-  hark_http_loop *loop = s->loop;
-  if (!s->flush_queued) return;
-  if (s->flush_prev)
-    s->flush_prev->flush_next = s->flush_next;
-  else
-    loop->flush_head = s->flush_next;
-  if (s->flush_next)
-    s->flush_next->flush_prev = s->flush_prev;
-  else
-    loop->flush_tail = s->flush_prev;
-  s->flush_prev = s->flush_next = NULL;
-  s->flush_queued = false;
-}
-
-void hark_http_on_destroy(struct lws *wsi) {
-  hark_http_sock *s = sock_of(wsi);
-  if (!s) return; /* not an HTTP connection */
-  lws_set_opaque_user_data(wsi, NULL);
-  flush_unlink(s);
-  if (s->loop->flushing == s) s->loop->flushing = NULL;
-  free(s);
-}
-
-static void kill_conn(struct lws *wsi) {
-  lws_set_timeout(wsi, PENDING_TIMEOUT_CLOSE_SEND, LWS_TO_KILL_ASYNC);
-}
-
-/* An error reply written straight to the socket, as much of it as the
- * socket takes now (not under TLS, whose records only lws writes), with
- * Connection: close; then our side ends. For a connection whose request
- * lws will not let us answer the usual way; nothing of another reply may
- * be pending on it. */
-static void reply_raw(struct lws *wsi, const char *status, const char *message) {
-  if (lws_is_ssl(wsi)) return;
-  char out[768];
-  int n = snprintf(out, sizeof out,
-                   "HTTP/1.1 %s\r\nContent-Type: application/json\r\n"
-                   "Content-Length: %zu\r\nConnection: close\r\n\r\n{\"error\":\"%s\"}",
-                   status, strlen(message) + 12, message);
-  int fd = lws_get_socket_fd(wsi);
-  if (n <= 0 || (size_t)n >= sizeof out || fd < 0 ||
-      send(fd, out, (size_t)n, MSG_DONTWAIT | MSG_NOSIGNAL) < 0)
-    return;
-  shutdown(fd, SHUT_WR);
-}
-
-/* No request was read, so nothing was written: a 408, and close. */
-static void reply_head_timeout(struct lws *wsi, int secs) {
-  char msg[160];
-  snprintf(msg, sizeof msg, "request head not received within %d s (--http-header-timeout-secs)",
-           secs);
-  reply_raw(wsi, "408 Request Timeout", msg);
-}
-
-int hark_http_on_timer(struct lws *wsi, hark_http_conn *c) {
-  const hark_http_options *o = &hark_http_loop_of(wsi)->http->opts;
-  conn_timer t = c ? c->timer : TIMER_NONE;
-  if (c) c->timer = TIMER_NONE;
-  if (c && c->ws) return 0; /* a WebSocket now: ws.c times it */
-  switch (t) {
-  case TIMER_NONE:
-    /* The timer armed at accept: a head would have stopped it. */
-    if (c && c->state != CONN_IDLE) return 0;
-    hark_limit_hit(HARK_LIMIT_HTTP_HEADER_TIMEOUT,
-                   "http: a client sent no whole request head within %d s of connecting "
-                   "(--http-header-timeout-secs): 408, closing",
-                   o->header_timeout_secs);
-    reply_head_timeout(wsi, o->header_timeout_secs);
-    kill_conn(wsi);
-    return 0;
-  case TIMER_BODY:
-    if (c->state != CONN_BODY) return 0;
-    hark_limit_hit(HARK_LIMIT_HTTP_BODY_TIMEOUT,
-                   "http: a request body was not in within %d s of its head, %zu of %zu bytes "
-                   "(--http-body-deadline-secs): 408, closing",
-                   o->body_deadline_secs, c->body_len, c->body_declared);
-    hark_http_reply_error(c, 408,
-                          hark_error_new(HARK_ERR_DEADLINE,
-                                         "request body not received within %d s: %zu of %zu "
-                                         "bytes arrived (--http-body-deadline-secs)",
-                                         o->body_deadline_secs, c->body_len, c->body_declared));
-    return 0;
-  case TIMER_SEND:
-    if (c->state != CONN_REPLYING) return 0;
-    hark_limit_hit(HARK_LIMIT_SEND_TIMEOUT,
-                   "http: a client read nothing of its reply for %d s (--send-timeout-secs): "
-                   "closing",
-                   o->send_timeout_secs);
-    kill_conn(wsi);
-    return 0;
-  case TIMER_LINGER:
-    if (c->state == CONN_LINGER) kill_conn(wsi);
-    return 0;
-  default: return 0;
-  }
-}
-
-/* The restricted header's value, from a request head (lws keeps the
- * headers it does not know as custom ones, named "<name>:"). */
-static bool wsi_allowed(struct lws *wsi, const hark_restrict *r, hark_api api, char *msg,
-                        size_t cap) {
-  const char *h = hark_restrict_header(r, api);
-  if (!h) return true;
-  char name[160], value[1100];
-  int nlen = snprintf(name, sizeof name, "%s:", h);
-  int n = -1;
-  if (nlen > 0 && (size_t)nlen < sizeof name && lws_hdr_custom_length(wsi, name, nlen) >= 0)
-    n = lws_hdr_custom_copy(wsi, value, (int)sizeof value, name, nlen);
-  if (hark_restrict_allows(r, api, n < 0 ? NULL : value, n < 0 ? 0 : (size_t)n)) return true;
-  hark_restrict_message(r, api, msg, cap);
+  if (hark_restrict_allows_mask(r, api, state)) return true;
+  hark_restrict_message_state(r, api, state, msg, cap);
   return false;
 }
 
-bool hark_http_allowed(hark_http_conn *c, hark_api api, char *msg, size_t cap) {
-  return wsi_allowed(c->wsi, c->loop->http->opts.restricted, api, msg, cap);
-}
+/* ---- writing ------------------------------------------------------------------ */
 
-bool hark_http_wsi_allowed(struct lws *wsi, hark_api api, char *msg, size_t cap) {
-  return wsi_allowed(wsi, hark_http_loop_of(wsi)->http->opts.restricted, api, msg, cap);
-}
-
-/* ---- pipelined input ------------------------------------------------------------ */
-
-/*
- * libwebsockets 4.1 reads up to 64 KiB at a time and keeps what follows
- * the request it is on (pipelined requests) in a buffer of its own. While
- * a request is served it goes on reading into that buffer, and once the
- * exchange is done it parses the next head from it. For a head with a
- * body it then feeds that same buffer again as the body, head bytes
- * first, and frees it under the parser that still reads it
- * (lws_http_action's buflist loop): the body callback reads freed memory,
- * or, once the body is complete, lws loops on it for ever. Heads without a
- * body are parsed from it safely, and are served in order. (lws reads
- * nothing from the socket while that buffer holds anything, and cannot be
- * paused while it writes a reply: a paused HTTP connection is never told
- * it is writable.)
- *
- * So: input after a request with a body that comes before the whole
- * reply is with lws (lws calls its body completion again for it) ends the
- * connection after the reply, unparsed. A kept-alive exchange is handed to
- * lws with the last of its reply, and lws completes it once the socket has
- * taken all of it, in the same step (lws_issue_raw, as the last of its
- * buffered output goes), so a client that waited for the reply cannot
- * have its next request read before; at that point we note
- * how many bytes lws has taken from the socket. A later head with a body
- * that came with no byte taken since was parsed from lws's buffer: it is
- * answered 503 with Connection: close before lws reads its body, and the
- * connection ends. The connection's lasting state (hark_http_sock) holds
- * the note; 0: no note.
- *
- * On a plain socket the count is of lws's reads (reads.c), with no system
- * call. Under TLS (OpenSSL reads the socket), or where reads.c cannot
- * count, it is what TCP received (TCP_INFO) less what waits in the
- * socket (SIOCINQ), read in two calls: input that lands between them is
- * in the second and not the first, so the count comes out short by its
- * size. A head read alone, whose body landed there, then looked like no
- * byte taken when the two were the same size (http.client writes them
- * apart): a 503 for a client that had waited. So what was received is
- * read on both sides of the queue until it holds still, and if input
- * keeps coming, the note takes the count before (never more than were
- * taken) and a head the count after (never fewer): a head is only taken
- * for buffered input when no byte can have been taken since.
- */
-
-/* The TCP states in which the peer's FIN has come (the kernel's
- * include/net/tcp_states.h; <linux/tcp.h> does not have them). */
-enum {
-  TCP_STATE_TIME_WAIT = 6,
-  TCP_STATE_CLOSE_WAIT = 8,
-  TCP_STATE_LAST_ACK = 9,
-  TCP_STATE_CLOSING = 11
-};
-
-/* How many bytes TCP has received on the socket. Its count has the
- * peer's FIN as one byte more, which is never in SIOCINQ's: a FIN landing
- * after the note would have hidden a head parsed from lws's buffer. */
-static bool tcp_received(int fd, uint64_t *out) {
-  struct tcp_info ti;
-  socklen_t len = sizeof ti;
-  if (getsockopt(fd, IPPROTO_TCP, TCP_INFO, &ti, &len) != 0 ||
-      len < offsetof(struct tcp_info, tcpi_bytes_received) + sizeof ti.tcpi_bytes_received)
-    return false;
-  bool fin = ti.tcpi_state == TCP_STATE_CLOSE_WAIT || ti.tcpi_state == TCP_STATE_LAST_ACK ||
-             ti.tcpi_state == TCP_STATE_CLOSING || ti.tcpi_state == TCP_STATE_TIME_WAIT;
-  *out = ti.tcpi_bytes_received - (uint64_t)fin;
-  return true;
-}
-
-#define TAKEN_TRIES 4
-
-/* How many bytes have been taken from the connection's socket: exactly,
- * or while input keeps arriving, at least that many (`high`) or at most.
- * An empty queue needs no second count: only this thread reads the
- * socket, so input that landed after the first count would still be
- * queued (a FIN is no byte of either). That is the usual case, a client
- * waiting for its reply, and it halves the system calls of every
- * kept-alive request, which cost a third of a loop's time. */
-static bool socket_taken(struct lws *wsi, bool high, uint64_t *out) {
-  int fd = lws_get_socket_fd(wsi);
-  uint64_t before, after;
-  int queued;
-  if (fd < 0 || !tcp_received(fd, &before)) return false;
-  for (int tries = 1;; tries++) {
-    if (ioctl(fd, SIOCINQ, &queued) != 0 || queued < 0) return false;
-    if (queued == 0 && tries == 1) {
-      after = before;
-      break;
-    }
-    if (!tcp_received(fd, &after)) return false;
-    if (after == before || tries == TAKEN_TRIES) break;
-    before = after;
+static const char *status_text(int status) {
+  switch (status) {
+  case 100: return "Continue";
+  case 101: return "Switching Protocols";
+  case 200: return "OK";
+  case 204: return "No Content";
+  case 400: return "Bad Request";
+  case 401: return "Unauthorized";
+  case 403: return "Forbidden";
+  case 404: return "Not Found";
+  case 405: return "Method Not Allowed";
+  case 408: return "Request Timeout";
+  case 409: return "Conflict";
+  case 411: return "Length Required";
+  case 413: return "Content Too Large";
+  case 414: return "URI Too Long";
+  case 415: return "Unsupported Media Type";
+  case 426: return "Upgrade Required";
+  case 429: return "Too Many Requests";
+  case 431: return "Request Header Fields Too Large";
+  case 499: return "Client Closed Request";
+  case 500: return "Internal Server Error";
+  case 501: return "Not Implemented";
+  case 503: return "Service Unavailable";
+  case 504: return "Gateway Timeout";
+  case 505: return "HTTP Version Not Supported";
+  default: return status < 500 ? "Bad Request" : "Internal Server Error";
   }
-  uint64_t got = high ? after : before;
-  *out = got > (uint64_t)queued ? got - (uint64_t)queued : 0;
-  return true;
 }
 
-/* What the connection's socket has given lws: reads on a plain socket
- * (reads.c), else bytes (socket_taken; `high` as there). The same kind
- * for all of a connection's life. */
-static bool taken_count(struct lws *wsi, bool high, uint64_t *out) {
-  if (!lws_is_ssl(wsi) && hark_http_reads(lws_get_socket_fd(wsi), out)) return true;
-  return socket_taken(wsi, high, out);
+static int conn_write(hark_http_conn *c, uint8_t *data, size_t len) {
+  if (hark_raw_write(c->raw, data, len) < 0) return -1;
+  hark_raw_choked(c->raw); /* starts the send timeout when it did not all go */
+  return 0;
 }
 
-/* The whole reply is with lws: keep the connection for the next request
- * (hark_http_on_unbound notes what the socket has given, or closes the
- * connection when that cannot be told). */
-static int keep_alive(struct lws *wsi) { return lws_http_transaction_completed(wsi) ? -1 : 0; }
+static void conn_close(hark_http_conn *c) {
+  c->state = CONN_CLOSING;
+  hark_raw_close(c->raw);
+}
 
-void hark_http_on_unbound(hark_http_conn *c) {
-  if (!c || !c->kept) return; /* not an exchange lws completed */
-  c->kept = false;
-  atomic_fetch_sub_explicit(&c->loop->replying, 1, memory_order_relaxed);
-  exchange_reset(c);
-  timer_stop(c);
-  hark_http_sock *s = sock_of(c->wsi);
-  uint64_t taken;
-  if (!s || !taken_count(c->wsi, false, &taken)) { /* what lws holds cannot be told */
-    kill_conn(c->wsi);
-    taken = 0; /* a head before the close: its count fails too, so it is refused */
+/* Closes once what lws holds is out (at once when nothing is). */
+static void close_when_sent(hark_http_conn *c) {
+  c->state = CONN_CLOSING;
+  if (hark_raw_buffered(c->raw))
+    hark_raw_want_write(c->raw);
+  else
+    hark_raw_close(c->raw);
+}
+
+/* A reply outside an exchange (no head was taken: a 408 for a head that
+ * did not come, a 400 for one that cannot be read), then close. */
+static void reply_and_close(hark_http_conn *c, int status, const char *message) {
+  hark_buf b = {0};
+  hark_http_body_begin(&b);
+  hark_http_put_error(&b, message);
+  char head[256];
+  size_t body = b.len - HARK_HTTP_HEADROOM;
+  int n = snprintf(head, sizeof head,
+                   "HTTP/1.1 %d %s\r\nContent-Type: application/json\r\n"
+                   "Content-Length: %zu\r\nConnection: close\r\n\r\n",
+                   status, status_text(status), body);
+  size_t off = HARK_HTTP_HEADROOM - (size_t)n;
+  memcpy(b.data + off, head, (size_t)n);
+  if (conn_write(c, (uint8_t *)b.data + off, b.len - off) < 0) {
+    hark_buf_free(&b);
+    conn_close(c);
+    return;
   }
-  if (!s) return;
-  s->completed = true;
-  s->note = taken + 1;
-}
-
-/* The head just parsed came out of lws's buffer of pipelined input. */
-static bool head_was_buffered(struct lws *wsi) {
-  hark_http_sock *s = sock_of(wsi);
-  if (!s) return true; /* cannot be told: kill_conn is on its way */
-  uint64_t note = s->note, taken;
-  s->note = 0;
-  if (!note) return false; /* the connection's first request: lws read it */
-  return !taken_count(wsi, true, &taken) || taken + 1 == note;
+  hark_buf_free(&b);
+  close_when_sent(c);
 }
 
 /* ---- replies ------------------------------------------------------------------ */
@@ -435,108 +269,67 @@ static bool reply_charge(int *status, const char **ctype, hark_buf *b, size_t *c
   return false;
 }
 
-/*
- * A reply is written before the loop next waits, not when epoll next says
- * the socket is writable: a reply is made in a callback of lws (or of a
- * call's completion), where lws has not asked for it, and waiting for the
- * socket to be writable cost two epoll_ctl a request (libev adds EPOLLOUT
- * for lws's request and drops it after), as much as a reply's send on a
- * VM where every system call traps. So the connection is queued, and
- * before the loop waits (hark_http_flush, from http.c's pass) lws is told
- * the socket is writable, as its libev watcher would: it writes what it
- * buffered, or calls hark_http_on_writable. A socket that does not take
- * the whole reply is left to lws, which waits for it to be writable. lws
- * asks to be told of the socket's next writable moment once it completes
- * a kept-alive exchange; a second call tells it, so that its request and
- * its end fall in one pass and libev changes nothing in the kernel. lws
- * still asks for POLLOUT here too: on lws's own poll() (no libev) that is
- * how the reply goes, and otherwise the flush comes first.
- */
-static void want_write(hark_http_conn *c) {
-  lws_callback_on_writable(c->wsi);
-  hark_http_loop *loop = c->loop;
-  hark_http_sock *s = sock_of(c->wsi);
-  if (!loop->ev || !s || s->flush_queued) return;
-  s->flush_queued = true;
-  s->flush_prev = loop->flush_tail;
-  s->flush_next = NULL;
-  if (loop->flush_tail)
-    loop->flush_tail->flush_next = s;
-  else
-    loop->flush_head = s;
-  loop->flush_tail = s;
-}
-
-void hark_http_flush(hark_http_loop *loop) {
-  bool completed = false;
-  hark_http_sock *s;
-  while ((s = loop->flush_head)) {
-    flush_unlink(s);
-    struct lws_pollfd pfd = {
-        .fd = lws_get_socket_fd(s->wsi), .events = LWS_POLLOUT, .revents = LWS_POLLOUT};
-    if (pfd.fd < 0) continue;
-    s->completed = false;
-    loop->flushing = s; /* NULL again if the connection goes meanwhile */
-    lws_service_fd(loop->ctx, &pfd);
-    if (loop->flushing == s && s->completed) {
-      completed = true;
-      pfd.revents = LWS_POLLOUT; /* what lws asked for as it completed the exchange */
-      lws_service_fd(loop->ctx, &pfd);
-    }
-    loop->flushing = NULL;
-  }
-  /* lws serves input it read ahead (a pipelined request) from its idle
-   * watcher, which only its own events start: wake the loop for it. */
-  if (completed && lws_service_adjust_timeout(loop->ctx, 1, 0) == 0) hark_http_loop_wake(loop);
-}
-
 /* The headers go right before the body, in the headroom `b` begins with,
  * so the reply leaves in one write. */
 void hark_http_reply(hark_http_conn *c, int status, const char *ctype, hark_buf *b,
                      const char *hname, const char *hvalue) {
-  struct lws *wsi = c->wsi;
   size_t charge;
   if (!reply_charge(&status, &ctype, b, &charge)) hname = NULL; /* it named the reply gone */
-  unsigned char hdr[HARK_HTTP_HEADROOM], *start = hdr + LWS_PRE, *p = start,
-                                         *end = hdr + sizeof hdr;
-  char num[32];
   size_t body_len = b->len - HARK_HTTP_HEADROOM;
-  /* Replying before the body is read: its bytes would be taken for the
-   * next request, so this connection ends with this reply. */
-  if (c->body_expected && !c->body_done) c->close_after = true;
-  int n = snprintf(num, sizeof num, "%zu", body_len);
-  bool bad =
-      lws_add_http_header_status(wsi, (unsigned)status | LWSAHH_FLAG_NO_SERVER_NAME, &p, end) ||
-      (ctype &&
-       lws_add_http_header_by_token(wsi, WSI_TOKEN_HTTP_CONTENT_TYPE, (const unsigned char *)ctype,
-                                    (int)strlen(ctype), &p, end)) ||
-      lws_add_http_header_by_token(wsi, WSI_TOKEN_HTTP_CONTENT_LENGTH, (const unsigned char *)num,
-                                   n, &p, end);
-  if (!bad && hname)
-    bad = lws_add_http_header_by_name(wsi, (const unsigned char *)hname,
-                                      (const unsigned char *)hvalue, (int)strlen(hvalue), &p, end);
-  if (!bad && (c->close_after || c->keep_alive_10))
-    bad = lws_add_http_header_by_token(
-        wsi, WSI_TOKEN_CONNECTION, (const unsigned char *)(c->close_after ? "close" : "keep-alive"),
-        c->close_after ? 5 : 10, &p, end);
-  if (bad || lws_finalize_http_header(wsi, &p, end)) {
+  /* Replying before the body is read: the connection ends with this
+   * reply (what is left of the body is read and dropped first). */
+  if (body_unread(c)) c->close_after = true;
+  if (atomic_load_explicit(&c->loop->http->stop, memory_order_relaxed)) c->close_after = true;
+  /* Built by hand: snprintf's cost showed in a request's profile. */
+  char head[HARK_HTTP_HEADROOM - HARK_RAW_HEADROOM], *p = head;
+  const char *reason = status_text(status);
+  size_t rlen = strlen(reason), clen = ctype ? strlen(ctype) : 0;
+  size_t xlen = hname ? strlen(hname) + 1 + strlen(hvalue) + 2 : 0;
+  if (9 + 20 + 1 + rlen + 16 + clen + 18 + 20 + 2 + xlen + 24 + 2 > sizeof head) {
     HARK_ERROR("http: cannot build reply headers; closing the connection");
     hark_inflight_give(charge);
     hark_buf_free(b);
-    lws_set_timeout(wsi, PENDING_TIMEOUT_CLOSE_SEND, LWS_TO_KILL_ASYNC);
+    exchange_reset(c);
+    exchange_end(c);
+    conn_close(c);
     return;
   }
-  size_t hlen = (size_t)(p - start);
+  memcpy(p, "HTTP/1.1 ", 9);
+  p += 9;
+  p += hark_fmt_u64(p, (uint64_t)status);
+  *p++ = ' ';
+  memcpy(p, reason, rlen);
+  p += rlen;
+  if (ctype) {
+    memcpy(p, "\r\nContent-Type: ", 16);
+    p += 16;
+    memcpy(p, ctype, clen);
+    p += clen;
+  }
+  memcpy(p, "\r\nContent-Length: ", 18);
+  p += 18;
+  p += hark_fmt_u64(p, body_len);
+  memcpy(p, "\r\n", 2);
+  p += 2;
+  if (hname) p += snprintf(p, xlen + 1, "%s %s\r\n", hname, hvalue);
+  if (c->close_after || c->keep_alive_10) {
+    const char *v = c->close_after ? "Connection: close\r\n" : "Connection: keep-alive\r\n";
+    size_t vl = strlen(v);
+    memcpy(p, v, vl);
+    p += vl;
+  }
+  memcpy(p, "\r\n", 2);
+  p += 2;
+  size_t n = (size_t)(p - head);
   out_free(c);
   c->out = *b;
   c->out_charge = charge;
   *b = (hark_buf){0};
-  c->out_off = HARK_HTTP_HEADROOM - hlen;
-  memcpy(c->out.data + c->out_off, start, hlen);
+  c->out_off = HARK_HTTP_HEADROOM - n;
+  memcpy(c->out.data + c->out_off, head, n);
+  if (c->head_only) c->out.len = HARK_HTTP_HEADROOM; /* a HEAD reply has no body */
   c->state = CONN_REPLYING;
-  atomic_fetch_add_explicit(&c->loop->replying, 1, memory_order_relaxed);
-  timer_arm(c, TIMER_SEND, c->loop->http->opts.send_timeout_secs);
-  want_write(c);
+  pump(c);
 }
 
 void hark_http_reply_error(hark_http_conn *c, int status, hark_error *err) {
@@ -560,49 +353,42 @@ void hark_http_reply_text(hark_http_conn *c, int status, const char *ctype, cons
   hark_http_reply(c, status, text ? ctype : NULL, &b, NULL, NULL);
 }
 
-/* Writes the next piece of the reply; on the last, finishes the exchange.
- * Returns -1 to close the connection. */
-int hark_http_on_writable(hark_http_conn *c) {
-  struct lws *wsi = c->wsi;
-  if (c->state != CONN_REPLYING || c->kept) return 0;
-  /* The socket took what went before: the client reads. */
-  timer_arm(c, TIMER_SEND, c->loop->http->opts.send_timeout_secs);
-  size_t left = c->out.len - c->out_off;
-  if (left) {
-    size_t n = left < WRITE_CHUNK ? left : WRITE_CHUNK;
-    if (lws_write(wsi, (unsigned char *)c->out.data + c->out_off, n, LWS_WRITE_HTTP) < (int)n)
-      return -1;
+/* Writes the reply while the socket takes it; true once all of it is
+ * with lws and the exchange is over (the next head may be read). */
+static bool write_reply(hark_http_conn *c) {
+  while (c->out_off < c->out.len) {
+    if (hark_raw_choked(c->raw)) {
+      hark_raw_want_write(c->raw);
+      return false;
+    }
+    size_t left = c->out.len - c->out_off, n = left < WRITE_CHUNK ? left : WRITE_CHUNK;
+    if (hark_raw_write(c->raw, (uint8_t *)c->out.data + c->out_off, n) < 0) {
+      conn_close(c);
+      return false;
+    }
     c->out_off += n;
   }
-  if (c->out_off < c->out.len) {
-    lws_callback_on_writable(wsi);
-    return 0;
-  }
-  /* Kept alive: lws sends what the socket would not take yet and then
-   * completes the exchange in the same step (hark_http_on_unbound), so no
-   * request the client sends once it has the whole reply can come in
-   * before (it would be taken for pipelined input). */
-  if (!c->close_after) {
-    c->kept = true;
-    return keep_alive(wsi);
-  }
-  /* Closing: once everything is out. */
-  if (lws_partial_buffered(wsi)) {
-    lws_callback_on_writable(wsi);
-    return 0;
-  }
-  atomic_fetch_sub_explicit(&c->loop->replying, 1, memory_order_relaxed);
+  hark_raw_choked(c->raw); /* the send timeout runs while lws holds some */
+  bool unread = body_unread(c);
+  size_t skip = c->body_declared - c->body_len;
   exchange_reset(c);
-  timer_stop(c);
-  if (!c->body_expected || c->body_done) return -1;
+  exchange_end(c);
+  c->since_ns = hark_now_ns();
+  if (!c->close_after) {
+    c->state = CONN_HEAD;
+    return true;
+  }
+  if (!unread) {
+    close_when_sent(c);
+    return false;
+  }
   /* Closing with unread input makes the kernel send a reset, which can
-   * destroy the reply before the client reads it. Instead end our side and
-   * read (and drop) the rest of the body for a while, then close. */
-  shutdown(lws_get_socket_fd(wsi), SHUT_WR);
+   * destroy the reply before the client reads it. Instead end our side
+   * once the reply is out and read (and drop) the rest of the body for a
+   * while, then close. */
   c->state = CONN_LINGER;
-  lws_set_timeout(wsi, PENDING_TIMEOUT_HTTP_CONTENT, c->loop->http->opts.body_timeout_secs);
-  timer_arm(c, TIMER_LINGER, LINGER_SECS); /* a trickling body does not hold it longer */
-  return 0;
+  c->body_skip = skip;
+  return true;
 }
 
 /* ---- request bodies ------------------------------------------------------------- */
@@ -665,34 +451,33 @@ static hark_error *body_grow(hark_http_conn *c, size_t need) {
   return NULL;
 }
 
-/* Reads a numeric header; false when absent or not a number. */
-static bool header_number(struct lws *wsi, enum lws_token_indexes tok, unsigned long long *out) {
-  char v[32], *end;
-  int n = lws_hdr_copy(wsi, v, sizeof v, tok);
-  if (n <= 0) return false;
-  errno = 0;
-  *out = strtoull(v, &end, 10);
-  return v[0] >= '0' && v[0] <= '9' && !*end && !errno;
+/* The interim 100 Continue a client that sent Expect waits for. */
+static void send_continue(hark_http_conn *c) {
+  static const char line[] = "HTTP/1.1 100 Continue\r\n\r\n";
+  uint8_t b[HARK_RAW_HEADROOM + sizeof line];
+  memcpy(b + HARK_RAW_HEADROOM, line, sizeof line - 1);
+  c->continue_due = false;
+  if (conn_write(c, b + HARK_RAW_HEADROOM, sizeof line - 1) < 0) conn_close(c);
 }
 
 int hark_http_read_body(hark_http_conn *c, size_t align_at) {
-  struct lws *wsi = c->wsi;
   const hark_http *http = c->loop->http;
-  unsigned long long clen = 0;
-  bool has_len = lws_hdr_total_length(wsi, WSI_TOKEN_HTTP_CONTENT_LENGTH) > 0;
-  if (has_len && !header_number(wsi, WSI_TOKEN_HTTP_CONTENT_LENGTH, &clen)) {
-    hark_http_reply_error(c, 0, hark_error_new(HARK_ERR_INVALID_ARG, "invalid Content-Length"));
+  hark_h1_body framing;
+  const char *why;
+  if (hark_h1_framing(c->head, &framing, &why) != 0) { /* taken at the head: cannot be */
+    hark_http_reply_error(c, 400, hark_error_new(HARK_ERR_INVALID_ARG, "%s", why));
     return -1;
   }
-  /* libwebsockets 4.1 cannot decode chunked request bodies: say so, as
-   * servers without chunked uploads do, rather than misread them. */
-  if (!has_len && lws_hdr_total_length(wsi, WSI_TOKEN_HTTP_TRANSFER_ENCODING) > 0) {
+  /* Chunked uploads are not read: say so, as servers without them do,
+   * rather than misread them. */
+  if (framing.chunked) {
     hark_http_reply_error(
         c, 411,
         hark_error_new(HARK_ERR_INVALID_ARG,
                        "chunked request bodies are not supported; send Content-Length"));
     return -1;
   }
+  unsigned long long clen = framing.length;
   if (clen > http->opts.max_input_size) {
     hark_http_reply_error(c, 413, too_large(http, clen));
     return -1;
@@ -711,8 +496,10 @@ int hark_http_read_body(hark_http_conn *c, size_t align_at) {
     return -1;
   }
   c->state = CONN_BODY;
-  lws_set_timeout(wsi, PENDING_TIMEOUT_HTTP_CONTENT, http->opts.body_timeout_secs);
-  timer_arm(c, TIMER_BODY, http->opts.body_deadline_secs);
+  c->since_ns = c->moved_ns = hark_now_ns();
+  if (c->continue_due && c->in.len == c->in_off) send_continue(c);
+  c->continue_due = false;
+  if (!c->pumping) pump(c); /* outside a head handler: what waits is read now */
   return 1;
 }
 
@@ -727,14 +514,9 @@ void *hark_http_take_body(hark_http_conn *c) {
   return mem;
 }
 
-/* The buffer grows as the body arrives, never past its Content-Length: a
- * peer sending more than it declared is refused. */
-void hark_http_on_body(hark_http_conn *c, const char *in, size_t len) {
-  if (c->state != CONN_BODY) return; /* replied early: drop the rest */
-  if (len > c->body_declared - c->body_len) {
-    hark_http_reply_error(c, 413, too_large(c->loop->http, (unsigned long long)c->body_len + len));
-    return;
-  }
+/* Moves body bytes in; at the last one, the body handler has it. The
+ * buffer grows as the body arrives, never past its Content-Length. */
+static void body_feed(hark_http_conn *c, const char *in, size_t len) {
   if (len > c->body_cap - c->body_len) {
     hark_error *err = body_grow(c, c->body_len + len);
     if (err) {
@@ -744,95 +526,507 @@ void hark_http_on_body(hark_http_conn *c, const char *in, size_t len) {
   }
   memcpy(c->body + c->body_len, in, len);
   c->body_len += len;
-  lws_set_timeout(c->wsi, PENDING_TIMEOUT_HTTP_CONTENT, c->loop->http->opts.body_timeout_secs);
-}
-
-int hark_http_on_body_done(hark_http_conn *c) {
-  /* Again: lws has input after this body, a pipelined request it must not
-   * parse ("pipelined input"); the connection ends after this reply. */
-  if (c->body_done && c->state != CONN_LINGER) {
-    c->close_after = true;
-    return 0;
-  }
-  c->body_done = true;
-  if (c->state == CONN_LINGER) return -1;
-  if (c->state != CONN_BODY) return 0;
-  lws_set_timeout(c->wsi, NO_PENDING_TIMEOUT, 0);
-  timer_stop(c);
-  c->state = CONN_IDLE;
+  c->moved_ns = hark_now_ns();
+  if (c->body_len < c->body_declared) return;
+  c->state = CONN_BUSY;
   const hark_http_handler *h = c->loop->http->handler;
   h->body(h->userp, c);
-  return 0;
 }
 
 /* ---- request heads ---------------------------------------------------------------- */
 
-static hark_http_method method_of(int m) {
-  switch (m) {
-  case LWSHUMETH_GET: return HARK_HTTP_GET;
-  case LWSHUMETH_POST: return HARK_HTTP_POST;
-  case LWSHUMETH_HEAD: return HARK_HTTP_HEAD;
-  default: return HARK_HTTP_OTHER;
-  }
+static hark_http_method method_of(const hark_h1_head *h) {
+  if (h->method_len == 3 && memcmp(h->method, "GET", 3) == 0) return HARK_HTTP_GET;
+  if (h->method_len == 4 && memcmp(h->method, "POST", 4) == 0) return HARK_HTTP_POST;
+  if (h->method_len == 4 && memcmp(h->method, "HEAD", 4) == 0) return HARK_HTTP_HEAD;
+  return HARK_HTTP_OTHER;
 }
 
-int hark_http_on_request(hark_http_conn *c, const char *path) {
-  struct lws *wsi = c->wsi;
-  hark_http_loop *loop = c->loop;
-  timer_stop(c); /* the head is in */
-  /* lws armed its request timeout (--http-body-timeout-secs) for every
-   * head; a body re-arms it for as long as it arrives, and nothing should
-   * cut a request that is whole while it is worked on. */
-  lws_set_timeout(wsi, NO_PENDING_TIMEOUT, 0);
-  exchange_reset(c);
-  c->close_after = false;
-  c->body_expected = lws_hdr_total_length(wsi, WSI_TOKEN_HTTP_TRANSFER_ENCODING) > 0;
-  if (lws_hdr_total_length(wsi, WSI_TOKEN_HTTP_CONTENT_LENGTH) > 0) {
-    char v[32];
-    c->body_expected |=
-        lws_hdr_copy(wsi, v, sizeof v, WSI_TOKEN_HTTP_CONTENT_LENGTH) > 0 && strcmp(v, "0") != 0;
+static int hex(char ch) {
+  if (ch >= '0' && ch <= '9') return ch - '0';
+  if (ch >= 'a' && ch <= 'f') return ch - 'a' + 10;
+  if (ch >= 'A' && ch <= 'F') return ch - 'A' + 10;
+  return -1;
+}
+
+/* The target's path, percent-decoded, without its query, into c->path:
+ * 0, or the status to refuse it with. An absolute-form target
+ * (http://host/path, RFC 9112 3.2.2) gives its path. */
+static int take_path(hark_http_conn *c, const char **why) {
+  const char *t = c->head->target, *end = t + c->head->target_len;
+  if (end - t > 7 && strncasecmp(t, "http://", 7) == 0) {
+    t += 7;
+    while (t < end && *t != '/' && *t != '?') t++;
+  } else if (end - t > 8 && strncasecmp(t, "https://", 8) == 0) {
+    t += 8;
+    while (t < end && *t != '/' && *t != '?') t++;
   }
-  c->body_done = false;
-  if (head_was_buffered(wsi) && c->body_expected) {
-    hark_limit_hit(HARK_LIMIT_HTTP_PIPELINED,
-                   "http: a pipelined request with a body came in the same read as the one "
-                   "before it: 503, closing");
-    reply_raw(wsi, "503 Service Unavailable",
-              "a pipelined request with a body must wait for the reply before it; "
-              "send it again on this or a new connection");
-    return -1; /* lws closes the connection before it reads the body */
+  if (t == end || *t != '/') {
+    *why = "Bad Request: the request target is not a path";
+    return 400;
   }
-  /* HTTP/1.1 keeps connections by default; an HTTP/1.0 client that asks
-   * to must be told it was granted (lws keeps it either way). */
-  char conn_hdr[32];
-  c->keep_alive_10 = lws_hdr_copy(wsi, conn_hdr, sizeof conn_hdr, WSI_TOKEN_CONNECTION) > 0 &&
-                     strcasecmp(conn_hdr, "keep-alive") == 0;
-  if (atomic_load(&loop->http->stop)) {
-    c->close_after = true;
-    hark_http_reply_error(c, 0, hark_error_new(HARK_ERR_UNAVAILABLE, "Server is shutting down"));
-    return 0;
+  size_t n = 0;
+  for (; t < end && *t != '?' && *t != '#'; t++) {
+    char ch = *t;
+    if (ch == '%') {
+      int hi = t + 2 < end ? hex(t[1]) : -1, lo = t + 2 < end ? hex(t[2]) : -1;
+      if (hi < 0 || lo < 0 || (hi == 0 && lo == 0)) {
+        *why = "Bad Request: a bad percent escape in the path";
+        return 400;
+      }
+      ch = (char)(hi << 4 | lo);
+      t += 2;
+    }
+    if (n + 1 >= sizeof c->path) {
+      *why = "URI Too Long";
+      return 414;
+    }
+    c->path[n++] = ch;
   }
-  char *uri;
-  int ulen;
-  hark_http_request req = {
-      .method = method_of(lws_http_get_uri_and_method(wsi, &uri, &ulen)),
-      .path = path,
-      .metrics = lws_get_vhost(wsi) == loop->vh_metrics,
-  };
-  const hark_http_handler *h = loop->http->handler;
-  h->head(h->userp, c, &req);
+  c->path[n] = '\0';
   return 0;
 }
 
-void hark_http_on_closed(hark_http_conn *c) {
-  c->kept = false;
+/* A head refused before it reached the service: the reply, then close. */
+static void refuse_head(hark_http_conn *c, int status, const char *why) {
+  c->close_after = true;
+  hark_http_reply_error(c, status, hark_error_new(HARK_ERR_INVALID_ARG, "%s", why));
+}
+
+/* ---- the WebSocket upgrade (RFC 6455 4) ----------------------------------------- */
+
+/* A refusal of the upgrade: the status with {"error": msg}; the
+ * connection ends after it. */
+static void refuse_upgrade(hark_http_conn *c, int status, const char *msg) {
+  c->close_after = true;
+  hark_http_reply_error(c, status, hark_error_new(HARK_ERR_INVALID_ARG, "%s", msg));
+}
+
+/* Sec-WebSocket-Accept for a key (RFC 6455 4.2.2): base64 of the SHA-1 of
+ * the key and the protocol's GUID. */
+static void accept_value(const char *key, size_t len, char out[29]) {
+  static const char GUID[] = "258EAFA5-E914-47DA-95CA-C5AB0DC85B11";
+  unsigned char in[64 + sizeof GUID], sha[SHA_DIGEST_LENGTH];
+  memcpy(in, key, len);
+  memcpy(in + len, GUID, sizeof GUID - 1);
+  SHA1(in, len + sizeof GUID - 1, sha);
+  EVP_EncodeBlock((unsigned char *)out, sha, SHA_DIGEST_LENGTH);
+}
+
+/* Whether a Sec-WebSocket-Key is base64 of 16 bytes (RFC 6455 4.1). */
+static bool key_ok(const hark_h1_field *k) {
+  if (!k || k->value_len != 24 || k->value[22] != '=' || k->value[23] != '=') return false;
+  for (size_t i = 0; i < 22; i++) {
+    char ch = k->value[i];
+    if (!((ch >= 'A' && ch <= 'Z') || (ch >= 'a' && ch <= 'z') || (ch >= '0' && ch <= '9') ||
+          ch == '+' || ch == '/'))
+      return false;
+  }
+  return true;
+}
+
+/* An upgrade request: refused with an HTTP status, or accepted by the
+ * service's ws handler, answered 101, and the connection is ws.c's. */
+static void upgrade(hark_http_conn *c) {
+  hark_http_loop *loop = c->loop;
+  const hark_http_handler *hh = loop->http->handler;
+  const hark_h1_head *head = c->head;
+  if (!hh->ws || c->metrics) return refuse_upgrade(c, 404, "Not Found");
+  if (atomic_load(&loop->http->stop))
+    return refuse_upgrade(c, 503, "Server is shutting down: not accepting new streams");
+  if (head->minor != 1)
+    return refuse_upgrade(c, 400, "Bad Request: a WebSocket upgrade needs HTTP/1.1 (RFC 6455 4.1)");
+  if (hark_h1_find(head, "content-length", NULL) || hark_h1_find(head, "transfer-encoding", NULL))
+    return refuse_upgrade(c, 400, "Bad Request: a WebSocket upgrade has no body");
+  size_t keys = 0;
+  const hark_h1_field *key = hark_h1_find(head, "sec-websocket-key", &keys);
+  if (!key)
+    return refuse_upgrade(c, 400,
+                          "Bad Request: a WebSocket upgrade needs a Sec-WebSocket-Key header "
+                          "(RFC 6455 4.1)");
+  if (keys != 1 || !key_ok(key))
+    return refuse_upgrade(c, 400,
+                          "Bad Request: Sec-WebSocket-Key must be one base64 value of 16 bytes "
+                          "(RFC 6455 4.1)");
+  const hark_h1_field *version = hark_h1_find(head, "sec-websocket-version", NULL);
+  if (!version || version->value_len != 2 || memcmp(version->value, "13", 2) != 0) {
+    hark_buf b = {0};
+    hark_http_body_begin(&b);
+    hark_http_put_error(&b, "Upgrade Required: only WebSocket version 13 is served (RFC 6455)");
+    c->close_after = true;
+    hark_http_reply(c, 426, JSON, &b, "Sec-WebSocket-Version:", "13");
+    return;
+  }
+  /* hark's streams have no subprotocol: a client that needs one would be
+   * served something it did not ask for. */
+  if (hark_h1_find(head, "sec-websocket-protocol", NULL))
+    return refuse_upgrade(c, 400,
+                          "Bad Request: no WebSocket subprotocol is served; send no "
+                          "Sec-WebSocket-Protocol header");
+  char msg[256];
+  if (!hark_http_allowed(c, HARK_API_INFERENCE, msg, sizeof msg))
+    return refuse_upgrade(c, 403, msg);
+  void *ticket = NULL;
+  hark_error *err = hh->ws->accept(hh->ws_userp, c->path, &ticket);
+  if (err) {
+    c->close_after = true;
+    hark_http_reply_error(c, 0, err);
+    return;
+  }
+  char acc[29];
+  accept_value(key->value, key->value_len, acc);
+  char line[HARK_RAW_HEADROOM + 160];
+  int n = snprintf(line + HARK_RAW_HEADROOM, sizeof line - HARK_RAW_HEADROOM,
+                   "HTTP/1.1 101 Switching Protocols\r\nUpgrade: websocket\r\n"
+                   "Connection: Upgrade\r\nSec-WebSocket-Accept: %s\r\n\r\n",
+                   acc);
+  exchange_reset(c);
+  exchange_end(c);
+  if (conn_write(c, (uint8_t *)line + HARK_RAW_HEADROOM, (size_t)n) < 0) {
+    if (hh->ws->release) hh->ws->release(hh->ws_userp, ticket);
+    conn_close(c);
+    return;
+  }
+  c->state = CONN_WS;
+  c->ws = hark_ws_open(loop, c->raw, ticket);
+}
+
+/* Whether the request asks for a WebSocket (RFC 6455 4.2.1). */
+static bool is_upgrade(const hark_h1_head *h) {
+  const hark_h1_field *up = hark_h1_find(h, "upgrade", NULL);
+  const hark_h1_field *co = hark_h1_find(h, "connection", NULL);
+  return up && co && hark_h1_has_token(up->value, up->value_len, "websocket") &&
+         hark_h1_has_token(co->value, co->value_len, "upgrade");
+}
+
+/* A whole head, `len` bytes at `src`: copied out (the input moves on),
+ * parsed, and handed to the service. */
+static void take_head(hark_http_conn *c, const char *src, size_t len) {
+  if (len > c->head_cap) {
+    free(c->head_mem);
+    c->head_cap = len < 1024 ? 1024 : len;
+    c->head_mem = hark_xmalloc(c->head_cap);
+  }
+  memcpy(c->head_mem, src, len);
+  if (!c->head) c->head = hark_xmalloc(sizeof *c->head);
+  exchange_begin(c);
+  c->state = CONN_BUSY;
+  c->close_after = c->loop->conns_closing_all;
+  c->body_declared = c->body_len = 0;
+  const char *why = NULL;
+  int status = hark_h1_parse(c->head_mem, len, c->head, &why);
+  if (status) {
+    refuse_head(c, status, why);
+    return;
+  }
+  hark_h1_head *h = c->head;
+  hark_h1_body framing;
+  if ((status = hark_h1_framing(h, &framing, &why)) || (status = take_path(c, &why))) {
+    refuse_head(c, status, why);
+    return;
+  }
+  c->body_declared = 0;
+  c->body_len = 0;
+  /* What the body would be: read or dropped, it is this long (chunked:
+   * never read, so the connection ends after the reply). */
+  if (framing.chunked) c->close_after = true;
+  c->method = method_of(h);
+  c->head_only = c->method == HARK_HTTP_HEAD;
+  const hark_h1_field *conn = hark_h1_find(h, "connection", NULL);
+  if (h->minor == 0) {
+    c->keep_alive_10 = conn && hark_h1_has_token(conn->value, conn->value_len, "keep-alive");
+    if (!c->keep_alive_10) c->close_after = true;
+  } else if (conn && hark_h1_has_token(conn->value, conn->value_len, "close")) {
+    c->close_after = true;
+  }
+  const hark_h1_field *expect = hark_h1_find(h, "expect", NULL);
+  c->continue_due = h->minor == 1 && expect &&
+                    hark_h1_has_token(expect->value, expect->value_len, "100-continue");
+  if (c->method == HARK_HTTP_GET && is_upgrade(h)) {
+    upgrade(c);
+    return;
+  }
+  /* Until the service reads it, the body is what follows the head: a
+   * reply before it was read drops it and ends the connection. */
+  if (framing.length) {
+    c->body_declared = (size_t)framing.length;
+    c->body_len = 0;
+  }
+  if (atomic_load(&c->loop->http->stop)) {
+    c->close_after = true;
+    hark_http_reply_error(c, 0, hark_error_new(HARK_ERR_UNAVAILABLE, "Server is shutting down"));
+    return;
+  }
+  hark_http_request req = {.method = c->method, .path = c->path, .metrics = c->metrics};
+  const hark_http_handler *hh = c->loop->http->handler;
+  hh->head(hh->userp, c, &req);
+}
+
+/* ---- the pump -------------------------------------------------------------------- */
+
+static size_t in_left(const hark_http_conn *c) { return c->in.len - c->in_off; }
+
+/* Input consumed: the buffer starts again from its front (and is freed
+ * between requests, so an idle connection holds none). */
+static void in_compact(hark_http_conn *c) {
+  if (c->in_off == c->in.len) {
+    c->in.len = c->in_off = 0;
+    if (c->state == CONN_HEAD || c->in.cap > 2 * IN_AHEAD) hark_buf_free(&c->in);
+    return;
+  }
+  if (c->in_off > c->in.cap / 2) {
+    memmove(c->in.data, c->in.data + c->in_off, in_left(c));
+    c->in.len -= c->in_off;
+    c->in_off = 0;
+  }
+}
+
+/* Reading stays on while a request is being read; while the service has
+ * one, at most IN_AHEAD bytes are read ahead. */
+static void update_reading(hark_http_conn *c) {
+  bool hold = (c->state == CONN_BUSY || c->state == CONN_REPLYING || c->state == CONN_CLOSING) &&
+              in_left(c) >= IN_AHEAD;
+  if (hold != c->read_paused) {
+    c->read_paused = hold;
+    hark_raw_pause(c->raw, hold);
+  }
+}
+
+/* Moves the connection on as far as its input and the service let it: a
+ * head, a body, a reply, the next head. Re-entered from the service's
+ * calls (a reply made in a handler), it returns and the outer run goes
+ * on. */
+static void pump(hark_http_conn *c) {
+  if (c->pumping) return;
+  c->pumping = true;
+  for (bool more = true; more;) {
+    more = false;
+    switch (c->state) {
+    case CONN_HEAD: {
+      size_t avail = in_left(c);
+      if (!avail) break;
+      size_t end = hark_h1_head_end(c->in.data + c->in_off, avail, &c->scan);
+      if (!end) {
+        if (avail >= HEAD_MAX) {
+          c->state = CONN_CLOSING;
+          reply_and_close(c, 431,
+                          "Request Header Fields Too Large: the request head is longer "
+                          "than 32 KiB");
+        }
+        break;
+      }
+      c->scan = 0;
+      c->in_off += end;
+      take_head(c, c->in.data + c->in_off - end, end);
+      more = true;
+      break;
+    }
+    case CONN_BODY: {
+      size_t avail = in_left(c), need = c->body_declared - c->body_len;
+      size_t n = avail < need ? avail : need;
+      if (!n) break;
+      c->in_off += n;
+      body_feed(c, c->in.data + c->in_off - n, n);
+      more = true;
+      break;
+    }
+    case CONN_REPLYING: more = write_reply(c); break;
+    case CONN_LINGER: {
+      size_t avail = in_left(c), n = avail < c->body_skip ? avail : c->body_skip;
+      c->in_off += n;
+      c->body_skip -= n;
+      if (!c->lingering_wr && !hark_raw_buffered(c->raw)) {
+        c->lingering_wr = true;
+        int fd = hark_raw_fd(c->raw);
+        if (fd >= 0) shutdown(fd, SHUT_WR);
+      }
+      if (!c->body_skip || in_left(c)) close_when_sent(c); /* all dropped, or more sent */
+      break;
+    }
+    case CONN_WS:
+      if (in_left(c)) { /* sent after the upgrade, before the 101 reached the client */
+        size_t n = in_left(c);
+        c->in_off = c->in.len;
+        hark_ws_on_rx(c->ws, (uint8_t *)c->in.data + c->in.len - n, n);
+      }
+      break;
+    default: break;
+    }
+  }
+  in_compact(c);
+  update_reading(c);
+  c->pumping = false;
+}
+
+/* ---- the connection ------------------------------------------------------------- */
+
+static void *conn_open(hark_http *http, hark_raw *raw, bool metrics) {
+  (void)http;
+  hark_http_conn *c = calloc(1, sizeof *c);
+  if (!c) {
+    HARK_WARN("http: out of memory for a new connection; closing it");
+    return NULL;
+  }
+  c->raw = raw;
+  c->loop = hark_raw_loop(raw);
+  c->metrics = metrics;
+  c->state = CONN_HEAD;
+  c->since_ns = hark_now_ns(); /* the first head is due within the header timeout */
+  c->next = c->loop->conns;
+  if (c->next) c->next->prev = c;
+  c->loop->conns = c;
+  return c;
+}
+
+static void *on_open(void *userp, hark_raw *raw) { return conn_open(userp, raw, false); }
+static void *on_open_metrics(void *userp, hark_raw *raw) { return conn_open(userp, raw, true); }
+
+static int on_rx(void *conn, const uint8_t *data, size_t len) {
+  hark_http_conn *c = conn;
+  if (c->state == CONN_WS) { /* lws's read buffer, which the frame parser unmasks in place */
+    hark_ws_on_rx(c->ws, (uint8_t *)(uintptr_t)data, len);
+    return 0;
+  }
+  if (c->state == CONN_CLOSING) return 0; /* dropped */
+  /* Nothing waits before these bytes: a whole head among them, and the
+   * body after it, are taken from lws's buffer straight, not through the
+   * input buffer (the usual request is one read). */
+  if (!in_left(c)) {
+    c->pumping = true;
+    if (c->state == CONN_HEAD) {
+      if (c->head) c->since_ns = hark_now_ns(); /* a later head's first byte */
+      size_t scan = 0, end = hark_h1_head_end((const char *)data, len, &scan);
+      if (end) {
+        take_head(c, (const char *)data, end);
+        data += end;
+        len -= end;
+      }
+    }
+    if (c->state == CONN_BODY && len) {
+      size_t need = c->body_declared - c->body_len, n = len < need ? len : need;
+      body_feed(c, (const char *)data, n);
+      data += n;
+      len -= n;
+    }
+    c->pumping = false;
+  }
+  if (len && !hark_buf_append(&c->in, data, len)) {
+    HARK_WARN("http: out of memory for a connection's input; closing it");
+    return -1;
+  }
+  pump(c);
+  return 0;
+}
+
+static int on_writable(void *conn) {
+  hark_http_conn *c = conn;
+  if (c->state == CONN_WS) {
+    hark_ws_on_writable(c->ws);
+    return 0;
+  }
+  if (c->state == CONN_CLOSING) {
+    if (!hark_raw_buffered(c->raw)) hark_raw_close(c->raw);
+    return 0;
+  }
+  pump(c);
+  return 0;
+}
+
+static void on_closed(void *conn) {
+  hark_http_conn *c = conn;
+  hark_http_loop *loop = c->loop;
+  if (c->ws) hark_ws_on_closed(c->ws);
+  c->ws = NULL;
   if (c->call) {
     c->call->conn = NULL;                                  /* its done handler finds no client */
     if (c->call->cancel) hark_cancel_set(c->call->cancel); /* nor does the work */
   }
   c->call = NULL;
-  if (c->state == CONN_REPLYING)
-    atomic_fetch_sub_explicit(&c->loop->replying, 1, memory_order_relaxed);
+  exchange_end(c);
   exchange_reset(c);
-  c->close_after = false;
+  if (c->prev)
+    c->prev->next = c->next;
+  else if (loop->conns == c)
+    loop->conns = c->next;
+  if (c->next) c->next->prev = c->prev;
+  hark_buf_free(&c->in);
+  free(c->head_mem);
+  free(c->head);
+  free(c);
+}
+
+const hark_raw_handler hark_http_conn_handler = {on_open, on_rx, on_writable, on_closed};
+const hark_raw_handler hark_http_metrics_conn_handler = {on_open_metrics, on_rx, on_writable,
+                                                         on_closed};
+
+/* ---- time limits and shutdown -------------------------------------------------------- */
+
+void hark_http_conns_sweep(hark_http_loop *loop) {
+  const hark_http_options *o = &loop->http->opts;
+  uint64_t now = hark_now_ns();
+  for (hark_http_conn *c = loop->conns, *next; c; c = next) {
+    next = c->next;
+    uint64_t waited = now - c->since_ns;
+    switch (c->state) {
+    case CONN_HEAD:
+      if (in_left(c) || c->head == NULL) {
+        if (waited < (uint64_t)o->header_timeout_secs * NS_PER_SEC) break;
+        hark_limit_hit(HARK_LIMIT_HTTP_HEADER_TIMEOUT,
+                       "http: a client sent no whole request head within %d s "
+                       "(--http-header-timeout-secs): 408, closing",
+                       o->header_timeout_secs);
+        char msg[160];
+        snprintf(msg, sizeof msg,
+                 "request head not received within %d s (--http-header-timeout-secs)",
+                 o->header_timeout_secs);
+        c->state = CONN_CLOSING;
+        reply_and_close(c, 408, msg);
+      } else if (waited >= (uint64_t)KEEPALIVE_SECS * NS_PER_SEC) {
+        conn_close(c);
+      }
+      break;
+    case CONN_BODY: {
+      bool deadline = waited >= (uint64_t)o->body_deadline_secs * NS_PER_SEC;
+      bool stalled = now - c->moved_ns >= (uint64_t)o->body_timeout_secs * NS_PER_SEC;
+      if (!deadline && !stalled) break;
+      hark_limit_hit(HARK_LIMIT_HTTP_BODY_TIMEOUT,
+                     "http: a request body was not in within %d s of its head or stalled for "
+                     "%d s, %zu of %zu bytes (--http-body-deadline-secs, "
+                     "--http-body-timeout-secs): 408, closing",
+                     o->body_deadline_secs, o->body_timeout_secs, c->body_len, c->body_declared);
+      size_t got = c->body_len, want = c->body_declared;
+      c->body_declared = c->body_len; /* no lingering for it */
+      c->close_after = true;
+      hark_http_reply_error(
+          c, 408,
+          deadline
+              ? hark_error_new(HARK_ERR_DEADLINE,
+                               "request body not received within %d s: %zu of %zu bytes arrived "
+                               "(--http-body-deadline-secs)",
+                               o->body_deadline_secs, got, want)
+              : hark_error_new(HARK_ERR_DEADLINE,
+                               "request body stalled for %d s: %zu of %zu bytes arrived "
+                               "(--http-body-timeout-secs)",
+                               o->body_timeout_secs, got, want));
+      break;
+    }
+    case CONN_LINGER:
+      if (waited >= (uint64_t)LINGER_SECS * NS_PER_SEC) conn_close(c);
+      break;
+    default: break;
+    }
+  }
+}
+
+bool hark_http_conns_close_all(hark_http_loop *loop) {
+  if (!loop->conns_closing_all) {
+    loop->conns_closing_all = true;
+    for (hark_http_conn *c = loop->conns; c; c = c->next) {
+      if (c->state == CONN_WS) continue; /* ws.c closes it with its handshake */
+      c->close_after = true;
+      /* No request accepted (a head not whole is none): nothing is lost. */
+      if (c->state == CONN_HEAD) conn_close(c);
+    }
+  }
+  return loop->conns != NULL;
 }

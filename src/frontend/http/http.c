@@ -1,17 +1,19 @@
 /*
  * http.c — the transport's event loops: their lws contexts, listen
- * sockets, lifecycle (run, drain, stop, free), the lws callback that
- * dispatches a connection's events to exchange.c, ws.c and raw.c. Calls
- * and their completion list are in call.c.
+ * sockets, lifecycle (run, drain, stop, free), and the lws callbacks that
+ * accept connections and hand their events to raw.c (whose listener says
+ * whose they are: exchange.c's HTTP/1.1, or the raw service's). Calls and
+ * their completion list are in call.c.
  *
  * Debian's libwebsockets serves one context from one thread, so the
  * transport runs N loops (--http-thread-count), each a context with its
- * own listen socket on the shared HTTP port (SO_REUSEPORT, accepted by the
- * loop itself) and its own thread; loop 0 runs on the thread in
- * hark_http_run() and also serves the metrics port. On port 0 or an
- * interface name, one loop, where lws listens as it always did. At the
- * descriptor limit our listeners stop accepting for a moment rather than
- * spin. No loop ever blocks.
+ * own listen sockets on the shared HTTP and gRPC ports (SO_REUSEPORT,
+ * accepted by the loop itself; port 0 is the first loop's pick, shared
+ * with the rest) and its own thread; loop 0 runs on the thread in
+ * hark_http_run() and also serves the metrics port. lws carries every
+ * connection as a raw socket: hark speaks the protocols. At the descriptor
+ * limit the listeners stop accepting for a moment rather than spin. No
+ * loop ever blocks.
  *
  * Each context runs on a libev loop of its own (a "foreign" loop to lws;
  * epoll on Linux): lws's own loop poll()s every socket at each wake-up,
@@ -29,10 +31,12 @@
  *
  * Shutdown drains: while what is live on every loop finishes (loop 0
  * watches the others' counts), up to the exit timeout; then every loop
- * closes its own WebSockets and lets its last replies out.
+ * closes its own WebSockets, idle connections and gRPC connections, and
+ * lets its last replies out.
  */
 #include <arpa/inet.h>
 #include <errno.h>
+#include <ifaddrs.h>
 #include <netdb.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
@@ -91,56 +95,16 @@ static void note_event(hark_http_loop *loop) {
   if (loop->kick && !ev_is_active(loop->kick)) ev_timer_again(loop->ev, loop->kick);
 }
 
-static int on_lws_event(struct lws *wsi, enum lws_callback_reasons reason, void *user, void *in,
-                        size_t len);
-
-static int lws_event(struct lws *wsi, enum lws_callback_reasons reason, void *user, void *in,
-                     size_t len) {
-  if (hark_http_tls_event(reason)) return 0; /* `user` is OpenSSL's there, not a connection */
-  if (reason == LWS_CALLBACK_WSI_DESTROY) {  /* any wsi of the vhost comes here */
-    const struct lws_protocols *p = lws_get_protocol(wsi);
-    if (p && p->callback == on_lws_event) hark_http_on_destroy(wsi); /* not a WebSocket's reader */
-    return 0;
-  }
-  hark_http_conn *c = user;
-  hark_http_loop *loop = wsi ? hark_http_loop_of(wsi) : NULL;
-  if (c) {
-    c->wsi = wsi;
-    c->loop = loop;
-  }
-  switch (reason) {
-  case LWS_CALLBACK_HTTP: return hark_http_on_request(c, in ? (const char *)in : "");
-  case LWS_CALLBACK_HTTP_BODY: hark_http_on_body(c, in, len); return 0;
-  case LWS_CALLBACK_HTTP_BODY_COMPLETION: return hark_http_on_body_done(c);
-  case LWS_CALLBACK_HTTP_WRITEABLE: return hark_http_on_writable(c);
-  case LWS_CALLBACK_HTTP_DROP_PROTOCOL: hark_http_on_unbound(c); return 0;
-  case LWS_CALLBACK_CLOSED_HTTP:
-    if (c) hark_http_on_closed(c);
-    return 0;
-  case LWS_CALLBACK_SERVER_NEW_CLIENT_INSTANTIATED: return hark_http_on_accept(wsi);
-  case LWS_CALLBACK_TIMER: return hark_http_on_timer(wsi, c);
-  case LWS_CALLBACK_EVENT_WAIT_CANCELLED:
-    if (loop) hark_http_drain_calls(loop);
-    return 0;
-  case LWS_CALLBACK_HTTP_CONFIRM_UPGRADE:
-    return hark_ws_on_confirm(wsi, in ? (const char *)in : "");
-  case LWS_CALLBACK_ESTABLISHED: return hark_ws_on_established(c, wsi);
-  case LWS_CALLBACK_SERVER_WRITEABLE: return hark_ws_on_writable(c);
-  case LWS_CALLBACK_CLOSED:
-    if (c) hark_ws_on_closed(c);
-    return 0;
-  default: return lws_callback_http_dummy(wsi, reason, user, in, len);
-  }
-}
-
-/* Every event of the HTTP protocol, then the calls that finished on this
- * thread while it was handled (hark_http_call_post). */
-static int on_lws_event(struct lws *wsi, enum lws_callback_reasons reason, void *user, void *in,
-                        size_t len) {
-  if (wsi) note_event(hark_http_loop_of(wsi));
-  int rc = lws_event(wsi, reason, user, in, len);
-  hark_http_drain_soon();
-  return rc;
+/* Once a second, every time limit of the loop's connections (no timer is
+ * armed per request or stream). */
+#define SWEEP_US (1000 * LWS_US_PER_MS)
+static void on_sweep(lws_sorted_usec_list_t *sul) {
+  hark_http_loop *loop = lws_container_of(sul, hark_http_loop, sweep);
+  hark_ws_sweep(loop);
+  hark_http_conns_sweep(loop);
+  hark_raw_sweep(loop);
+  lws_sul_schedule(loop->ctx, 0, &loop->sweep, on_sweep, SWEEP_US);
+  hark_http_drain_soon(); /* what the closes posted to this loop */
 }
 
 /* ---- our own listen sockets ------------------------------------------------ */
@@ -159,11 +123,15 @@ static int on_lws_event(struct lws *wsi, enum lws_callback_reasons reason, void 
 #define ACCEPT_PAUSE_US (250 * LWS_US_PER_MS)
 #define ACCEPT_LOG_EVERY_NS 1000000000ull
 
+static void listeners_flow(hark_http_loop *loop, int on) {
+  for (int k = 0; k < LISTEN_KINDS; k++)
+    if (loop->listeners[k].wsi) lws_rx_flow_control(loop->listeners[k].wsi, on);
+}
+
 static void accept_resume(lws_sorted_usec_list_t *sul) {
   hark_http_loop *loop = lws_container_of(sul, hark_http_loop, accept_resume);
   loop->accept_paused = false;
-  if (loop->listen_wsi) lws_rx_flow_control(loop->listen_wsi, 1);
-  if (loop->raw_listen_wsi) lws_rx_flow_control(loop->raw_listen_wsi, 1);
+  listeners_flow(loop, 1);
 }
 
 static void accept_pause(hark_http_loop *loop, int err) {
@@ -180,8 +148,7 @@ static void accept_pause(hark_http_loop *loop, int err) {
   }
   if (loop->accept_paused) return;
   loop->accept_paused = true;
-  if (loop->listen_wsi) lws_rx_flow_control(loop->listen_wsi, 0);
-  if (loop->raw_listen_wsi) lws_rx_flow_control(loop->raw_listen_wsi, 0);
+  listeners_flow(loop, 0);
   lws_sul_schedule(loop->ctx, 0, &loop->accept_resume, accept_resume, ACCEPT_PAUSE_US);
 }
 
@@ -190,11 +157,11 @@ static int on_listen_event(struct lws *wsi, enum lws_callback_reasons reason, vo
   (void)user, (void)in, (void)len;
   if (reason != LWS_CALLBACK_RAW_RX_FILE) return 0;
   hark_http_loop *loop = hark_http_loop_of(wsi);
+  const hark_listener *l = lws_get_opaque_user_data(wsi);
+  if (!l) return 0;
   note_event(loop);
-  bool raw = lws_get_vhost(wsi) == loop->vh_raw;
-  int lfd = raw ? loop->raw_listen_fd : loop->listen_fd;
   for (int i = 0; i < ACCEPT_BATCH; i++) {
-    int fd = accept4(lfd, NULL, NULL, SOCK_NONBLOCK | SOCK_CLOEXEC);
+    int fd = accept4(l->fd, NULL, NULL, SOCK_NONBLOCK | SOCK_CLOEXEC);
     if (fd < 0) {
       if (errno == EINTR || errno == ECONNABORTED) continue;
       if (errno == EMFILE || errno == ENFILE || errno == ENOBUFS || errno == ENOMEM)
@@ -203,18 +170,14 @@ static int on_listen_event(struct lws *wsi, enum lws_callback_reasons reason, vo
         HARK_WARN("http: cannot accept a connection: %s", strerror(errno));
       break;
     }
-    int one = 1; /* as lws sets on the connections it accepts */
+    int one = 1; /* replies leave at once */
     setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
     lws_sock_file_fd_type desc = {.sockfd = fd};
+    loop->adopting = l; /* raw.c's adopt callback reads it, within this call */
     struct lws *taken =
-        raw ? lws_adopt_descriptor_vhost(loop->vh_raw, LWS_ADOPT_SOCKET, desc, "hark-raw", NULL)
-            : lws_adopt_descriptor_vhost(loop->vh_http,
-                                         LWS_ADOPT_SOCKET | LWS_ADOPT_HTTP | LWS_ADOPT_ALLOW_SSL,
-                                         desc, NULL, NULL);
-    if (!taken && !raw && loop->http->opts.tls_cert) /* lws closed fd */
-      HARK_VERBOSE("http: a connection failed its TLS handshake at once (plain HTTP?)");
-    else if (!taken)
-      HARK_WARN("http: cannot take a new connection (out of memory?)");
+        lws_adopt_descriptor_vhost(loop->vh, LWS_ADOPT_SOCKET, desc, "hark-raw", NULL);
+    loop->adopting = NULL;
+    if (!taken) HARK_WARN("http: cannot take a new connection (out of memory?)");
   }
   return 0;
 }
@@ -235,38 +198,55 @@ static int on_wake_event(struct lws *wsi, enum lws_callback_reasons reason, void
   return 0;
 }
 
-/* Raw connections' events, then the calls that finished meanwhile. */
+/* Every connection's events (raw.c), then the calls that finished
+ * meanwhile. */
 static int on_raw_event(struct lws *wsi, enum lws_callback_reasons reason, void *user, void *in,
                         size_t len) {
+  if (reason == LWS_CALLBACK_EVENT_WAIT_CANCELLED) { /* lws_cancel_service: lws's own poll() */
+    if (wsi) hark_http_drain_calls(hark_http_loop_of(wsi));
+    return 0;
+  }
   if (wsi) note_event(hark_http_loop_of(wsi));
   int rc = hark_raw_on_event(wsi, reason, user, in, len);
   hark_http_drain_soon();
   return rc;
 }
 
-/* A WebSocket's reader (ws.c), then the calls that finished meanwhile. */
-static int on_ws_rx_event(struct lws *wsi, enum lws_callback_reasons reason, void *user, void *in,
-                          size_t len) {
-  (void)user, (void)in, (void)len;
-  if (wsi) note_event(hark_http_loop_of(wsi));
-  int rc = hark_ws_on_rx_event(wsi, reason);
-  hark_http_drain_soon();
-  return rc;
-}
-
 static const struct lws_protocols protocols[] = {
-    {"hark-http", on_lws_event, sizeof(hark_http_conn), 0, 0, NULL, 0},
-    {"hark-ws-rx", on_ws_rx_event, 0, 0, 0, NULL, 0},
     {"hark-listen", on_listen_event, 0, 0, 0, NULL, 0},
     {"hark-raw", on_raw_event, sizeof(hark_raw), 0, 0, NULL, 0},
     {"hark-wake", on_wake_event, 0, 0, 0, NULL, 0},
     {NULL, NULL, 0, 0, 0, NULL, 0},
 };
 
+/* An interface's name ("lo", "eth0") as its first IPv4 address (else its
+ * first IPv6 one) into buf: false when `name` is an address, or names no
+ * interface with one. */
+static bool iface_address(const char *name, char buf[INET6_ADDRSTRLEN]) {
+  unsigned char a[sizeof(struct in6_addr)];
+  if (inet_pton(AF_INET, name, a) == 1 || inet_pton(AF_INET6, name, a) == 1) return false;
+  struct ifaddrs *list, *i;
+  if (getifaddrs(&list) != 0) return false;
+  bool found = false;
+  for (int family = AF_INET; !found && family; family = family == AF_INET ? AF_INET6 : 0)
+    for (i = list; i && !found; i = i->ifa_next) {
+      if (!i->ifa_addr || i->ifa_addr->sa_family != family || strcmp(i->ifa_name, name) != 0)
+        continue;
+      const void *src = family == AF_INET
+                            ? (const void *)&((struct sockaddr_in *)i->ifa_addr)->sin_addr
+                            : (const void *)&((struct sockaddr_in6 *)i->ifa_addr)->sin6_addr;
+      found = inet_ntop(family, src, buf, INET6_ADDRSTRLEN) != NULL;
+    }
+  freeifaddrs(list);
+  return found;
+}
+
 /* A non-blocking listening socket on address:port (NULL: every interface,
  * IPv6 and IPv4 where the machine has IPv6, as lws binds), shared with the
  * other loops; -1 with errno set. */
 static int listen_socket(const char *address, int port) {
+  char ifaddr[INET6_ADDRSTRLEN];
+  if (address && iface_address(address, ifaddr)) address = ifaddr;
   struct addrinfo hints, *res;
   memset(&hints, 0, sizeof hints);
   hints.ai_family = address ? AF_UNSPEC : AF_INET6;
@@ -307,23 +287,8 @@ static int listen_socket(const char *address, int port) {
 
 /* ---- lifecycle ------------------------------------------------------------------------ */
 
-/* Whether the loops accept on listen sockets of their own (SO_REUSEPORT,
- * one per loop) rather than lws's listener: for a port number and an
- * address (not port 0, where the kernel picks one, nor an interface name:
- * only lws's own listener knows those). Ours also pause at the descriptor
- * limit, where lws's spins. */
-static bool own_listeners(const hark_http_options *opts) {
-  if (opts->http_port <= 0) return false;
-  if (!opts->address) return true;
-  unsigned char buf[sizeof(struct in6_addr)];
-  return inet_pton(AF_INET, opts->address, buf) == 1 ||
-         inet_pton(AF_INET6, opts->address, buf) == 1;
-}
-
-/* How many loops serve the HTTP port: with lws's listener, one, which
- * serves it as it always did. */
+/* How many loops serve the ports (--http-thread-count; 0: one per core). */
 static unsigned loop_count(const hark_http_options *opts) {
-  if (!own_listeners(opts)) return 1;
   unsigned n = opts->threads;
   if (!n) {
     long cores = sysconf(_SC_NPROCESSORS_ONLN);
@@ -332,13 +297,14 @@ static unsigned loop_count(const hark_http_options *opts) {
   return n > HARK_HTTP_MAX_THREADS ? HARK_HTTP_MAX_THREADS : n;
 }
 
-/* The loops' listen sockets share the port (SO_REUSEPORT), so another
+/* The loops' listen sockets share a port (SO_REUSEPORT), so another
  * process (of the same user) could bind it too, and the two would split
- * the clients. A plain bind (SO_REUSEADDR as lws sets it, so only
- * listening sockets count, not connections in TIME_WAIT) fails while
- * anyone listens there: try one on every address the loops will bind,
- * then close it. */
+ * the clients. A plain bind (SO_REUSEADDR, so only listening sockets
+ * count, not connections in TIME_WAIT) fails while anyone listens there:
+ * try one on every address the loops will bind, then close it. */
 static bool port_taken(const char *address, int port) {
+  char ifaddr[INET6_ADDRSTRLEN];
+  if (address && iface_address(address, ifaddr)) address = ifaddr;
   struct addrinfo hints, *res, *ai;
   memset(&hints, 0, sizeof hints);
   hints.ai_family = AF_UNSPEC;
@@ -346,11 +312,11 @@ static bool port_taken(const char *address, int port) {
   hints.ai_flags = AI_PASSIVE | AI_NUMERICHOST | AI_NUMERICSERV;
   char serv[16];
   snprintf(serv, sizeof serv, "%d", port);
-  if (getaddrinfo(address, serv, &hints, &res) != 0) return false; /* lws will say */
+  if (getaddrinfo(address, serv, &hints, &res) != 0) return false; /* the bind will say */
   bool taken = false;
   for (ai = res; ai && !taken; ai = ai->ai_next) {
     int fd = socket(ai->ai_family, ai->ai_socktype | SOCK_CLOEXEC, ai->ai_protocol);
-    if (fd < 0) continue; /* no IPv6 here: lws will not bind it either */
+    if (fd < 0) continue; /* no IPv6 here: the loops will not bind it either */
     int one = 1;
     setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
     if (ai->ai_family == AF_INET6) setsockopt(fd, IPPROTO_IPV6, IPV6_V6ONLY, &one, sizeof one);
@@ -367,78 +333,63 @@ static void lws_log_to_hark(int level, const char *line) {
   hark_log(level == LLL_ERR ? HARK_LOG_ERROR : HARK_LOG_WARN, "http: %.*s", (int)n, line);
 }
 
-/* port: CONTEXT_PORT_NO_LISTEN_SERVER for a vhost fed by our own socket. */
-static struct lws_vhost *make_vhost(hark_http_loop *loop, const char *name, int port) {
-  hark_http *http = loop->http;
+/* The loop's one vhost: it listens on nothing (the loop's own sockets
+ * do) and carries every connection as a raw one. */
+static struct lws_vhost *make_vhost(hark_http_loop *loop) {
   struct lws_context_creation_info info;
   memset(&info, 0, sizeof info);
-  info.vhost_name = name;
-  info.port = port;
-  info.iface = http->opts.address;
-  bool metrics = strcmp(name, "metrics") == 0;
-  if (metrics && http->opts.metrics_address) info.iface = http->opts.metrics_address;
-  if (http->opts.tls_cert && strcmp(name, "http") == 0) { /* --http-use-ssl; HTTP/1.1 only */
-    info.ssl_cert_filepath = http->opts.tls_cert;
-    info.ssl_private_key_filepath = http->opts.tls_key;
-    info.alpn = "http/1.1";
-    info.options |= LWS_SERVER_OPTION_DO_SSL_GLOBAL_INIT; /* lws reads it per vhost too */
-    info.provided_client_ssl_ctx = http->tls_client_ctx;
-  }
+  info.vhost_name = "hark";
+  info.port = CONTEXT_PORT_NO_LISTEN_SERVER;
   info.protocols = protocols;
-  info.keepalive_timeout = 75; /* nginx's default idle keep-alive */
-  info.timeout_secs = (unsigned)http->opts.body_timeout_secs;
-  /* lws holds a request's header table this long from the head's first
-   * byte: the header bound of a kept-alive connection's later requests,
-   * whose first byte only lws sees (exchange.c times the first request's
-   * head itself, a second sooner, and answers 408). */
-  info.timeout_secs_ah_idle = (unsigned)http->opts.header_timeout_secs + 1;
-  info.options |= LWS_SERVER_OPTION_FAIL_UPON_UNABLE_TO_BIND;
-  /* lws binds an IPv4 address only on an IPv4 socket. */
-  if (info.iface && strchr(info.iface, '.')) info.options |= LWS_SERVER_OPTION_DISABLE_IPV6;
   return lws_create_vhost(loop->ctx, &info);
 }
 
-/* The raw port's listener of this loop: its own socket on the shared port
- * (the first loop's bind picks it when it is 0), polled by the loop. */
-static hark_error *raw_listen(hark_http_loop *loop) {
-  hark_http *http = loop->http;
-  const char *address = http->opts.raw_address ? http->opts.raw_address : http->opts.address;
+static const char *const KIND_NAME[LISTEN_KINDS] = {"HTTP", "metrics", "gRPC"};
+
+/* Listener `kind` of the loop: its own socket on the shared port (the
+ * first loop's bind picks it when it is 0, and the others take that one),
+ * polled by the loop. */
+static hark_error *listen_on(hark_http_loop *loop, hark_listener_kind kind, const char *address,
+                             int *port, const hark_raw_handler *handler, void *userp,
+                             struct hark_tls *tls) {
+  hark_listener *l = &loop->listeners[kind];
   const char *where = address ? address : "0.0.0.0";
-  loop->raw_listen_fd = -1;
-  if (!(loop->vh_raw = make_vhost(loop, "raw", CONTEXT_PORT_NO_LISTEN_SERVER)))
-    return hark_error_new(HARK_ERR_INTERNAL, "cannot make the gRPC listener's vhost");
-  int fd = listen_socket(address, http->raw_port);
+  int fd = listen_socket(address, *port);
   if (fd < 0)
-    return hark_error_new(HARK_ERR_UNAVAILABLE, "cannot listen for gRPC on %s:%d (in use?): %s",
-                          where, http->raw_port, strerror(errno));
-  if (http->raw_port == 0) { /* the kernel picked one: the other loops share it */
+    return hark_error_new(HARK_ERR_UNAVAILABLE, "cannot listen for %s on %s:%d (in use?): %s",
+                          KIND_NAME[kind], where, *port, strerror(errno));
+  if (*port == 0) { /* the kernel picked one: the other loops share it */
     struct sockaddr_storage ss;
     socklen_t sl = sizeof ss;
     getsockname(fd, (struct sockaddr *)&ss, &sl);
-    http->raw_port = ntohs(ss.ss_family == AF_INET6 ? ((struct sockaddr_in6 *)&ss)->sin6_port
-                                                    : ((struct sockaddr_in *)&ss)->sin_port);
+    *port = ntohs(ss.ss_family == AF_INET6 ? ((struct sockaddr_in6 *)&ss)->sin6_port
+                                           : ((struct sockaddr_in *)&ss)->sin_port);
   }
-  loop->raw_listen_fd = fd;
+  l->loop = loop;
+  l->kind = kind;
+  l->fd = fd;
+  l->handler = handler;
+  l->userp = userp;
+  l->tls = tls;
   lws_sock_file_fd_type desc = {.filefd = fd};
-  if (!(loop->raw_listen_wsi = lws_adopt_descriptor_vhost(
-            loop->vh_raw, LWS_ADOPT_RAW_FILE_DESC, desc, "hark-listen", NULL))) /* closes fd */
-    return hark_error_new(HARK_ERR_INTERNAL, "cannot poll the gRPC listen socket");
+  if (!(l->wsi = lws_adopt_descriptor_vhost(loop->vh, LWS_ADOPT_RAW_FILE_DESC, desc, "hark-listen",
+                                            NULL))) { /* closes fd */
+    l->fd = -1;
+    return hark_error_new(HARK_ERR_INTERNAL, "cannot poll the %s listen socket", KIND_NAME[kind]);
+  }
+  lws_set_opaque_user_data(l->wsi, l);
   return NULL;
 }
 
 /* The loop's wake-up: an eventfd that lws polls like a connection
  * (lws_cancel_service's pipe is not watched on a libev loop in lws 4.1). */
 static hark_error *wake_listen(hark_http_loop *loop) {
-  struct lws_vhost *vh = loop->vh_http  ? loop->vh_http
-                         : loop->vh_raw ? loop->vh_raw
-                                        : loop->vh_metrics;
-  if (!vh) return NULL; /* nothing to serve: lws_cancel_service wakes it */
   int fd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
   if (fd < 0)
     return hark_error_new(HARK_ERR_INTERNAL, "cannot make the event loop's wake-up: %s",
                           strerror(errno));
   lws_sock_file_fd_type desc = {.filefd = fd};
-  if (!lws_adopt_descriptor_vhost(vh, LWS_ADOPT_RAW_FILE_DESC, desc, "hark-wake",
+  if (!lws_adopt_descriptor_vhost(loop->vh, LWS_ADOPT_RAW_FILE_DESC, desc, "hark-wake",
                                   NULL)) /* closes fd */
     return hark_error_new(HARK_ERR_INTERNAL, "cannot poll the event loop's wake-up");
   loop->wake_fd = fd; /* lws closes it with the context */
@@ -451,14 +402,13 @@ static hark_error *wake_listen(hark_http_loop *loop) {
   return NULL;
 }
 
-/* Makes loop `i`'s context and binds its vhosts. */
+/* Makes loop `i`'s context and its listeners. */
 static hark_error *loop_new(hark_http *http, unsigned i) {
   hark_http_loop *loop = hark_xcalloc(1, sizeof *loop);
   http->loops[i] = loop;
   loop->http = http;
   loop->index = i;
-  loop->listen_fd = -1;
-  loop->raw_listen_fd = -1;
+  for (int k = 0; k < LISTEN_KINDS; k++) loop->listeners[k].fd = -1;
   loop->wake_fd = -1;
   atomic_init(&loop->replying, 0);
   pthread_mutex_init(&loop->lock, NULL);
@@ -469,12 +419,7 @@ static hark_error *loop_new(hark_http *http, unsigned i) {
   info.options = LWS_SERVER_OPTION_EXPLICIT_VHOSTS;
   info.user = loop;
   info.pt_serv_buf_size = 64 * 1024; /* fewer, larger reads of bodies */
-  info.max_http_header_pool2 = 1024; /* header tables for concurrent requests */
   info.count_threads = 1;
-  if (http->opts.tls_cert) info.options |= LWS_SERVER_OPTION_DO_SSL_GLOBAL_INIT;
-  /* lws re-arms its request body timeout from this (the context's, not the
-   * vhost's) after each piece of body: make it the operator's. */
-  info.timeout_secs = (unsigned)http->opts.body_timeout_secs;
   /* EVFLAG_NOSIGMASK: signals are harkd's (lws installs no watcher of its
    * own on a foreign loop). */
   loop->ev = ev_loop_new(EVFLAG_AUTO | EVFLAG_NOSIGMASK);
@@ -497,36 +442,22 @@ static hark_error *loop_new(hark_http *http, unsigned i) {
   }
   if (!loop->ctx) return hark_error_new(HARK_ERR_INTERNAL, "cannot create the HTTP event loop");
   loop->ctx_alive = true;
-  hark_ws_sweep_start(loop);
+  if (!(loop->vh = make_vhost(loop)))
+    return hark_error_new(HARK_ERR_INTERNAL, "cannot make the event loop's vhost");
+  lws_sul_schedule(loop->ctx, 0, &loop->sweep, on_sweep, SWEEP_US);
   const hark_http_options *opts = &http->opts;
-  const char *where = opts->address ? opts->address : "0.0.0.0";
-  bool own = own_listeners(opts);
-  if (opts->http_port >= 0 &&
-      !(loop->vh_http =
-            make_vhost(loop, "http", own ? CONTEXT_PORT_NO_LISTEN_SERVER : opts->http_port)))
-    return hark_error_new(HARK_ERR_UNAVAILABLE, "cannot listen for HTTP on %s:%d (in use?)", where,
-                          opts->http_port);
-  if (own) {
-    int fd = listen_socket(opts->address, opts->http_port);
-    if (fd < 0)
-      return hark_error_new(HARK_ERR_UNAVAILABLE, "cannot listen for HTTP on %s:%d (in use?): %s",
-                            where, opts->http_port, strerror(errno));
-    loop->listen_fd = fd;
-    lws_sock_file_fd_type desc = {.filefd = fd};
-    if (!(loop->listen_wsi = lws_adopt_descriptor_vhost(loop->vh_http, LWS_ADOPT_RAW_FILE_DESC,
-                                                        desc, "hark-listen", NULL))) /* closes fd */
-      return hark_error_new(HARK_ERR_INTERNAL, "cannot poll the HTTP listen socket");
-  }
-  if (i == 0 && opts->metrics_port >= 0 &&
-      !(loop->vh_metrics = make_vhost(loop, "metrics", opts->metrics_port)))
-    return hark_error_new(HARK_ERR_UNAVAILABLE, "cannot listen for metrics on %s:%d (in use?)",
-                          opts->metrics_address ? opts->metrics_address : where,
-                          opts->metrics_port);
-  if (http->raw_port >= 0) {
-    hark_error *err = raw_listen(loop);
-    if (err) return err;
-  }
-  return wake_listen(loop);
+  hark_error *err = NULL;
+  if (opts->http_port >= 0)
+    err = listen_on(loop, LISTEN_HTTP, opts->address, &http->http_port, &hark_http_conn_handler,
+                    http, opts->http_tls);
+  if (!err && i == 0 && opts->metrics_port >= 0)
+    err = listen_on(loop, LISTEN_METRICS,
+                    opts->metrics_address ? opts->metrics_address : opts->address,
+                    &http->metrics_port, &hark_http_metrics_conn_handler, http, NULL);
+  if (!err && http->raw_port >= 0)
+    err = listen_on(loop, LISTEN_RAW, opts->raw_address ? opts->raw_address : opts->address,
+                    &http->raw_port, http->handler->raw, http->handler->raw_userp, opts->raw_tls);
+  return err ? err : wake_listen(loop);
 }
 
 hark_error *hark_http_new(const hark_http_options *opts, const hark_http_handler *handler,
@@ -546,34 +477,31 @@ hark_error *hark_http_new(const hark_http_options *opts, const hark_http_handler
   atomic_init(&http->draining, false);
   atomic_init(&http->n_sockets, 0);
   lws_set_log_level(LLL_ERR | LLL_WARN, lws_log_to_hark);
-  if (!hark_http_reads_live())
-    HARK_WARN(
-        "http: libwebsockets does not read through harkd's recv() (reads.c): each "
-        "kept-alive request costs four more system calls");
   http->n_loops = loop_count(opts);
+  http->http_port = opts->http_port;
+  http->metrics_port = opts->metrics_port;
   http->raw_port = handler->raw ? opts->raw_port : -1;
   const char *where = opts->address ? opts->address : "0.0.0.0";
-  if (own_listeners(opts) && port_taken(opts->address, opts->http_port)) {
-    http->n_loops = 0;
-    hark_http_free(http);
-    return hark_error_new(HARK_ERR_UNAVAILABLE, "cannot listen for HTTP on %s:%d (in use?)", where,
-                          opts->http_port);
-  }
+  const char *metrics_address = opts->metrics_address ? opts->metrics_address : opts->address;
   const char *raw_address = opts->raw_address ? opts->raw_address : opts->address;
-  if (http->raw_port > 0 && port_taken(raw_address, http->raw_port)) {
+  hark_error *err = NULL;
+  if (http->http_port > 0 && port_taken(opts->address, http->http_port))
+    err = hark_error_new(HARK_ERR_UNAVAILABLE, "cannot listen for HTTP on %s:%d (in use?)", where,
+                         http->http_port);
+  else if (http->metrics_port > 0 && port_taken(metrics_address, http->metrics_port))
+    err = hark_error_new(HARK_ERR_UNAVAILABLE, "cannot listen for metrics on %s:%d (in use?)",
+                         metrics_address ? metrics_address : "0.0.0.0", http->metrics_port);
+  else if (http->raw_port > 0 && port_taken(raw_address, http->raw_port))
+    err = hark_error_new(HARK_ERR_UNAVAILABLE, "cannot listen for gRPC on %s:%d (in use?)",
+                         raw_address ? raw_address : "0.0.0.0", http->raw_port);
+  if (err) {
     http->n_loops = 0;
     hark_http_free(http);
-    return hark_error_new(HARK_ERR_UNAVAILABLE, "cannot listen for gRPC on %s:%d (in use?)",
-                          raw_address ? raw_address : "0.0.0.0", opts->raw_port);
+    return err;
   }
-  /* lws makes each TLS vhost a client context too (the system's CA
-   * bundle, for connections it would make), and 4.1 leaks all but the
-   * first context's: give them one, empty — hark makes no connections. */
-  if (opts->tls_cert && !(http->tls_client_ctx = SSL_CTX_new(TLS_client_method())))
-    hark_oom("TLS client context", 0);
   http->loops = hark_xcalloc(http->n_loops, sizeof *http->loops);
   for (unsigned i = 0; i < http->n_loops; i++) {
-    hark_error *err = loop_new(http, i);
+    err = loop_new(http, i);
     if (err) {
       hark_http_free(http);
       return err;
@@ -611,8 +539,9 @@ static bool has_work(hark_http *http) {
  * connections to go (once); true while it has anything left to finish. */
 static bool busy(hark_http_loop *loop) {
   bool sockets = hark_ws_close_all(loop);
+  bool conns = hark_http_conns_close_all(loop);
   bool raws = hark_raw_close_all(loop);
-  return loop_has_work(loop) || sockets || raws;
+  return loop_has_work(loop) || sockets || conns || raws;
 }
 
 /* Loop 0, draining: true once everything live on every loop has finished
@@ -658,7 +587,6 @@ static void wake_all(hark_http *http) {
  * lws_service() would run it until it has no watchers left. */
 static int service(hark_http_loop *loop) {
   if (!loop->ev) return lws_service(loop->ctx, 0);
-  hark_http_flush(loop); /* the replies made in the last pass */
   ev_run(loop->ev, EVRUN_ONCE);
   return 0;
 }
@@ -698,7 +626,7 @@ static void *loop_thread(void *arg) {
 /* Closes the loop's context (its connections' calls lose their client). */
 static void loop_close(hark_http_loop *loop) {
   if (!loop->ctx) return;
-  hark_ws_sweep_stop(loop);
+  lws_sul_cancel(&loop->sweep);
   pthread_mutex_lock(&loop->lock);
   loop->ctx_alive = false;
   pthread_mutex_unlock(&loop->lock);
@@ -766,6 +694,5 @@ void hark_http_free(hark_http *http) {
   for (unsigned i = 0; i < http->n_loops; i++)
     if (http->loops[i]) loop_free(http->loops[i]);
   free(http->loops);
-  if (http->tls_client_ctx) SSL_CTX_free(http->tls_client_ctx); /* no vhost holds it now */
   free(http);
 }

@@ -1,5 +1,6 @@
 /*
- * http.h — the HTTP/1.1 and WebSocket transport (libwebsockets), knowing
+ * http.h — the HTTP/1.1 and WebSocket transport (hark's own, on
+ * libwebsockets' raw sockets), knowing
  * nothing of inference: it owns sockets, event loops, request heads and
  * bodies, replies and WebSocket framing, and calls the handlers a service
  * gives it (kserve/kserve_http.c for the KServe v2 REST API,
@@ -152,9 +153,11 @@ typedef struct hark_http_options {
    * are `inference`; the service checks its own routes with
    * hark_http_allowed. Must outlive the transport. */
   const hark_restrict *restricted;
-  /* --http-use-ssl: the HTTP port speaks TLS with this certificate chain
-   * and key (PEM files; NULL: plain HTTP). */
+  /* --http-use-ssl: the certificate chain and key (PEM files; NULL: plain
+   * HTTP), which frontends.c makes http_tls from; and that context, hark's
+   * own (security/tls.h), which the HTTP port's connections speak. */
   const char *tls_cert, *tls_key;
+  struct hark_tls *http_tls;
   /* --grpc-use-ssl: raw connections speak TLS with this context, hark's
    * own (security/tls.h), before the raw handler sees a byte (NULL: plain). */
   struct hark_tls *raw_tls;
@@ -358,7 +361,6 @@ typedef enum hark_limit {
   HARK_LIMIT_GRPC_STREAMS_PER_CONNECTION,
   HARK_LIMIT_GRPC_STREAM_IDLE,
   HARK_LIMIT_INFLIGHT_BYTES,
-  HARK_LIMIT_HTTP_PIPELINED,
   HARK_LIMIT_GRPC_MESSAGE_TIMEOUT,
   HARK_LIMIT_GRPC_DECLARED_BYTES,
   HARK_LIMIT_COUNT

@@ -43,7 +43,6 @@ static limit_state limits[HARK_LIMIT_COUNT] = {
     [HARK_LIMIT_GRPC_STREAMS_PER_CONNECTION] = {.name = "grpc_streams_per_connection"},
     [HARK_LIMIT_GRPC_STREAM_IDLE] = {.name = "grpc_stream_idle_timeout"},
     [HARK_LIMIT_INFLIGHT_BYTES] = {.name = "inflight_bytes"},
-    [HARK_LIMIT_HTTP_PIPELINED] = {.name = "http_pipelined_body"},
     [HARK_LIMIT_GRPC_MESSAGE_TIMEOUT] = {.name = "grpc_message_timeout"},
     [HARK_LIMIT_GRPC_DECLARED_BYTES] = {.name = "grpc_declared_bytes"},
 };

@@ -4,8 +4,8 @@
  * so that a backend can share what all clients share per client. The IP
  * only (one client opens many connections, each from its own port), and
  * an IPv4 client of an IPv6 socket as IPv4, so that it is one client
- * whichever listen socket it reached. Read once per connection (per
- * exchange for plain HTTP), on the loop's thread.
+ * whichever listen socket it reached. Read once per connection, on the loop's
+ * thread.
  */
 #include <arpa/inet.h>
 #include <netinet/in.h>
@@ -13,11 +13,10 @@
 
 #include "frontend/http/http_impl.h"
 
-void hark_http_wsi_peer(struct lws *wsi, char *buf) {
+void hark_http_fd_peer(int fd, char *buf) {
   struct sockaddr_storage ss;
   socklen_t len = sizeof ss;
   buf[0] = '\0';
-  int fd = lws_get_socket_fd(wsi);
   if (fd < 0 || getpeername(fd, (struct sockaddr *)&ss, &len) != 0) return;
   if (ss.ss_family == AF_INET) {
     inet_ntop(AF_INET, &((struct sockaddr_in *)&ss)->sin_addr, buf, HARK_PEER_MAX);

@@ -1,16 +1,18 @@
 /*
- * raw.c — raw byte-stream connections on a port of their own (gRPC's
- * HTTP/2, which grpc/ speaks over them), served by the same loops as
- * HTTP: each loop accepts on its own listen socket (SO_REUSEPORT) and
- * adopts the connection as an lws raw socket; the service's raw handler
- * gets its bytes and writes back through hark_raw_write, which gathers
- * what is written during one callback into one send. Also the loops'
+ * raw.c — every connection the loops serve is a raw byte stream: each
+ * loop accepts on listen sockets of its own (SO_REUSEPORT) and adopts
+ * each connection as an lws raw socket, whose bytes go to the handler of
+ * the listener it came from — exchange.c's HTTP/1.1 on the HTTP and
+ * metrics ports, the raw service's (gRPC's HTTP/2, grpc/) on the raw
+ * port — which writes back through hark_raw_write. lws only reads,
+ * writes and keeps what the socket would not take yet. Also the loops'
  * timers, for services that want one on a loop. Loop thread only.
  *
- * With opts.raw_tls (--grpc-use-ssl) each connection is a TLS session
- * (frontend/security/tls.c): the bytes read are decrypted before the handler sees
- * them, and its writes are encrypted on their way out; the handler's
- * connection opens only once the handshake is done.
+ * With a listener's TLS context (--http-use-ssl, --grpc-use-ssl) each
+ * connection is a TLS session (frontend/security/tls.c): the bytes read
+ * are decrypted before the handler sees them, and its writes are
+ * encrypted on their way out; the handler's connection opens only once
+ * the handshake is done.
  */
 #include <stdlib.h>
 #include <string.h>
@@ -19,10 +21,6 @@
 #include "frontend/security/tls.h"
 #include "util/alloc.h"
 #include "util/log.h"
-
-static const hark_raw_handler *handler_of(const hark_http_loop *loop) {
-  return loop->http->handler->raw;
-}
 
 /* lws keeps what a write could not send, and sends it first; it may use
  * LWS_PRE bytes in front of the data. */
@@ -59,7 +57,7 @@ static int tls_rx(hark_raw *raw, const hark_raw_handler *h, const void *in, size
     if (tls_flush(raw) < 0 || rc < 0) return -1; /* the alert went out first */
     if (rc == 0) return 0;
     lws_set_timeout(raw->wsi, NO_PENDING_TIMEOUT, 0);
-    if (!(raw->conn = h->open(raw->loop->http->handler->raw_userp, raw))) return -1;
+    if (!(raw->conn = h->open(raw->listener->userp, raw))) return -1;
   }
   uint8_t buf[TLS_READ_CHUNK];
   for (;;) {
@@ -72,8 +70,11 @@ static int tls_rx(hark_raw *raw, const hark_raw_handler *h, const void *in, size
   return tls_flush(raw);
 }
 
+/* Choked: lws holds what the socket did not take. (Not lws_send_pipe_choked,
+ * which asks the kernel with a poll() each time: two system calls a
+ * request, when a send that does not all go says the same for free.) */
 bool hark_raw_choked(hark_raw *raw) {
-  bool choked = lws_send_pipe_choked(raw->wsi) || lws_partial_buffered(raw->wsi);
+  bool choked = lws_partial_buffered(raw->wsi);
   if (!choked)
     raw->choked_ns = 0; /* the client read: a choke long ago is no reason to close */
   else if (!raw->choked_ns)
@@ -89,6 +90,10 @@ void hark_raw_pause(hark_raw *raw, bool pause) {
   lws_rx_flow_control(raw->wsi, pause ? 0 : 1);
 }
 
+bool hark_raw_buffered(hark_raw *raw) { return lws_partial_buffered(raw->wsi); }
+
+int hark_raw_fd(hark_raw *raw) { return lws_get_socket_fd(raw->wsi); }
+
 void hark_raw_close(hark_raw *raw) {
   lws_set_timeout(raw->wsi, PENDING_TIMEOUT_CLOSE_SEND, LWS_TO_KILL_ASYNC);
 }
@@ -101,22 +106,26 @@ int hark_raw_on_event(struct lws *wsi, enum lws_callback_reasons reason, void *u
                       size_t len) {
   hark_raw *raw = user;
   hark_http_loop *loop = wsi ? hark_http_loop_of(wsi) : NULL;
-  const hark_raw_handler *h = loop ? handler_of(loop) : NULL;
+  const hark_raw_handler *h = raw && raw->listener ? raw->listener->handler : NULL;
   switch (reason) {
-  case LWS_CALLBACK_RAW_ADOPT:
-    if (!raw || !h) return -1;
+  case LWS_CALLBACK_RAW_ADOPT: {
+    const hark_listener *l = loop ? loop->adopting : NULL; /* http.c's accept, just now */
+    if (!raw || !l || !loop) return -1;
     raw->wsi = wsi;
     raw->loop = loop;
-    hark_http_wsi_peer(wsi, raw->peer);
+    raw->listener = l;
+    h = l->handler;
+    hark_http_fd_peer(lws_get_socket_fd(wsi), raw->peer);
     raw->next = loop->raws;
     if (raw->next) raw->next->prev = raw;
     loop->raws = raw;
-    if (loop->http->opts.raw_tls) { /* the handler's connection opens after the handshake */
+    if (l->tls) { /* the handler's connection opens after the handshake */
       lws_set_timeout(wsi, PENDING_TIMEOUT_SSL_ACCEPT, TLS_HANDSHAKE_SECS);
-      return (raw->tls = hark_tls_conn_new(loop->http->opts.raw_tls)) ? 0 : -1;
+      return (raw->tls = hark_tls_conn_new(l->tls)) ? 0 : -1;
     }
-    raw->conn = h->open(loop->http->handler->raw_userp, raw);
+    raw->conn = h->open(l->userp, raw);
     return raw->conn ? 0 : -1;
+  }
   case LWS_CALLBACK_RAW_RX:
     if (raw && raw->tls) return tls_rx(raw, h, in, len);
     if (!raw || !raw->conn) return -1;
@@ -145,11 +154,14 @@ int hark_raw_on_event(struct lws *wsi, enum lws_callback_reasons reason, void *u
 }
 
 bool hark_raw_close_all(hark_http_loop *loop) {
-  if (!loop->raw_closing_all) {
-    loop->raw_closing_all = true;
-    for (hark_raw *raw = loop->raws; raw; raw = raw->next) hark_raw_close(raw);
+  bool open = false;
+  for (hark_raw *raw = loop->raws; raw; raw = raw->next) {
+    if (raw->listener->kind != LISTEN_RAW) continue; /* exchange.c and ws.c close theirs */
+    if (!loop->raw_closing_all) hark_raw_close(raw);
+    open = true;
   }
-  return loop->raws != NULL;
+  loop->raw_closing_all = true;
+  return open;
 }
 
 void hark_raw_sweep(hark_http_loop *loop) {
@@ -159,8 +171,8 @@ void hark_raw_sweep(hark_http_loop *loop) {
     if (!raw->choked_ns || raw->killed || now - raw->choked_ns < limit) continue;
     raw->killed = true;
     hark_limit_hit(HARK_LIMIT_SEND_TIMEOUT,
-                   "grpc: a client read nothing for %d s (--send-timeout-secs): closing",
-                   o->send_timeout_secs);
+                   "%s: a client read nothing for %d s (--send-timeout-secs): closing",
+                   raw->listener->kind == LISTEN_RAW ? "grpc" : "http", o->send_timeout_secs);
     hark_raw_close(raw);
   }
 }
