@@ -112,11 +112,11 @@ static void on_signal(int sig) {
     hark_frontends_stop(g_frontends); /* a second signal: stop waiting */
 }
 
-/* Every connection holds a descriptor and every WebSocket two (hark reads
- * its frames through a duplicate: frontend/http/ws.c), so a soft limit
- * left at a distribution's 1,024 would cap WebSocket streams near 500.
- * Raise it towards the hard limit, as Go's runtime does for its servers,
- * up to FD_SOFT_CAP: lws sizes its tables by the soft limit, per loop. */
+/* Every connection (a WebSocket stream, a gRPC channel) holds a
+ * descriptor, so a soft limit left at a distribution's 1,024 would cap
+ * streams near a thousand. Raise it towards the hard limit, as Go's
+ * runtime does for its servers, up to FD_SOFT_CAP: lws sizes its tables
+ * by the soft limit, per loop. */
 #define FD_SOFT_CAP 65536
 static void raise_fd_limit(void) {
   struct rlimit rl;

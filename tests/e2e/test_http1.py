@@ -89,10 +89,21 @@ class Http1(harness.ServerTest):
                 self.assert_refused(raw, status)
 
     def test_a_head_too_long_is_refused_at_its_bound(self):
+        for end in (b"", b"\r\n\r\n"):  # coming still, or whole in one read
+            with self.subTest(whole=bool(end)), self.connect() as s:
+                s.sendall(b"GET / HTTP/1.1\r\nX-Long: " + b"a" * 40000 + end)
+                reply = read_reply(s)
+                self.assertEqual(reply[0], 431)
+                self.assertTrue(at_eof(s))
+
+    def test_connection_close_on_any_line(self):
+        # A list may come in several lines (RFC 9110 5.3): "close" on the
+        # second still closes.
         with self.connect() as s:
-            s.sendall(b"GET / HTTP/1.1\r\nX-Long: " + b"a" * 40000)
+            s.sendall(b"GET /v2/health/ready HTTP/1.1\r\nHost: x\r\nConnection: keep-alive\r\n"
+                      b"Connection: close\r\n\r\n")
             reply = read_reply(s)
-            self.assertEqual(reply[0], 431)
+            self.assertEqual((reply[0], reply[1].get("connection")), (200, "close"))
             self.assertTrue(at_eof(s))
 
     def test_expect_100_continue(self):

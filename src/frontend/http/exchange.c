@@ -53,9 +53,12 @@
 /* While the service has a request, input read ahead past this waits in
  * the socket. */
 #define IN_AHEAD (64u * 1024u)
-/* After an early reply, the rest of the body is read and dropped for at
- * most this long, then the connection closes. */
+/* After an early reply, the rest of the body is read and dropped (as
+ * nginx's lingering_timeout and lingering_time): while it comes with no
+ * pause longer than LINGER_SECS, for at most LINGER_TOTAL_SECS; then the
+ * connection closes. */
 #define LINGER_SECS 5
+#define LINGER_TOTAL_SECS 30
 /* A kept-alive connection with no request this long is closed (nginx's
  * keepalive_timeout). */
 #define KEEPALIVE_SECS 75
@@ -388,6 +391,7 @@ static bool write_reply(hark_http_conn *c) {
    * while, then close. */
   c->state = CONN_LINGER;
   c->body_skip = skip;
+  c->moved_ns = c->since_ns;
   return true;
 }
 
@@ -520,6 +524,7 @@ static void body_feed(hark_http_conn *c, const char *in, size_t len) {
   if (len > c->body_cap - c->body_len) {
     hark_error *err = body_grow(c, c->body_len + len);
     if (err) {
+      c->body_len += len; /* dropped, but received: what lingering still drops is the rest */
       hark_http_reply_error(c, 0, err);
       return;
     }
@@ -688,15 +693,29 @@ static void upgrade(hark_http_conn *c) {
     return;
   }
   c->state = CONN_WS;
+  if (c->read_paused) { /* ws.c decides when to read from now on */
+    c->read_paused = false;
+    hark_raw_pause(c->raw, false);
+  }
   c->ws = hark_ws_open(loop, c->raw, ticket);
+}
+
+/* Whether any field named `name` holds `token` (a list may come in
+ * several lines, RFC 9110 5.3). */
+static bool has_token(const hark_h1_head *h, const char *name, const char *token) {
+  size_t nlen = strlen(name);
+  for (size_t i = 0; i < h->n_fields; i++) {
+    const hark_h1_field *f = &h->fields[i];
+    if (f->name_len == nlen && strncasecmp(f->name, name, nlen) == 0 &&
+        hark_h1_has_token(f->value, f->value_len, token))
+      return true;
+  }
+  return false;
 }
 
 /* Whether the request asks for a WebSocket (RFC 6455 4.2.1). */
 static bool is_upgrade(const hark_h1_head *h) {
-  const hark_h1_field *up = hark_h1_find(h, "upgrade", NULL);
-  const hark_h1_field *co = hark_h1_find(h, "connection", NULL);
-  return up && co && hark_h1_has_token(up->value, up->value_len, "websocket") &&
-         hark_h1_has_token(co->value, co->value_len, "upgrade");
+  return has_token(h, "upgrade", "websocket") && has_token(h, "connection", "upgrade");
 }
 
 /* A whole head, `len` bytes at `src`: copied out (the input moves on),
@@ -732,16 +751,13 @@ static void take_head(hark_http_conn *c, const char *src, size_t len) {
   if (framing.chunked) c->close_after = true;
   c->method = method_of(h);
   c->head_only = c->method == HARK_HTTP_HEAD;
-  const hark_h1_field *conn = hark_h1_find(h, "connection", NULL);
-  if (h->minor == 0) {
-    c->keep_alive_10 = conn && hark_h1_has_token(conn->value, conn->value_len, "keep-alive");
-    if (!c->keep_alive_10) c->close_after = true;
-  } else if (conn && hark_h1_has_token(conn->value, conn->value_len, "close")) {
+  if (has_token(h, "connection", "close")) {
     c->close_after = true;
+  } else if (h->minor == 0) {
+    c->keep_alive_10 = has_token(h, "connection", "keep-alive");
+    if (!c->keep_alive_10) c->close_after = true;
   }
-  const hark_h1_field *expect = hark_h1_find(h, "expect", NULL);
-  c->continue_due = h->minor == 1 && expect &&
-                    hark_h1_has_token(expect->value, expect->value_len, "100-continue");
+  c->continue_due = h->minor == 1 && has_token(h, "expect", "100-continue");
   if (c->method == HARK_HTTP_GET && is_upgrade(h)) {
     upgrade(c);
     return;
@@ -764,6 +780,13 @@ static void take_head(hark_http_conn *c, const char *src, size_t len) {
 
 /* ---- the pump -------------------------------------------------------------------- */
 
+/* A head longer than HEAD_MAX, whole or not: 431, and close. */
+static void head_too_long(hark_http_conn *c) {
+  c->state = CONN_CLOSING;
+  reply_and_close(c, 431,
+                  "Request Header Fields Too Large: the request head is longer than 32 KiB");
+}
+
 static size_t in_left(const hark_http_conn *c) { return c->in.len - c->in_off; }
 
 /* Input consumed: the buffer starts again from its front (and is freed
@@ -784,6 +807,7 @@ static void in_compact(hark_http_conn *c) {
 /* Reading stays on while a request is being read; while the service has
  * one, at most IN_AHEAD bytes are read ahead. */
 static void update_reading(hark_http_conn *c) {
+  if (c->state == CONN_WS) return; /* ws.c's to decide */
   bool hold = (c->state == CONN_BUSY || c->state == CONN_REPLYING || c->state == CONN_CLOSING) &&
               in_left(c) >= IN_AHEAD;
   if (hold != c->read_paused) {
@@ -807,15 +831,14 @@ static void pump(hark_http_conn *c) {
       if (!avail) break;
       size_t end = hark_h1_head_end(c->in.data + c->in_off, avail, &c->scan);
       if (!end) {
-        if (avail >= HEAD_MAX) {
-          c->state = CONN_CLOSING;
-          reply_and_close(c, 431,
-                          "Request Header Fields Too Large: the request head is longer "
-                          "than 32 KiB");
-        }
+        if (avail >= HEAD_MAX) head_too_long(c);
         break;
       }
       c->scan = 0;
+      if (end > HEAD_MAX) {
+        head_too_long(c);
+        break;
+      }
       c->in_off += end;
       take_head(c, c->in.data + c->in_off - end, end);
       more = true;
@@ -835,6 +858,7 @@ static void pump(hark_http_conn *c) {
       size_t avail = in_left(c), n = avail < c->body_skip ? avail : c->body_skip;
       c->in_off += n;
       c->body_skip -= n;
+      if (n) c->moved_ns = hark_now_ns();
       if (!c->lingering_wr && !hark_raw_buffered(c->raw)) {
         c->lingering_wr = true;
         int fd = hark_raw_fd(c->raw);
@@ -896,6 +920,11 @@ static int on_rx(void *conn, const uint8_t *data, size_t len) {
     if (c->state == CONN_HEAD) {
       if (c->head) c->since_ns = hark_now_ns(); /* a later head's first byte */
       size_t scan = 0, end = hark_h1_head_end((const char *)data, len, &scan);
+      if (end > HEAD_MAX) {
+        c->pumping = false;
+        head_too_long(c);
+        return 0;
+      }
       if (end) {
         take_head(c, (const char *)data, end);
         data += end;
@@ -1011,7 +1040,9 @@ void hark_http_conns_sweep(hark_http_loop *loop) {
       break;
     }
     case CONN_LINGER:
-      if (waited >= (uint64_t)LINGER_SECS * NS_PER_SEC) conn_close(c);
+      if (waited >= (uint64_t)LINGER_TOTAL_SECS * NS_PER_SEC ||
+          now - c->moved_ns >= (uint64_t)LINGER_SECS * NS_PER_SEC)
+        close_when_sent(c);
       break;
     default: break;
     }
@@ -1019,14 +1050,19 @@ void hark_http_conns_sweep(hark_http_loop *loop) {
 }
 
 bool hark_http_conns_close_all(hark_http_loop *loop) {
-  if (!loop->conns_closing_all) {
-    loop->conns_closing_all = true;
-    for (hark_http_conn *c = loop->conns; c; c = c->next) {
-      if (c->state == CONN_WS) continue; /* ws.c closes it with its handshake */
+  bool first = !loop->conns_closing_all, open = false;
+  loop->conns_closing_all = true;
+  for (hark_http_conn *c = loop->conns; c; c = c->next) {
+    if (c->state == CONN_WS) continue; /* ws.c closes it with its handshake (and counts it) */
+    if (first) {
       c->close_after = true;
-      /* No request accepted (a head not whole is none): nothing is lost. */
-      if (c->state == CONN_HEAD) conn_close(c);
+      /* No request accepted (a head not whole is none): nothing is lost.
+       * What lws still holds of a reply goes out first. */
+      if (c->state == CONN_HEAD) close_when_sent(c);
     }
+    /* Connections accepted since, with no request yet, are not waited
+     * for: a request they send is answered 503. */
+    if (c->state != CONN_HEAD) open = true;
   }
-  return loop->conns != NULL;
+  return open;
 }

@@ -60,10 +60,9 @@ typedef struct hark_http_request {
  * A WebSocket service: the handlers of one kind of stream. Loop thread.
  *   accept  an upgrade to `path`: NULL accepts it (*ticket is anything the
  *           accepted upgrade holds until open or release); an error refuses
- *           it with the error's HTTP status and {"error": message}. Called
- *           twice: when the upgrade is asked for (its ticket is released at
- *           once), and when the WebSocket is up (its ticket goes to open; a
- *           refusal then closes the WebSocket with the reason).
+ *           it with the error's HTTP status and {"error": message}. Once
+ *           accepted, the 101 goes out and open gets the ticket (release
+ *           does, when the connection failed first).
  *   open    the WebSocket is up: the stream's state (NULL closes it, 1011).
  *   release gives back a ticket that no stream took.
  *   message one whole message (fragments joined, at most ws_max_message

@@ -25,8 +25,9 @@
 #define DEFAULT_IDLE_SECS 60
 #define OUT_HIGH_WATER (256u * 1024u) /* unsent messages: pause receiving */
 #define KEEP_BUFFER (64u * 1024u)
-#define CLOSE_ACK_SECS 5  /* our close frame is out: the client's, or we hang up */
-#define FRAME_HEAD_MAX 10 /* a server frame's header: 2, 4 or 10 bytes */
+#define CLOSE_ACK_SECS 5           /* our close frame is out: the client's, or we hang up */
+#define RX_LEFT_MAX (256u * 1024u) /* input kept while paused, past a message */
+#define FRAME_HEAD_MAX 10          /* a server frame's header: 2, 4 or 10 bytes */
 #define NS_PER_SEC 1000000000ull
 
 /* A frame waiting for the socket: its payload starts at OUT_PAYLOAD, with
@@ -136,11 +137,15 @@ static void rx_kick_soon(hark_ws *ws);
 
 /* Reading on or off, for a WebSocket with a connection under it (a
  * detached one has none). Back on, what was read and not parsed goes
- * first. */
+ * first: the socket is read again only once that is all parsed (lws
+ * hands over what it reads, so reading it on top of that would pile up). */
 static void rx_flow(hark_ws *ws, bool on) {
   if (!ws->raw || ws->rx_done) return;
+  if (on && ws->rx_left.len) {
+    rx_kick_soon(ws);
+    return;
+  }
   hark_raw_pause(ws->raw, !on);
-  if (on && ws->rx_left.len) rx_kick_soon(ws);
 }
 
 static void want_write(hark_ws *ws) {
@@ -420,6 +425,7 @@ static void rx_resume(hark_ws *ws) {
     if (!took) break;
   }
   if (!reading(ws) || !ws->rx_left.len) hark_buf_free(&ws->rx_left);
+  if (!ws->rx_left.len && !ws->rx_paused && reading(ws)) hark_raw_pause(ws->raw, false);
 }
 
 void hark_ws_on_rx(hark_ws *ws, uint8_t *data, size_t len) {
@@ -432,7 +438,16 @@ void hark_ws_on_rx(hark_ws *ws, uint8_t *data, size_t len) {
     if (!len || !reading(ws)) return;
   }
   /* Paused mid-read (or bytes that came after a pause, from a TLS
-   * record): kept for when reading is back on. */
+   * record): kept for when reading is back on. Reading stops with the
+   * pause, so this is a read or a few TLS records at most: more is a bug
+   * this bound keeps from costing the server its memory. */
+  if (ws->rx_left.len + len > max_message(ws->loop->http) + RX_LEFT_MAX) {
+    HARK_WARN("ws: a stream's unread input passed %zu bytes while paused; closing it",
+              max_message(ws->loop->http) + RX_LEFT_MAX);
+    ws->rx_done = true;
+    hark_ws_close(ws, HARK_WS_CLOSE_POLICY, "too much input while the stream is paused");
+    return;
+  }
   if (!hark_buf_append(&ws->rx_left, data, len)) {
     ws->rx_done = true;
     hark_ws_close(ws, HARK_WS_CLOSE_INTERNAL, "out of memory");
