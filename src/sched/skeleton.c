@@ -21,7 +21,10 @@
  * front-end thread that allows it (runtime/pool.h), a scheduler whose
  * executions average a few microseconds has the first batch a pump formed
  * run by the pump's own thread, after the rest went to the workers and the
- * pass was finished.
+ * pass was finished; then the pump passes again, so a batch that queued
+ * behind it for the instance (another event loop's) runs there too, up to
+ * INLINE_CHAIN in a row, rather than on a worker woken for a few
+ * microseconds of work.
  *
  * Timers: rather than a thread per model sleeping on its own condition
  * variable, every scheduler embeds one hark_timer on the pool's single
@@ -50,13 +53,14 @@ static void skel_fire(void *arg) {
   hark_skel_pump(sk);
 }
 
-/* An instance's pool task: runs its batch, frees it, and looks again. */
-static void skel_run(void *arg) {
-  hark_skel_inst *inst = arg;
+/* Runs an instance's batch, times it and frees the instance; `pump_after`
+ * takes a user reference for the pump its caller runs next. Returns when
+ * it ended (the next pass's clock). */
+static uint64_t skel_exec(hark_skel_inst *inst, bool pump_after) {
   hark_skel *sk = inst->sk;
   uint64_t start = hark_now_ns();
   sk->ops->execute(sk, inst);
-  uint64_t took = hark_now_ns() - start;
+  uint64_t end = hark_now_ns(), took = end - start;
   /* The warm-up's executions are not averaged: the average starts from
    * the last of them. */
   uint64_t avg = atomic_load_explicit(&sk->exec_avg_ns, memory_order_relaxed);
@@ -68,9 +72,18 @@ static void skel_run(void *arg) {
   if (sk->ops->executed) sk->ops->executed(sk, inst);
   inst->busy = false;
   sk->n_busy--;
-  sk->users++;
+  if (pump_after) sk->users++;
   pthread_mutex_unlock(&sk->lock);
-  hark_skel_pump(sk);
+  return end;
+}
+
+static void pump(hark_skel *sk, uint64_t now);
+
+/* An instance's pool task: runs its batch, frees it, and looks again. */
+static void skel_run(void *arg) {
+  hark_skel_inst *inst = arg;
+  uint64_t end = skel_exec(inst, true);
+  pump(inst->sk, end);
 }
 
 void hark_skel_init(hark_skel *sk, const hark_skel_ops *ops, const hark_sched_desc *desc) {
@@ -105,12 +118,21 @@ void hark_skel_claim(hark_skel *sk, hark_skel_inst *inst, hark_skel_pass *p) {
   p->launch = inst;
 }
 
-void hark_skel_pump(hark_skel *sk) {
+/* Inline batches one pump may run in a row: what queued behind an inline
+ * run (another loop's request, waiting for the instance this thread held)
+ * runs here too rather than waking a worker, which then wakes that loop,
+ * but one thread serves others' batches only so long. */
+#define INLINE_CHAIN 4
+
+/* `now`: the clock its caller just read, else 0. */
+static void pump(hark_skel *sk, uint64_t now) {
   hark_pool *pool = sk->d.pool;
+  unsigned inlined = 0;
   for (;;) {
     hark_skel_pass p = {.wake_ns = UINT64_MAX};
     pthread_mutex_lock(&sk->lock);
-    sk->ops->pass(sk, hark_now_ns(), &p);
+    sk->ops->pass(sk, now ? now : hark_now_ns(), &p);
+    now = 0;
     if (p.wake_ns == UINT64_MAX)
       hark_pool_timer_disarm(pool, &sk->timer);
     else
@@ -120,7 +142,8 @@ void hark_skel_pump(hark_skel *sk) {
 
     hark_skel_inst *here = NULL;
     uint64_t cost = p.launch ? hark_skel_cost(sk) : 0;
-    if (cost && sk->ops->may_inline && hark_pool_inline_begin(pool, cost)) {
+    if (cost && sk->ops->may_inline && inlined < INLINE_CHAIN &&
+        hark_pool_inline_begin(pool, cost)) {
       here = p.launch;
       p.launch = here->launch_next;
     }
@@ -132,8 +155,10 @@ void hark_skel_pump(hark_skel *sk) {
     }
     if (sk->ops->finish) sk->ops->finish(sk, &p);
     if (here) {
-      skel_run(here);
+      now = skel_exec(here, false); /* this pump's own reference covers it */
       hark_pool_inline_end();
+      inlined++;
+      continue; /* the instance is free again: look at what queued meanwhile */
     }
     if (!p.again) break;
   }
@@ -143,6 +168,8 @@ void hark_skel_pump(hark_skel *sk) {
   if (sk->users == 0 && sk->n_busy == 0 && sk->ops->drained(sk)) pthread_cond_broadcast(&sk->idle);
   pthread_mutex_unlock(&sk->lock);
 }
+
+void hark_skel_pump(hark_skel *sk) { pump(sk, 0); }
 
 hark_error *hark_skel_enqueue(hark_skel *sk, hark_request *req, void *arg) {
   pthread_mutex_lock(&sk->lock);
@@ -158,7 +185,7 @@ hark_error *hark_skel_enqueue(hark_skel *sk, hark_request *req, void *arg) {
   hark_request_set_queued_ns(req, now); /* nothing dequeues it before we unlock */
   sk->users++;
   pthread_mutex_unlock(&sk->lock);
-  hark_skel_pump(sk);
+  pump(sk, now);
   return NULL;
 }
 
