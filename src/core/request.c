@@ -75,7 +75,9 @@ bool hark_request_is_cancelled(const hark_request *req) {
 }
 
 void hark_request_set_client(hark_request *req, const char *client) {
-  snprintf(req->client, sizeof req->client, "%s", client ? client : "");
+  size_t n = client ? strnlen(client, sizeof req->client - 1) : 0;
+  memcpy(req->client, client ? client : "", n);
+  req->client[n] = '\0';
 }
 
 const char *hark_request_client(const hark_request *req) { return req->client; }

@@ -102,7 +102,7 @@ static const struct {
 
 hark_datatype hark_datatype_from_name(const char *name) {
   for (int i = 1; name && i < HARK_TYPE_COUNT_; i++)
-    if (strcmp(types[i].name, name) == 0) return (hark_datatype)i;
+    if (types[i].name[0] == name[0] && strcmp(types[i].name, name) == 0) return (hark_datatype)i;
   return HARK_TYPE_INVALID;
 }
 

@@ -191,6 +191,48 @@ static void test_nested_data_and_shapes(void **state) {
   parsed_free(&p);
 }
 
+/* Flat integer arrays take a one-loop path; these sit on its edges (and
+ * past them, where the general walk takes over): every value must come
+ * out the same either way. */
+static void test_flat_integer_arrays(void **state) {
+  (void)state;
+  parsed_body p;
+  parse_ok(&p, one_input("UINT8", "[4]", "[0,255,-0,\t7 ]"));
+  const uint8_t *u8 = p.r.inputs[0].data;
+  assert_true(u8[0] == 0 && u8[1] == 255 && u8[2] == 0 && u8[3] == 7);
+  parsed_free(&p);
+  parse_ok(&p, one_input("INT16", "[3]", "[ -32768 ,\n32767, 0]"));
+  const int16_t *i16 = p.r.inputs[0].data;
+  assert_true(i16[0] == -32768 && i16[1] == 32767 && i16[2] == 0);
+  parsed_free(&p);
+  /* 18 digits (the loop's most), then 19 and 20 (the general walk's). */
+  parse_ok(&p, one_input("INT64", "[4]",
+                         "[999999999999999999,-999999999999999999,"
+                         "-9223372036854775808,9223372036854775807]"));
+  const int64_t *i64 = p.r.inputs[0].data;
+  assert_true(i64[0] == 999999999999999999 && i64[1] == -999999999999999999);
+  assert_true(i64[2] == INT64_MIN && i64[3] == INT64_MAX);
+  parsed_free(&p);
+  parse_ok(&p, one_input("UINT64", "[2]", "[18446744073709551615,1]"));
+  const uint64_t *u64 = p.r.inputs[0].data;
+  assert_true(u64[0] == UINT64_MAX && u64[1] == 1);
+  parsed_free(&p);
+  parse_ok(&p, one_input("UINT32", "[2]", "[4294967295,1]"));
+  const uint32_t *u32 = p.r.inputs[0].data;
+  assert_true(u32[0] == UINT32_MAX && u32[1] == 1);
+  parsed_free(&p);
+  /* Not JSON, or not integers: refused as before. */
+  expect_json_error(one_input("INT32", "[2]", "[01,2]"), "malformed JSON");
+  expect_json_error(one_input("INT32", "[2]", "[1,]"), "malformed JSON");
+  expect_json_error(one_input("INT32", "[2]", "[1 2]"), "malformed JSON");
+  expect_json_error(one_input("INT32", "[2]", "[1,-]"), "malformed JSON");
+  expect_json_error(one_input("INT32", "[2]", "[1,2.0]"), "element 1 is not an integer");
+  expect_json_error(one_input("INT32", "[2]", "[1,2E1]"), "element 1 is not an integer");
+  expect_json_error(one_input("INT32", "[3]", "[1,2]"), "needs 3 elements but 'data' holds 2");
+  expect_json_error(one_input("INT32", "[2]", "[1,2,3]"), "needs 2 elements but 'data' holds 3");
+  expect_json_error(one_input("UINT16", "[2]", "[1,-1]"), "element 1 is not an integer in range");
+}
+
 static void test_bytes_escapes(void **state) {
   (void)state;
   parsed_body p;
@@ -1028,6 +1070,7 @@ int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_every_type_as_json),
       cmocka_unit_test(test_nested_data_and_shapes),
+      cmocka_unit_test(test_flat_integer_arrays),
       cmocka_unit_test(test_bytes_escapes),
       cmocka_unit_test(test_request_fields),
       cmocka_unit_test(test_bad_parameters),

@@ -31,7 +31,7 @@ bool hark_jr_syntax(hark_jr *r, const char *what) {
 }
 
 void hark_jr_skip_ws(hark_jr *r) {
-  while (r->p < r->end && (*r->p == ' ' || *r->p == '\n' || *r->p == '\r' || *r->p == '\t')) r->p++;
+  while (r->p < r->end && hark_jr_is_ws(*r->p)) r->p++;
 }
 
 bool hark_jr_eat(hark_jr *r, char c) {
@@ -198,32 +198,44 @@ bool hark_jr_string(hark_jr *r, const char **out, size_t *len) {
   return true;
 }
 
-bool hark_jr_number(hark_jr *r, hark_jr_num *num) {
-  hark_jr_skip_ws(r);
-  const char *s = r->p, *e = r->end, *p = s;
-  bool integer = true;
+static bool is_digit(char c) { return (unsigned)(c - '0') < 10u; }
+
+/* The end of the number token at p, or NULL with *what saying what is
+ * wrong; *integer: no fraction, no exponent. */
+static const char *scan_number(const char *p, const char *e, bool *integer, const char **what) {
+  *integer = true;
+  *what = "bad number";
   if (p < e && *p == '-') p++;
   if (p < e && *p == '0') {
     p++;
   } else if (p < e && *p >= '1' && *p <= '9') {
-    while (p < e && *p >= '0' && *p <= '9') p++;
+    while (p < e && is_digit(*p)) p++;
   } else {
-    return hark_jr_syntax(r, "expected a value");
+    *what = "expected a value";
+    return NULL;
   }
   if (p < e && *p == '.') {
-    integer = false;
-    p++;
-    if (p >= e || *p < '0' || *p > '9') return hark_jr_syntax(r, "bad number");
-    while (p < e && *p >= '0' && *p <= '9') p++;
+    *integer = false;
+    if (++p >= e || !is_digit(*p)) return NULL;
+    while (p < e && is_digit(*p)) p++;
   }
   if (p < e && (*p == 'e' || *p == 'E')) {
-    integer = false;
+    *integer = false;
     p++;
     if (p < e && (*p == '+' || *p == '-')) p++;
-    if (p >= e || *p < '0' || *p > '9') return hark_jr_syntax(r, "bad number");
-    while (p < e && *p >= '0' && *p <= '9') p++;
+    if (p >= e || !is_digit(*p)) return NULL;
+    while (p < e && is_digit(*p)) p++;
   }
-  *num = (hark_jr_num){s, (size_t)(p - s), integer};
+  return p;
+}
+
+bool hark_jr_number(hark_jr *r, hark_jr_num *num) {
+  hark_jr_skip_ws(r);
+  const char *what;
+  bool integer;
+  const char *p = scan_number(r->p, r->end, &integer, &what);
+  if (!p) return hark_jr_syntax(r, what); /* at the token's start */
+  *num = (hark_jr_num){r->p, (size_t)(p - r->p), integer};
   r->p = (char *)p;
   return true;
 }
@@ -269,13 +281,33 @@ static bool skip_container(hark_jr *r, char close) {
   return true;
 }
 
+/* A flat, non-empty array of numbers (the usual tensor "data", skipped
+ * before its datatype is known): one scan without a call an element. False,
+ * the cursor unmoved, at anything else, which the general walk then reads
+ * (and reports). */
+static bool skip_number_array(hark_jr *r) {
+  if (r->depth >= HARK_JR_MAX_DEPTH) return false;
+  const char *p = r->p + 1, *e = r->end, *what;
+  bool integer;
+  for (;;) {
+    while (p < e && hark_jr_is_ws(*p)) p++;
+    if (!(p = scan_number(p, e, &integer, &what))) return false;
+    while (p < e && hark_jr_is_ws(*p)) p++;
+    if (p >= e) return false;
+    if (*p == ']') break;
+    if (*p++ != ',') return false;
+  }
+  r->p = (char *)p + 1;
+  return true;
+}
+
 /* Validates and skips any value without changing it. */
 bool hark_jr_skip(hark_jr *r) {
   hark_jr_skip_ws(r);
   if (r->p >= r->end) return hark_jr_syntax(r, "expected a value");
   switch (*r->p) {
   case '{': return skip_container(r, '}');
-  case '[': return skip_container(r, ']');
+  case '[': return skip_number_array(r) || skip_container(r, ']');
   case '"': {
     size_t n;
     const char *after = hark_jr_scan_string(r->p, r->end, &n);

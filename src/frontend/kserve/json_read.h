@@ -39,6 +39,7 @@ bool hark_jr_fail(hark_jr *r, const char *fmt, ...) __attribute__((format(printf
 bool hark_jr_syntax(hark_jr *r, const char *what);
 
 void hark_jr_skip_ws(hark_jr *r);
+static inline bool hark_jr_is_ws(char c) { return c == ' ' || c == '\n' || c == '\r' || c == '\t'; }
 /* Consumes `c` (after whitespace) if it is next. */
 bool hark_jr_eat(hark_jr *r, char c);
 /* Whether `c` is next (after whitespace). */

@@ -28,6 +28,11 @@ typedef struct parser {
   hark_arena *arena;
 } parser;
 
+/* A member's name against one this parser knows (most differ at once). */
+static inline bool key_is(const char *key, const char *name) {
+  return key[0] == name[0] && strcmp(key, name) == 0;
+}
+
 /* ---- request parameters -------------------------------------------------- */
 
 /* Arena memory for the request (client-sized: a failure is its error). */
@@ -93,7 +98,7 @@ static bool read_params(parser *ps, hark_kserve_request *r) {
   while (hark_jr_next_member(&ps->jr, &first, &key, &done) && !done) {
     /* Stop at the first one too many: the rest is never read. */
     if (++seen > HARK_KSERVE_MAX_PARAMETERS) return too_many_params(ps);
-    if (strcmp(key, "binary_data_output") == 0) {
+    if (key_is(key, "binary_data_output")) {
       if (!hark_jr_bool(&ps->jr, &r->binary_data_output, "parameter 'binary_data_output'"))
         return false;
       continue;
@@ -164,14 +169,14 @@ static bool read_shm_param(parser *ps, const char *what, const char *name, const
                            const char **region, uint64_t *offset, uint64_t *size, bool *has_size,
                            bool *matched) {
   *matched = true;
-  if (strcmp(key, "shared_memory_region") == 0) {
+  if (key_is(key, "shared_memory_region")) {
     if (!hark_jr_peek(&ps->jr, '"'))
       return hark_jr_fail(&ps->jr, "%s '%s': shared_memory_region must be a string", what,
                           name ? name : "?");
     return hark_jr_string(&ps->jr, region, NULL);
   }
-  if (strcmp(key, "shared_memory_offset") == 0) return read_size_param(ps, what, name, key, offset);
-  if (strcmp(key, "shared_memory_byte_size") == 0) {
+  if (key_is(key, "shared_memory_offset")) return read_size_param(ps, what, name, key, offset);
+  if (key_is(key, "shared_memory_byte_size")) {
     *has_size = true;
     return read_size_param(ps, what, name, key, size);
   }
@@ -184,7 +189,7 @@ static bool read_input_params(parser *ps, input_doc *d) {
   const char *key;
   while (hark_jr_next_member(&ps->jr, &first, &key, &done) && !done) {
     bool shm = false;
-    if (strcmp(key, "binary_data_size") == 0) {
+    if (key_is(key, "binary_data_size")) {
       if (!read_size_param(ps, "input", d->name, key, &d->binary_size)) return false;
       d->has_size = true;
     } else if (!read_shm_param(ps, "input", d->name, key, &d->shm_region, &d->shm_offset,
@@ -202,15 +207,15 @@ static bool read_input_doc(parser *ps, input_doc *d) {
   bool first = true, done;
   const char *key;
   while (hark_jr_next_member(&ps->jr, &first, &key, &done) && !done) {
-    if (strcmp(key, "name") == 0) {
+    if (key_is(key, "name")) {
       if (!hark_jr_string(&ps->jr, &d->name, NULL)) return false;
-    } else if (strcmp(key, "datatype") == 0) {
+    } else if (key_is(key, "datatype")) {
       if (!hark_jr_string(&ps->jr, &d->datatype, NULL)) return false;
-    } else if (strcmp(key, "shape") == 0) {
+    } else if (key_is(key, "shape")) {
       if (!read_shape(ps, d)) return false;
-    } else if (strcmp(key, "parameters") == 0) {
+    } else if (key_is(key, "parameters")) {
       if (!read_input_params(ps, d)) return false;
-    } else if (strcmp(key, "data") == 0) {
+    } else if (key_is(key, "data")) {
       hark_jr_skip_ws(&ps->jr);
       d->data = ps->jr.p;
       if (!hark_jr_skip(&ps->jr)) return false;
@@ -361,6 +366,73 @@ static bool convert_scalar(conv *cv) {
   return convert_int(cv, &num);
 }
 
+/*
+ * The usual integer tensor: a flat array of as many integers as the shape
+ * needs, each in range, read in one loop without a call an element into a
+ * buffer sized once (the text holds at least two bytes an element, so the
+ * size follows what was sent). False, with nothing kept or consumed, at
+ * anything else (nesting, a fraction or exponent, more than 18 digits, a
+ * value out of range, a count that differs), which convert_value then reads
+ * and reports.
+ */
+static bool convert_flat_ints(conv *cv, size_t text) {
+  hark_datatype dt = cv->in->datatype;
+  if (dt < HARK_TYPE_UINT8 || dt > HARK_TYPE_INT64 || !cv->keep || cv->want <= 0 ||
+      (uint64_t)cv->want > text / 2)
+    return false;
+  static const int64_t lo[] = {[HARK_TYPE_INT8] = INT8_MIN,
+                               [HARK_TYPE_INT16] = INT16_MIN,
+                               [HARK_TYPE_INT32] = INT32_MIN,
+                               [HARK_TYPE_INT64] = INT64_MIN};
+  static const int64_t hi[] = {[HARK_TYPE_UINT8] = UINT8_MAX,   [HARK_TYPE_UINT16] = UINT16_MAX,
+                               [HARK_TYPE_UINT32] = UINT32_MAX, [HARK_TYPE_UINT64] = INT64_MAX,
+                               [HARK_TYPE_INT8] = INT8_MAX,     [HARK_TYPE_INT16] = INT16_MAX,
+                               [HARK_TYPE_INT32] = INT32_MAX,   [HARK_TYPE_INT64] = INT64_MAX};
+  size_t size = hark_datatype_size(dt), n = (size_t)cv->want;
+  if (!reserve(cv, n * size)) return false;
+  const char *p = cv->ps->jr.p + 1, *e = cv->ps->jr.end; /* after '[' */
+  unsigned char *w = cv->buf;
+  for (size_t i = 0;; i++) {
+    while (p < e && hark_jr_is_ws(*p)) p++;
+    bool neg = p < e && *p == '-';
+    p += neg;
+    const char *d = p;
+    uint64_t mag = 0;
+    while (p < e && (unsigned)(*p - '0') < 10u) mag = mag * 10 + (unsigned)(*p++ - '0');
+    size_t digits = (size_t)(p - d);
+    if (!digits || digits > 18 || (digits > 1 && *d == '0') || i >= n) return false;
+    if (p < e && (*p == '.' || *p == 'e' || *p == 'E')) return false;
+    int64_t v = neg ? -(int64_t)mag : (int64_t)mag;
+    if (v < lo[dt] || v > hi[dt]) return false;
+    switch (size) {
+    case 1: *(uint8_t *)w = (uint8_t)v; break;
+    case 2: {
+      uint16_t x = (uint16_t)v;
+      memcpy(w, &x, 2);
+      break;
+    }
+    case 4: {
+      uint32_t x = (uint32_t)v;
+      memcpy(w, &x, 4);
+      break;
+    }
+    default: memcpy(w, &v, 8); break;
+    }
+    w += size;
+    while (p < e && hark_jr_is_ws(*p)) p++;
+    if (p >= e) return false;
+    if (*p == ']') {
+      if (i + 1 != n) return false;
+      break;
+    }
+    if (*p++ != ',') return false;
+  }
+  cv->used = n * size;
+  cv->seen = (int64_t)n;
+  cv->ps->jr.p = (char *)p + 1;
+  return true;
+}
+
 /* Walks (possibly nested) arrays, converting every scalar in order. */
 static bool convert_value(conv *cv) {
   parser *ps = cv->ps;
@@ -392,7 +464,7 @@ static bool convert_json_data(parser *ps, hark_kserve_input *in, char *data) {
    * text is wrong, and is found without storing anything. */
   size_t text = (size_t)(resume - data);
   conv cv = {.ps = ps, .in = in, .want = count, .keep = count >= 0 && (uint64_t)count <= text};
-  if (!convert_value(&cv)) return false;
+  if (!convert_flat_ints(&cv, text) && !convert_value(&cv)) return false;
   if (cv.oom) return hark_jr_fail(&ps->jr, "out of memory");
   if (!cv.buf && !(cv.buf = alloc(ps, 1))) return false;
   if (cv.seen != count)
@@ -512,18 +584,18 @@ static bool read_output(parser *ps, hark_kserve_output *out) {
   const char *key;
   *out = (hark_kserve_output){.binary = -1};
   while (hark_jr_next_member(&ps->jr, &first, &key, &done) && !done) {
-    if (strcmp(key, "name") == 0) {
+    if (key_is(key, "name")) {
       if (!hark_jr_string(&ps->jr, &out->name, NULL)) return false;
-    } else if (strcmp(key, "parameters") == 0) {
+    } else if (key_is(key, "parameters")) {
       bool pfirst = true, pdone;
       const char *pkey;
       while (hark_jr_next_member(&ps->jr, &pfirst, &pkey, &pdone) && !pdone) {
         bool shm = false;
-        if (strcmp(pkey, "binary_data") == 0) {
+        if (key_is(pkey, "binary_data")) {
           bool b;
           if (!hark_jr_bool(&ps->jr, &b, "output parameter 'binary_data'")) return false;
           out->binary = b;
-        } else if (strcmp(pkey, "classification") == 0) {
+        } else if (key_is(pkey, "classification")) {
           return hark_jr_fail(&ps->jr, "output parameter '%s' is not supported", pkey);
         } else if (!read_shm_param(ps, "output", out->name, pkey, &out->shm_region,
                                    &out->shm_offset, &out->shm_byte_size, &has_shm_size, &shm)) {
@@ -582,14 +654,14 @@ static bool read_request(parser *ps, hark_kserve_request *r, binary_cursor *bc) 
     return hark_jr_fail(&ps->jr, "request body is empty; expected a JSON object");
   while (hark_jr_next_member(&ps->jr, &first, &key, &done) && !done) {
     bool ok;
-    if (strcmp(key, "id") == 0) {
+    if (key_is(key, "id")) {
       if (!hark_jr_peek(&ps->jr, '"')) return hark_jr_fail(&ps->jr, "'id' must be a string");
       ok = once(ps, &seen, 1, key) && hark_jr_string(&ps->jr, &r->id, NULL);
-    } else if (strcmp(key, "parameters") == 0) {
+    } else if (key_is(key, "parameters")) {
       ok = once(ps, &seen, 2, key) && read_params(ps, r);
-    } else if (strcmp(key, "inputs") == 0) {
+    } else if (key_is(key, "inputs")) {
       ok = once(ps, &seen, 4, key) && read_inputs(ps, r, bc);
-    } else if (strcmp(key, "outputs") == 0) {
+    } else if (key_is(key, "outputs")) {
       ok = once(ps, &seen, 8, key) && read_outputs(ps, r);
     } else {
       ok = hark_jr_skip(&ps->jr);
