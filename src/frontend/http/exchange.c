@@ -376,7 +376,7 @@ static bool write_reply(hark_http_conn *c) {
   size_t skip = c->body_declared - c->body_len;
   exchange_reset(c);
   exchange_end(c);
-  c->since_ns = hark_now_ns();
+  c->since_ns = hark_http_now_ns();
   if (!c->close_after) {
     c->state = CONN_HEAD;
     return true;
@@ -500,7 +500,7 @@ int hark_http_read_body(hark_http_conn *c, size_t align_at) {
     return -1;
   }
   c->state = CONN_BODY;
-  c->since_ns = c->moved_ns = hark_now_ns();
+  c->since_ns = c->moved_ns = hark_http_now_ns();
   if (c->continue_due && c->in.len == c->in_off) send_continue(c);
   c->continue_due = false;
   if (!c->pumping) pump(c); /* outside a head handler: what waits is read now */
@@ -531,7 +531,7 @@ static void body_feed(hark_http_conn *c, const char *in, size_t len) {
   }
   memcpy(c->body + c->body_len, in, len);
   c->body_len += len;
-  c->moved_ns = hark_now_ns();
+  c->moved_ns = hark_http_now_ns();
   if (c->body_len < c->body_declared) return;
   c->state = CONN_BUSY;
   const hark_http_handler *h = c->loop->http->handler;
@@ -858,7 +858,7 @@ static void pump(hark_http_conn *c) {
       size_t avail = in_left(c), n = avail < c->body_skip ? avail : c->body_skip;
       c->in_off += n;
       c->body_skip -= n;
-      if (n) c->moved_ns = hark_now_ns();
+      if (n) c->moved_ns = hark_http_now_ns();
       if (!c->lingering_wr && !hark_raw_buffered(c->raw)) {
         c->lingering_wr = true;
         int fd = hark_raw_fd(c->raw);
@@ -895,7 +895,7 @@ static void *conn_open(hark_http *http, hark_raw *raw, bool metrics) {
   c->loop = hark_raw_loop(raw);
   c->metrics = metrics;
   c->state = CONN_HEAD;
-  c->since_ns = hark_now_ns(); /* the first head is due within the header timeout */
+  c->since_ns = hark_http_now_ns(); /* the first head is due within the header timeout */
   c->next = c->loop->conns;
   if (c->next) c->next->prev = c;
   c->loop->conns = c;
@@ -918,7 +918,7 @@ static int on_rx(void *conn, const uint8_t *data, size_t len) {
   if (!in_left(c)) {
     c->pumping = true;
     if (c->state == CONN_HEAD) {
-      if (c->head) c->since_ns = hark_now_ns(); /* a later head's first byte */
+      if (c->head) c->since_ns = hark_http_now_ns(); /* a later head's first byte */
       size_t scan = 0, end = hark_h1_head_end((const char *)data, len, &scan);
       if (end > HEAD_MAX) {
         c->pumping = false;
@@ -992,7 +992,7 @@ const hark_raw_handler hark_http_metrics_conn_handler = {on_open_metrics, on_rx,
 
 void hark_http_conns_sweep(hark_http_loop *loop) {
   const hark_http_options *o = &loop->http->opts;
-  uint64_t now = hark_now_ns();
+  uint64_t now = hark_http_now_ns();
   for (hark_http_conn *c = loop->conns, *next; c; c = next) {
     next = c->next;
     uint64_t waited = now - c->since_ns;

@@ -11,8 +11,19 @@
 #include <libwebsockets.h>
 #include <pthread.h>
 #include <stdatomic.h>
+#include <time.h>
 
 #include "frontend/http/http.h"
+
+/* The transport's clock for its time limits (header, body, idle, send,
+ * linger), which a once-a-second sweep checks: the coarse monotonic clock,
+ * a few milliseconds of resolution and cheaper to read than the precise
+ * one, which a request would read several times. */
+static inline uint64_t hark_http_now_ns(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC_COARSE, &ts);
+  return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
+}
 
 /* Reply buffers keep this much room in front of the body so the headers
  * can be put right before it and go out in the same write. */

@@ -78,7 +78,7 @@ bool hark_raw_choked(hark_raw *raw) {
   if (!choked)
     raw->choked_ns = 0; /* the client read: a choke long ago is no reason to close */
   else if (!raw->choked_ns)
-    raw->choked_ns = hark_now_ns(); /* the send timeout runs */
+    raw->choked_ns = hark_http_now_ns(); /* the send timeout runs */
   return choked;
 }
 
@@ -166,7 +166,7 @@ bool hark_raw_close_all(hark_http_loop *loop) {
 
 void hark_raw_sweep(hark_http_loop *loop) {
   const hark_http_options *o = &loop->http->opts;
-  uint64_t now = hark_now_ns(), limit = (uint64_t)o->send_timeout_secs * 1000000000ull;
+  uint64_t now = hark_http_now_ns(), limit = (uint64_t)o->send_timeout_secs * 1000000000ull;
   for (hark_raw *raw = loop->raws; raw; raw = raw->next) {
     if (!raw->choked_ns || raw->killed || now - raw->choked_ns < limit) continue;
     raw->killed = true;

@@ -104,7 +104,7 @@ hark_ws *hark_ws_open(hark_http_loop *loop, hark_raw *raw, void *ticket) {
   ws->loop = loop;
   ws->raw = raw;
   snprintf(ws->peer, sizeof ws->peer, "%s", hark_raw_peer(raw));
-  ws->last_rx_ns = ws->last_tx_ns = hark_now_ns();
+  ws->last_rx_ns = ws->last_tx_ns = hark_http_now_ns();
   ws->next = loop->sockets;
   if (ws->next) ws->next->prev = ws;
   loop->sockets = ws;
@@ -184,7 +184,7 @@ bool hark_ws_send_text(hark_ws *ws, const char *text, size_t len) {
   o->next = NULL;
   o->len = len;
   memcpy(o->buf + OUT_PAYLOAD, text, len);
-  if (!ws->out_head) ws->last_tx_ns = hark_now_ns(); /* the wait for the client begins */
+  if (!ws->out_head) ws->last_tx_ns = hark_http_now_ns(); /* the wait for the client begins */
   if (ws->out_tail)
     ws->out_tail->next = o;
   else
@@ -199,7 +199,7 @@ bool hark_ws_send_text(hark_ws *ws, const char *text, size_t len) {
 void hark_ws_close(hark_ws *ws, int code, const char *reason) {
   if (ws->closing) return;
   ws->closing = true;
-  ws->last_tx_ns = hark_now_ns(); /* the close frame waits for the socket too */
+  ws->last_tx_ns = hark_http_now_ns(); /* the close frame waits for the socket too */
   ws->close_code = code;
   snprintf(ws->close_reason, sizeof ws->close_reason, "%s", reason ? reason : "");
   hark_ws_reason_fit(ws->close_reason, HARK_WS_REASON_MAX);
@@ -269,7 +269,7 @@ static void hang_up(hark_ws *ws) { hark_raw_close(ws->raw); }
  */
 void hark_ws_on_writable(hark_ws *ws) {
   hark_raw *raw = ws->raw;
-  ws->last_tx_ns = hark_now_ns(); /* the socket takes what we send */
+  ws->last_tx_ns = hark_http_now_ns(); /* the socket takes what we send */
   for (;;) {
     if (hark_raw_choked(raw)) { /* lws sends its leftovers first */
       hark_raw_want_write(raw);
@@ -297,7 +297,7 @@ void hark_ws_on_writable(hark_ws *ws) {
     if (!ws->closing) return;
     if (write_close(ws) < 0) return hang_up(ws);
     ws->close_sent = true;
-    ws->close_sent_ns = hark_now_ns();
+    ws->close_sent_ns = hark_http_now_ns();
   }
 }
 
@@ -430,7 +430,7 @@ static void rx_resume(hark_ws *ws) {
 
 void hark_ws_on_rx(hark_ws *ws, uint8_t *data, size_t len) {
   if (!reading(ws)) return; /* after the client's close, or a protocol error: dropped */
-  ws->last_rx_ns = hark_now_ns();
+  ws->last_rx_ns = hark_http_now_ns();
   if (!ws->rx_left.len && !ws->rx_paused) {
     size_t took = rx_feed(ws, data, len); /* unmasked in place */
     data += took;
@@ -480,7 +480,7 @@ void hark_ws_sweep(hark_http_loop *loop) {
   const hark_ws_handler *h = handler_of(loop);
   int secs =
       http->opts.ws_idle_timeout_secs > 0 ? http->opts.ws_idle_timeout_secs : DEFAULT_IDLE_SECS;
-  uint64_t now = hark_now_ns(), limit = (uint64_t)secs * 1000000000ull;
+  uint64_t now = hark_http_now_ns(), limit = (uint64_t)secs * 1000000000ull;
   uint64_t send_limit = (uint64_t)http->opts.send_timeout_secs * 1000000000ull;
   for (hark_ws *ws = loop->sockets; ws; ws = ws->next) {
     if (ws->killed) continue;
@@ -532,7 +532,7 @@ void hark_http_call_start_ws(hark_ws *ws, hark_http_call *call, hark_http_done_f
 hark_ws *hark_ws_detached_new(hark_http_loop *loop) {
   hark_ws *ws = hark_xcalloc(1, sizeof *ws);
   ws->loop = loop;
-  ws->last_rx_ns = ws->last_tx_ns = hark_now_ns();
+  ws->last_rx_ns = ws->last_tx_ns = hark_http_now_ns();
   return ws;
 }
 
