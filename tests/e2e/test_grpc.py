@@ -7,31 +7,19 @@ python3-grpcio: nothing of hark's C code is on the client side.
 """
 import os
 import queue
-import shutil
 import signal
 import struct
 import subprocess
-import sys
 import tempfile
 import threading
 import time
 import unittest
 
 import grpc
-from grpc_tools import protoc
 
 import harness
 
-PROTO_DIR = os.path.join(harness.SOURCE_DIR, "proto")
-_STUB_DIR = tempfile.mkdtemp(prefix="hark-grpc-stubs-")
-_rc = protoc.main(["grpc_tools.protoc", f"-I{PROTO_DIR}", f"--python_out={_STUB_DIR}",
-                   f"--grpc_python_out={_STUB_DIR}",
-                   os.path.join(PROTO_DIR, "grpc_service.proto"),
-                   os.path.join(PROTO_DIR, "model_config.proto"),
-                   os.path.join(PROTO_DIR, "health.proto")])
-if _rc != 0:
-    raise RuntimeError(f"grpc_tools.protoc failed ({_rc})")
-sys.path.insert(0, _STUB_DIR)
+harness.grpc_stubs("grpc_service", "model_config", "health")
 import grpc_service_pb2 as pb  # noqa: E402
 import grpc_service_pb2_grpc as pb_grpc  # noqa: E402
 import health_pb2  # noqa: E402
@@ -986,10 +974,6 @@ class TestShutdownWithOpenStream(unittest.TestCase):
             more.put(None)
             server.stop()
             channel.close()
-
-
-def tearDownModule():
-    shutil.rmtree(_STUB_DIR, ignore_errors=True)
 
 
 if __name__ == "__main__":

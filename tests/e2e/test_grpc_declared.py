@@ -18,29 +18,19 @@ package on the test machines). The victims are grpcio and HTTP clients.
 """
 import ctypes
 import ctypes.util
-import os
 import select
 import socket
 import struct
-import sys
-import tempfile
 import threading
 import time
 import unittest
 
 import grpc
-from grpc_tools import protoc
 
 import harness
 from harness import MODELS, Harkd, metric_value, simple_request
 
-_STUB_DIR = tempfile.mkdtemp(prefix="hark-grpc-stubs-")
-_PROTO = os.path.join(harness.SOURCE_DIR, "proto")
-if protoc.main(["grpc_tools.protoc", f"-I{_PROTO}", f"--python_out={_STUB_DIR}",
-                f"--grpc_python_out={_STUB_DIR}", os.path.join(_PROTO, "grpc_service.proto"),
-                os.path.join(_PROTO, "model_config.proto")]) != 0:
-    raise RuntimeError("grpc_tools.protoc failed")
-sys.path.insert(0, _STUB_DIR)
+harness.grpc_stubs("grpc_service", "model_config")
 import grpc_service_pb2 as pb  # noqa: E402
 import grpc_service_pb2_grpc as pb_grpc  # noqa: E402
 

@@ -18,25 +18,16 @@ import json
 import os
 import shutil
 import socket
-import sys
 import tempfile
 import time
 import unittest
 
 import grpc
 import websockets
-from grpc_tools import protoc
 
-from harness import MODELS, Harkd, ServerTest, metric_value, simple_request
+from harness import MODELS, Harkd, ServerTest, metric_value, simple_request, grpc_stubs
 
-PROTO_DIR = os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(
-    os.path.abspath(__file__)))), "proto")
-_STUB_DIR = tempfile.mkdtemp(prefix="hark-memory-stubs-")
-if protoc.main(["grpc_tools.protoc", f"-I{PROTO_DIR}", f"--python_out={_STUB_DIR}",
-                f"--grpc_python_out={_STUB_DIR}", os.path.join(PROTO_DIR, "grpc_service.proto"),
-                os.path.join(PROTO_DIR, "model_config.proto")]) != 0:
-    raise RuntimeError("grpc_tools.protoc failed")
-sys.path.insert(0, _STUB_DIR)
+grpc_stubs("grpc_service", "model_config")
 import grpc_service_pb2 as pb  # noqa: E402
 import grpc_service_pb2_grpc as pb_grpc  # noqa: E402
 

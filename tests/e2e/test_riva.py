@@ -14,25 +14,16 @@ import json
 import os
 import queue
 import sys
-import tempfile
 import threading
 import time
 import unittest
 
 import grpc
-from grpc_tools import protoc
 
 import harness
 from test_speech import FILES, CHUNK, joined, pcm, reference, stream as ws_stream, wer
 
-PROTO_DIR = os.path.join(harness.SOURCE_DIR, "proto")
-_STUB_DIR = tempfile.mkdtemp(prefix="hark-riva-stubs-")
-_rc = protoc.main(["grpc_tools.protoc", f"-I{PROTO_DIR}", f"--python_out={_STUB_DIR}",
-                   f"--grpc_python_out={_STUB_DIR}"] +
-                  [os.path.join(PROTO_DIR, f"riva_{n}.proto") for n in ("asr", "audio", "common")])
-if _rc != 0:
-    raise RuntimeError(f"grpc_tools.protoc failed ({_rc})")
-sys.path.insert(0, _STUB_DIR)
+harness.grpc_stubs("riva_asr", "riva_audio", "riva_common")
 import riva_asr_pb2 as rasr  # noqa: E402
 import riva_asr_pb2_grpc as rasr_grpc  # noqa: E402
 import riva_audio_pb2 as raudio  # noqa: E402

@@ -7,24 +7,14 @@ harkd logs (checked in its output), a bad one must change nothing, and the
 The gRPC stubs are made at test time from hark's proto/ by grpc_tools.
 """
 import json
-import os
-import sys
-import tempfile
 import time
 import unittest
 
 import grpc
-from grpc_tools import protoc
 
 import harness
 
-PROTO_DIR = os.path.join(harness.SOURCE_DIR, "proto")
-_STUB_DIR = tempfile.mkdtemp(prefix="hark-settings-stubs-")
-if protoc.main(["grpc_tools.protoc", f"-I{PROTO_DIR}", f"--python_out={_STUB_DIR}",
-                f"--grpc_python_out={_STUB_DIR}", os.path.join(PROTO_DIR, "grpc_service.proto"),
-                os.path.join(PROTO_DIR, "model_config.proto")]) != 0:
-    raise RuntimeError("grpc_tools.protoc failed")
-sys.path.insert(0, _STUB_DIR)
+harness.grpc_stubs("grpc_service", "model_config")
 import grpc_service_pb2 as pb  # noqa: E402
 import grpc_service_pb2_grpc as pb_grpc  # noqa: E402
 

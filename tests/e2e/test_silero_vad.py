@@ -33,7 +33,6 @@ import unittest
 import wave
 
 import grpc
-from grpc_tools import protoc
 
 import harness
 
@@ -46,14 +45,7 @@ LIBRIVOX = "/usr/share/pocketsphinx/test/data/librivox"
 FRAME = 512
 TOLERANCE = 1e-4
 
-_STUB_DIR = tempfile.mkdtemp(prefix="hark-grpc-stubs-")
-_rc = protoc.main(["grpc_tools.protoc", f"-I{harness.SOURCE_DIR}/proto",
-                   f"--python_out={_STUB_DIR}", f"--grpc_python_out={_STUB_DIR}",
-                   os.path.join(harness.SOURCE_DIR, "proto", "grpc_service.proto"),
-                   os.path.join(harness.SOURCE_DIR, "proto", "model_config.proto")])
-if _rc != 0:
-    raise RuntimeError(f"grpc_tools.protoc failed ({_rc})")
-sys.path.insert(0, _STUB_DIR)
+harness.grpc_stubs("grpc_service", "model_config")
 import grpc_service_pb2 as pb  # noqa: E402
 import grpc_service_pb2_grpc as pb_grpc  # noqa: E402
 

@@ -16,27 +16,16 @@ import shutil
 import socket
 import ssl
 import subprocess
-import sys
 import tempfile
 import time
 import unittest
 
 import grpc
 import websockets
-from grpc_tools import protoc
 
 import harness
 
-PROTO_DIR = os.path.join(harness.SOURCE_DIR, "proto")
-_STUB_DIR = tempfile.mkdtemp(prefix="hark-tls-stubs-")
-_rc = protoc.main(["grpc_tools.protoc", f"-I{PROTO_DIR}", f"--python_out={_STUB_DIR}",
-                   f"--grpc_python_out={_STUB_DIR}",
-                   *[os.path.join(PROTO_DIR, f + ".proto")
-                     for f in ("grpc_service", "model_config", "health", "riva_asr",
-                               "riva_audio", "riva_common")]])
-if _rc != 0:
-    raise RuntimeError(f"grpc_tools.protoc failed ({_rc})")
-sys.path.insert(0, _STUB_DIR)
+harness.grpc_stubs("grpc_service", "model_config", "health", "riva_asr", "riva_audio", "riva_common")
 import grpc_service_pb2 as pb  # noqa: E402
 import grpc_service_pb2_grpc as pb_grpc  # noqa: E402
 import riva_asr_pb2 as rasr  # noqa: E402
@@ -444,4 +433,3 @@ if __name__ == "__main__":
         harness.main()
     finally:
         shutil.rmtree(CERTS["dir"], True)
-        shutil.rmtree(_STUB_DIR, True)
