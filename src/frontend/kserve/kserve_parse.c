@@ -120,7 +120,7 @@ typedef struct input_doc {
   uint32_t ndims;
   int64_t shape[HARK_MAX_DIMS];
   uint64_t binary_size;
-  char *data; /* where the "data" value starts, or NULL */
+  char *data, *data_end; /* where the "data" value starts (or NULL) and ends */
   const char *shm_region;
   bool has_shm, has_shm_size; /* some / the byte size shared_memory_ parameter */
   uint64_t shm_offset, shm_byte_size;
@@ -219,6 +219,7 @@ static bool read_input_doc(parser *ps, input_doc *d) {
       hark_jr_skip_ws(&ps->jr);
       d->data = ps->jr.p;
       if (!hark_jr_skip(&ps->jr)) return false;
+      d->data_end = ps->jr.p;
     } else if (!hark_jr_skip(&ps->jr)) {
       return false;
     }
@@ -448,7 +449,7 @@ static bool convert_value(conv *cv) {
   return true;
 }
 
-static bool convert_json_data(parser *ps, hark_kserve_input *in, char *data) {
+static bool convert_json_data(parser *ps, hark_kserve_input *in, char *data, char *data_end) {
   int64_t count = hark_shape_count(in->shape, in->ndims);
   if (in->datatype == HARK_TYPE_FP16 || in->datatype == HARK_TYPE_BF16)
     return hark_jr_fail(&ps->jr,
@@ -460,9 +461,9 @@ static bool convert_json_data(parser *ps, hark_kserve_input *in, char *data) {
   hark_jr_skip_ws(&ps->jr);
   if (ps->jr.p >= ps->jr.end || *ps->jr.p != '[')
     return hark_jr_fail(&ps->jr, "input '%s': 'data' must be an array", in->name);
-  /* Every element takes at least one byte of JSON text: a count beyond the
-   * text is wrong, and is found without storing anything. */
-  size_t text = (size_t)(resume - data);
+  /* Every element takes at least one byte of the array's text: a count
+   * beyond it is wrong, and is found without storing anything. */
+  size_t text = (size_t)(data_end - data);
   conv cv = {.ps = ps, .in = in, .want = count, .keep = count >= 0 && (uint64_t)count <= text};
   if (!convert_flat_ints(&cv, text) && !convert_value(&cv)) return false;
   if (cv.oom) return hark_jr_fail(&ps->jr, "out of memory");
@@ -559,7 +560,7 @@ static bool finish_input(parser *ps, input_doc *d, binary_cursor *bc, hark_kserv
   if (d->has_size) return take_binary(ps, bc, in, d->binary_size);
   if (!d->data)
     return hark_jr_fail(&ps->jr, "input '%s' has no 'data' and no binary_data_size", d->name);
-  return convert_json_data(ps, in, d->data);
+  return convert_json_data(ps, in, d->data, d->data_end);
 }
 
 static bool read_inputs(parser *ps, hark_kserve_request *r, binary_cursor *bc) {
