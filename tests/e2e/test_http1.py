@@ -120,6 +120,31 @@ class Http1(harness.ServerTest):
             self.assertEqual(status, 200)
             self.assertEqual(json.loads(reply)["outputs"][0]["data"], [3] * 16)
 
+    def test_an_early_reply_drops_the_body_and_keeps_the_connection(self):
+        """A reply made before the body is read (404: no such route) drops
+        the rest of the body, however it comes, and the connection goes on
+        (as nginx discards a body). A client waiting for a 100 (Continue),
+        or more than 1 MiB of body left, end the connection instead."""
+        body = b"x" * 20000
+        head = b"POST /v2/nothing HTTP/1.1\r\nHost: x\r\nContent-Length: %d\r\n"
+        with self.connect() as s:
+            s.sendall(head % len(body) + b"\r\n" + body[:100])
+            status, headers, _, rest = read_reply(s)
+            self.assertEqual((status, rest), (404, b""))
+            self.assertNotEqual(headers.get("connection"), "close")
+            s.sendall(body[100:7000])
+            time.sleep(0.2)
+            s.sendall(body[7000:] + b"GET /v2/health/ready HTTP/1.1\r\nHost: x\r\n\r\n")
+            status, _, _, _ = read_reply(s)
+            self.assertEqual(status, 200)
+        for extra, size in ((b"Expect: 100-continue\r\n", 10), (b"", 2 << 20)):
+            with self.subTest(extra=extra, size=size), self.connect() as s:
+                s.sendall(head % size + extra + b"\r\n")
+                status, headers, _, _ = read_reply(s)
+                self.assertEqual((status, headers.get("connection")), (404, "close"))
+                self.assertTrue(at_eof(s, timeout=15))
+        self.assert_served()
+
     def test_head_has_no_body_and_http10_keep_alive(self):
         with self.connect() as s:
             s.sendall(b"HEAD /v2/models/simple HTTP/1.1\r\nHost: x\r\n\r\n"

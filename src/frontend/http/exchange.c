@@ -55,10 +55,12 @@
 #define IN_AHEAD (64u * 1024u)
 /* After an early reply, the rest of the body is read and dropped (as
  * nginx's lingering_timeout and lingering_time): while it comes with no
- * pause longer than LINGER_SECS, for at most LINGER_TOTAL_SECS; then the
- * connection closes. */
+ * pause longer than LINGER_SECS, for at most LINGER_TOTAL_SECS. Then the
+ * connection goes on if at most DISCARD_MAX bytes of body were left and
+ * the client was sending them (as nginx discards a body), else it closes. */
 #define LINGER_SECS 5
 #define LINGER_TOTAL_SECS 30
+#define DISCARD_MAX (1024u * 1024u)
 /* A kept-alive connection with no request this long is closed (nginx's
  * keepalive_timeout). */
 #define KEEPALIVE_SECS 75
@@ -279,9 +281,14 @@ void hark_http_reply(hark_http_conn *c, int status, const char *ctype, hark_buf 
   size_t charge;
   if (!reply_charge(&status, &ctype, b, &charge)) hname = NULL; /* it named the reply gone */
   size_t body_len = b->len - HARK_HTTP_HEADROOM;
-  /* Replying before the body is read: the connection ends with this
-   * reply (what is left of the body is read and dropped first). */
-  if (body_unread(c)) c->close_after = true;
+  /* Replying before the body is read: what is left of it is read and
+   * dropped after this reply. Then the connection goes on, unless the
+   * client waits for a 100 (Continue) to send it, or it is large, or the
+   * reply says the request was bad or too large (nginx's rule): those end
+   * with this reply. */
+  if (body_unread(c) && (c->continue_due || c->body_declared - c->body_len > DISCARD_MAX ||
+                         status == 400 || status == 413 || status >= 500))
+    c->close_after = true;
   if (atomic_load_explicit(&c->loop->http->stop, memory_order_relaxed)) c->close_after = true;
   /* Built by hand: snprintf's cost showed in a request's profile. */
   char head[HARK_HTTP_HEADROOM - HARK_RAW_HEADROOM], *p = head;
@@ -377,7 +384,7 @@ static bool write_reply(hark_http_conn *c) {
   exchange_reset(c);
   exchange_end(c);
   c->since_ns = hark_http_now_ns();
-  if (!c->close_after) {
+  if (!c->close_after && !unread) {
     c->state = CONN_HEAD;
     return true;
   }
@@ -385,11 +392,13 @@ static bool write_reply(hark_http_conn *c) {
     close_when_sent(c);
     return false;
   }
-  /* Closing with unread input makes the kernel send a reset, which can
-   * destroy the reply before the client reads it. Instead end our side
-   * once the reply is out and read (and drop) the rest of the body for a
-   * while, then close. */
+  /* The rest of the body is read and dropped; then the connection goes on
+   * (discard_keep), or closes. Closing with unread input would make the
+   * kernel send a reset, which can destroy the reply before the client
+   * reads it: a connection that closes ends our side once the reply is
+   * out, and reads (and drops) for a while first. */
   c->state = CONN_LINGER;
+  c->discard_keep = !c->close_after;
   c->body_skip = skip;
   c->moved_ns = c->since_ns;
   return true;
@@ -859,6 +868,18 @@ static void pump(hark_http_conn *c) {
       c->in_off += n;
       c->body_skip -= n;
       if (n) c->moved_ns = hark_http_now_ns();
+      if (c->discard_keep) {
+        if (c->body_skip) break;
+        c->discard_keep = false;
+        c->since_ns = c->moved_ns;
+        if (c->loop->conns_closing_all) {
+          close_when_sent(c);
+          break;
+        }
+        c->state = CONN_HEAD; /* dropped: the next request */
+        more = true;
+        break;
+      }
       if (!c->lingering_wr && !hark_raw_buffered(c->raw)) {
         c->lingering_wr = true;
         int fd = hark_raw_fd(c->raw);
@@ -1056,6 +1077,7 @@ bool hark_http_conns_close_all(hark_http_loop *loop) {
     if (c->state == CONN_WS) continue; /* ws.c closes it with its handshake (and counts it) */
     if (first) {
       c->close_after = true;
+      c->discard_keep = false; /* dropping a body: then close */
       /* No request accepted (a head not whole is none): nothing is lost.
        * What lws still holds of a reply goes out first. */
       if (c->state == CONN_HEAD) close_when_sent(c);

@@ -35,7 +35,7 @@ typedef enum conn_state {
   CONN_BODY,     /* receiving a request body */
   CONN_BUSY,     /* the service has the request (a call, or its handler) */
   CONN_REPLYING, /* writing the reply */
-  CONN_LINGER,   /* replied early: discarding the unread body, then close */
+  CONN_LINGER,   /* replied early: dropping the unread body; then the next head, or close */
   CONN_WS,       /* a WebSocket now (ws.c has it) */
   CONN_CLOSING,  /* closes once its last reply is out */
 } conn_state;
@@ -53,6 +53,7 @@ struct hark_http_conn {
   bool pumping;      /* exchange.c's pump is on the stack */
   bool read_paused;  /* input waits while the service has a request */
   bool lingering_wr; /* our side is shut (LINGER) */
+  bool discard_keep; /* LINGER: the connection goes on once the body is dropped */
   bool in_exchange;  /* a head was taken and its reply is not all written */
   hark_buf in;       /* bytes read, not consumed yet, from in_off */
   size_t in_off;
