@@ -11,9 +11,9 @@ import json
 import math
 import os
 import subprocess
-import tempfile
 import wave
 
+import harness
 from harness import BIN_DIR, ServerTest, free_port, main
 
 HARK = os.path.join(BIN_DIR, "hark")
@@ -64,7 +64,7 @@ class TranscribeCli(ServerTest):
     @classmethod
     def setUpClass(cls):
         super().setUpClass()
-        cls.tmp = tempfile.mkdtemp(prefix="hark-transcribe-")
+        cls.tmp = harness.tempdir("hark-transcribe-")
         cls.wavs = {}
         for name, n in (("a", 12000), ("b", 20000), ("c", 4000)):
             cls.wavs[name] = (os.path.join(cls.tmp, name + ".wav"), n)
@@ -237,7 +237,7 @@ class TranscribeManyStreams(ServerTest):
     GRPC = True
 
     def test_300_streams(self):
-        tmp = tempfile.mkdtemp(prefix="hark-transcribe-")
+        tmp = harness.tempdir("hark-transcribe-")
         path = os.path.join(tmp, "c.wav")
         write_wav(path, 4000)
         for pacing in ([], ["--simulate-realtime"]):
