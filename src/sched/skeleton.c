@@ -45,18 +45,19 @@
  * not decide. */
 #define COST_WARMUP 16u
 
+static void pump_locked(hark_skel *sk, uint64_t now, hark_skel_inst *done);
+
 static void skel_fire(void *arg) {
   hark_skel *sk = arg;
   pthread_mutex_lock(&sk->lock);
   sk->users++;
-  pthread_mutex_unlock(&sk->lock);
-  hark_skel_pump(sk);
+  pump_locked(sk, 0, NULL);
 }
 
-/* Runs an instance's batch, times it and frees the instance; `pump_after`
- * takes a user reference for the pump its caller runs next. Returns when
- * it ended (the next pass's clock). */
-static uint64_t skel_exec(hark_skel_inst *inst, bool pump_after) {
+/* Runs an instance's batch and times it, outside the lock; the caller
+ * frees the instance under the lock (wrap_up). Returns when it ended (the
+ * next pass's clock). */
+static uint64_t skel_exec(hark_skel_inst *inst) {
   hark_skel *sk = inst->sk;
   uint64_t start = hark_now_ns();
   sk->ops->execute(sk, inst);
@@ -68,22 +69,25 @@ static uint64_t skel_exec(hark_skel_inst *inst, bool pump_after) {
   atomic_store_explicit(&sk->exec_avg_ns, warm ? avg - avg / 8 + took / 8 : took,
                         memory_order_relaxed);
   atomic_fetch_add_explicit(&sk->exec_timed, 1, memory_order_relaxed);
-  pthread_mutex_lock(&sk->lock);
-  if (sk->ops->executed) sk->ops->executed(sk, inst);
-  inst->busy = false;
-  sk->n_busy--;
-  if (pump_after) sk->users++;
-  pthread_mutex_unlock(&sk->lock);
   return end;
 }
 
-static void pump(hark_skel *sk, uint64_t now);
+/* Under the lock: `inst`'s execution returned; it is free again. */
+static void wrap_up(hark_skel *sk, hark_skel_inst *inst) {
+  if (sk->ops->executed) sk->ops->executed(sk, inst);
+  inst->busy = false;
+  sk->n_busy--;
+}
 
-/* An instance's pool task: runs its batch, frees it, and looks again. */
+/* An instance's pool task: runs its batch, then (one lock hold) frees the
+ * instance and passes. */
 static void skel_run(void *arg) {
   hark_skel_inst *inst = arg;
-  uint64_t end = skel_exec(inst, true);
-  pump(inst->sk, end);
+  hark_skel *sk = inst->sk;
+  uint64_t end = skel_exec(inst);
+  pthread_mutex_lock(&sk->lock);
+  sk->users++;
+  pump_locked(sk, end, inst);
 }
 
 void hark_skel_init(hark_skel *sk, const hark_skel_ops *ops, const hark_sched_desc *desc) {
@@ -124,13 +128,28 @@ void hark_skel_claim(hark_skel *sk, hark_skel_inst *inst, hark_skel_pass *p) {
  * but one thread serves others' batches only so long. */
 #define INLINE_CHAIN 4
 
-/* `now`: the clock its caller just read, else 0. */
-static void pump(hark_skel *sk, uint64_t now) {
+/* Under the lock: the caller leaves the scheduler (stop may go on). */
+static void leave_locked(hark_skel *sk) {
+  sk->users--;
+  if (sk->users == 0 && sk->n_busy == 0 && sk->ops->drained(sk)) pthread_cond_broadcast(&sk->idle);
+}
+
+/*
+ * The pump. Called with the lock held and the caller counted in users;
+ * returns with it released and the caller gone. `now`: the clock its
+ * caller just read, else 0; `done`: an instance whose execution just
+ * returned, freed under the same hold as the first pass. A pass with
+ * nothing to launch or finish leaves under its own hold too: a request
+ * that runs inline takes the lock twice, admission with its pass and the
+ * wrap-up with the next.
+ */
+static void pump_locked(hark_skel *sk, uint64_t now, hark_skel_inst *done) {
   hark_pool *pool = sk->d.pool;
   unsigned inlined = 0;
   for (;;) {
+    if (done) wrap_up(sk, done);
+    done = NULL;
     hark_skel_pass p = {.wake_ns = UINT64_MAX};
-    pthread_mutex_lock(&sk->lock);
     sk->ops->pass(sk, now ? now : hark_now_ns(), &p);
     now = 0;
     if (p.wake_ns == UINT64_MAX)
@@ -138,6 +157,7 @@ static void pump(hark_skel *sk, uint64_t now) {
     else
       hark_pool_timer_arm(pool, &sk->timer, p.wake_ns);
     atomic_store(&sk->queued, p.queued);
+    if (!p.launch && !p.n_out && !p.again) break;
     pthread_mutex_unlock(&sk->lock);
 
     hark_skel_inst *here = NULL;
@@ -153,23 +173,24 @@ static void pump(hark_skel *sk, uint64_t now) {
       inst->task.bulk = sk->ops->bulk && sk->ops->bulk(sk, inst);
       hark_pool_submit_task(pool, &inst->task);
     }
-    if (sk->ops->finish) sk->ops->finish(sk, &p);
+    if (p.n_out && sk->ops->finish) sk->ops->finish(sk, &p);
     if (here) {
-      now = skel_exec(here, false); /* this pump's own reference covers it */
+      now = skel_exec(here); /* this pump's own reference covers it */
       hark_pool_inline_end();
       inlined++;
-      continue; /* the instance is free again: look at what queued meanwhile */
+      done = here; /* the instance is free again: look at what queued meanwhile */
     }
-    if (!p.again) break;
+    pthread_mutex_lock(&sk->lock);
+    if (!here && !p.again) break;
   }
-
-  pthread_mutex_lock(&sk->lock);
-  sk->users--;
-  if (sk->users == 0 && sk->n_busy == 0 && sk->ops->drained(sk)) pthread_cond_broadcast(&sk->idle);
+  leave_locked(sk);
   pthread_mutex_unlock(&sk->lock);
 }
 
-void hark_skel_pump(hark_skel *sk) { pump(sk, 0); }
+void hark_skel_pump(hark_skel *sk) {
+  pthread_mutex_lock(&sk->lock);
+  pump_locked(sk, 0, NULL);
+}
 
 hark_error *hark_skel_enqueue(hark_skel *sk, hark_request *req, void *arg) {
   pthread_mutex_lock(&sk->lock);
@@ -182,10 +203,9 @@ hark_error *hark_skel_enqueue(hark_skel *sk, hark_request *req, void *arg) {
     pthread_mutex_unlock(&sk->lock);
     return err;
   }
-  hark_request_set_queued_ns(req, now); /* nothing dequeues it before we unlock */
+  hark_request_set_queued_ns(req, now); /* nothing dequeues it before the pass */
   sk->users++;
-  pthread_mutex_unlock(&sk->lock);
-  pump(sk, now);
+  pump_locked(sk, now, NULL);
   return NULL;
 }
 
@@ -193,8 +213,7 @@ void hark_skel_stop(hark_skel *sk) {
   pthread_mutex_lock(&sk->lock);
   sk->stopping = true; /* the passes flush instead of waiting */
   sk->users++;
-  pthread_mutex_unlock(&sk->lock);
-  hark_skel_pump(sk);
+  pump_locked(sk, 0, NULL);
   pthread_mutex_lock(&sk->lock);
   while (sk->users || sk->n_busy || !sk->ops->drained(sk)) pthread_cond_wait(&sk->idle, &sk->lock);
   pthread_mutex_unlock(&sk->lock);
@@ -205,8 +224,7 @@ void hark_skel_flush(hark_sched *base) {
   pthread_mutex_lock(&sk->lock);
   sk->flushing = true;
   sk->users++;
-  pthread_mutex_unlock(&sk->lock);
-  hark_skel_pump(sk);
+  pump_locked(sk, 0, NULL);
 }
 
 uint32_t hark_skel_queued(const hark_sched *base) {

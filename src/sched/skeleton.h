@@ -49,7 +49,8 @@ typedef struct hark_skel_ops {
    * instances, claiming each; say when to look again). */
   void (*pass)(hark_skel *sk, uint64_t now, hark_skel_pass *p);
   /* Outside the lock, once the claimed instances went to the pool: what
-   * the pass took out (callbacks, frees). NULL: nothing to finish. */
+   * the pass took out (callbacks, frees); called only when it took some
+   * (n_out). NULL: nothing to finish. */
   void (*finish)(hark_skel *sk, hark_skel_pass *p);
   /* Outside the lock, on a worker: runs the batch formed for `inst`. */
   void (*execute)(hark_skel *sk, hark_skel_inst *inst);
