@@ -21,6 +21,13 @@ typedef struct hark_attachment {
   void (*free_fn)(void *);
 } hark_attachment;
 
+/* Room beside a request or a response for its tensors' names: those that
+ * fit are kept here, a longer one on the heap (request.c). */
+typedef struct hark_names {
+  uint32_t used;
+  char buf[64];
+} hark_names;
+
 struct hark_request {
   hark_model *model;
   char *id;
@@ -34,6 +41,7 @@ struct hark_request {
   uint32_t n_params;
   hark_tensor *inputs;
   uint32_t n_inputs;
+  hark_names input_names;
   char **requested;
   uint32_t n_requested;
   hark_attachment *attached;
@@ -60,6 +68,7 @@ struct hark_response {
   hark_tensor *outputs;
   void **buffers;
   uint32_t n_outputs;
+  hark_names output_names;
   hark_kv *params;
   uint32_t n_params;
 };

@@ -17,6 +17,29 @@
 
 static char *dup_or_empty(const char *s) { return hark_xstrdup(s ? s : ""); }
 
+/* A tensor's name, kept in `ns` when it fits. */
+static const char *names_keep(hark_names *ns, const char *name) {
+  size_t len = strlen(name) + 1;
+  if (len > sizeof ns->buf - ns->used) return hark_xstrdup(name);
+  char *kept = memcpy(ns->buf + ns->used, name, len);
+  ns->used += (uint32_t)len;
+  return kept;
+}
+
+static void names_drop(const hark_names *ns, const char *name) {
+  uintptr_t p = (uintptr_t)name, buf = (uintptr_t)ns->buf;
+  if (p < buf || p >= buf + sizeof ns->buf) free((char *)name);
+}
+
+/* `arr` (of `n` elements of `size`) with room for one more: it grows to 4,
+ * then doubles, so that a request's few inputs and a response's few
+ * outputs cost one allocation each rather than one per element. */
+static void *room_for_one(void *arr, uint32_t n, size_t size) {
+  if (n == 0 || (n >= 4 && !(n & (n - 1))))
+    return hark_xrealloc(arr, (n ? 2 * (size_t)n : 4) * size);
+  return arr;
+}
+
 hark_request *hark_request_new(hark_model *model) {
   hark_request *req = hark_xcalloc(1, sizeof *req);
   req->model = model;
@@ -28,7 +51,7 @@ hark_request *hark_request_new(hark_model *model) {
 
 void hark_request_free(hark_request *req) {
   if (!req) return;
-  for (uint32_t i = 0; i < req->n_inputs; i++) free((char *)req->inputs[i].name);
+  for (uint32_t i = 0; i < req->n_inputs; i++) names_drop(&req->input_names, req->inputs[i].name);
   free(req->inputs);
   for (uint32_t i = 0; i < req->n_params; i++) {
     free(req->params[i].key);
@@ -114,7 +137,7 @@ static void kv_set(hark_kv **kv, uint32_t *n, const char *key, const char *value
       (*kv)[i].value = dup_or_empty(value);
       return;
     }
-  hark_kv *grown = hark_xrealloc(*kv, (*n + 1) * sizeof **kv);
+  hark_kv *grown = room_for_one(*kv, *n, sizeof **kv);
   *kv = grown;
   grown[*n].key = hark_xstrdup(key);
   grown[*n].value = dup_or_empty(value);
@@ -140,11 +163,11 @@ hark_error *hark_request_add_input(hark_request *req, const char *name, hark_dat
                           name, ndims, HARK_MAX_DIMS);
   if (hark_request_input_by_name(req, name))
     return hark_error_new(HARK_ERR_INVALID_ARG, "input '%s' is given more than once", name);
-  hark_tensor *grown = hark_xrealloc(req->inputs, (req->n_inputs + 1) * sizeof *grown);
+  hark_tensor *grown = room_for_one(req->inputs, req->n_inputs, sizeof *grown);
   req->inputs = grown;
   hark_tensor *t = &grown[req->n_inputs++];
   memset(t, 0, sizeof *t);
-  t->name = hark_xstrdup(name);
+  t->name = names_keep(&req->input_names, name);
   t->datatype = dt;
   t->ndims = ndims;
   if (ndims) memcpy(t->shape, shape, ndims * sizeof *shape);
@@ -154,7 +177,7 @@ hark_error *hark_request_add_input(hark_request *req, const char *name, hark_dat
 }
 
 void hark_request_attach(hark_request *req, void *ptr, void (*free_fn)(void *)) {
-  hark_attachment *grown = hark_xrealloc(req->attached, (req->n_attached + 1) * sizeof *grown);
+  hark_attachment *grown = room_for_one(req->attached, req->n_attached, sizeof *grown);
   req->attached = grown;
   grown[req->n_attached++] = (hark_attachment){ptr, free_fn};
 }
@@ -162,7 +185,7 @@ void hark_request_attach(hark_request *req, void *ptr, void (*free_fn)(void *)) 
 void hark_request_add_requested_output(hark_request *req, const char *name) {
   for (uint32_t i = 0; i < req->n_requested; i++)
     if (strcmp(req->requested[i], name) == 0) return;
-  char **grown = hark_xrealloc(req->requested, (req->n_requested + 1) * sizeof *grown);
+  char **grown = room_for_one(req->requested, req->n_requested, sizeof *grown);
   req->requested = grown;
   grown[req->n_requested++] = hark_xstrdup(name);
 }
@@ -245,7 +268,7 @@ uint64_t hark_request_queued_ns(const hark_request *req) { return req->queued_ns
 hark_response *hark_response_new(hark_request *req) {
   hark_response *resp = hark_xcalloc(1, sizeof *resp);
   resp->req = req;
-  resp->id = dup_or_empty(req->id);
+  resp->id = req->id && *req->id ? hark_xstrdup(req->id) : NULL; /* most have none */
   return resp;
 }
 
@@ -257,15 +280,15 @@ hark_error *hark_response_add_output(hark_response *resp, const char *name, hark
   if (hark_response_output_by_name(resp, name))
     return hark_error_new(HARK_ERR_INTERNAL, "output '%s' added twice", name);
   uint32_t n = resp->n_outputs + 1;
-  hark_tensor *outs = resp->outputs = hark_xrealloc(resp->outputs, n * sizeof *outs);
-  resp->buffers = hark_xrealloc(resp->buffers, n * sizeof *resp->buffers);
+  hark_tensor *outs = resp->outputs = room_for_one(resp->outputs, n - 1, sizeof *outs);
+  resp->buffers = room_for_one(resp->buffers, n - 1, sizeof *resp->buffers);
   void *data = calloc(1, byte_size ? byte_size : 1);
   if (!data)
     return hark_error_new(HARK_ERR_INTERNAL, "cannot allocate %zu bytes for output '%s'", byte_size,
                           name);
   hark_tensor *t = &outs[resp->n_outputs];
   memset(t, 0, sizeof *t);
-  t->name = hark_xstrdup(name);
+  t->name = names_keep(&resp->output_names, name);
   t->datatype = dt;
   t->ndims = ndims;
   if (ndims) memcpy(t->shape, shape, ndims * sizeof *shape);
@@ -281,7 +304,7 @@ void hark_response_set_parameter(hark_response *resp, const char *key, const cha
   kv_set(&resp->params, &resp->n_params, key, value);
 }
 
-const char *hark_response_id(const hark_response *resp) { return resp->id; }
+const char *hark_response_id(const hark_response *resp) { return resp->id ? resp->id : ""; }
 uint32_t hark_response_output_count(const hark_response *resp) { return resp->n_outputs; }
 const hark_tensor *hark_response_output(const hark_response *resp, uint32_t i) {
   return i < resp->n_outputs ? &resp->outputs[i] : NULL;
@@ -304,7 +327,7 @@ const char *hark_response_parameter(const hark_response *resp, const char *key) 
 void hark_response_free(hark_response *resp) {
   if (!resp) return;
   for (uint32_t i = 0; i < resp->n_outputs; i++) {
-    free((char *)resp->outputs[i].name);
+    names_drop(&resp->output_names, resp->outputs[i].name);
     free(resp->buffers[i]);
   }
   free(resp->outputs);
@@ -358,7 +381,7 @@ bool hark_response_take_output(hark_response *resp, const char *name, hark_tenso
     *out = resp->outputs[i];
     out->name = NULL;
     out->data = resp->buffers[i];
-    free((char *)resp->outputs[i].name);
+    names_drop(&resp->output_names, resp->outputs[i].name);
     resp->n_outputs--;
     memmove(&resp->outputs[i], &resp->outputs[i + 1],
             (resp->n_outputs - i) * sizeof *resp->outputs);

@@ -5,6 +5,7 @@
 #include <stdarg.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <cmocka.h>
@@ -109,6 +110,62 @@ static void test_build_and_read(void **state) {
   hark_request_free(req);
   assert_int_equal(attach_freed, 1);
   assert_int_equal(s.responses, 0);
+  fake_model_free(m);
+}
+
+/* Many inputs and outputs, with names short and long: the arrays grow
+ * past their first room, names past the room kept beside the request or
+ * response go to the heap, and each stays readable until it is freed
+ * (ASan checks the frees). */
+static void test_many_tensors(void **state) {
+  (void)state;
+  hark_model *m = fake_model();
+  hark_request *req = hark_request_new(m);
+  hark_response *resp = hark_response_new(req);
+  assert_string_equal(hark_response_id(resp), "");
+  int32_t data[2] = {1, 2};
+  int64_t shape[1] = {2};
+  char names[40][48];
+  for (int i = 0; i < 40; i++) {
+    /* "t0", "tensor-1-xxxx...": every fourth a long one */
+    if (i % 4)
+      snprintf(names[i], sizeof names[i], "t%d", i);
+    else
+      snprintf(names[i], sizeof names[i], "tensor-%d-%0*d", i, 30, i);
+    assert_null(hark_request_add_input(req, names[i], HARK_TYPE_INT32, shape, 1, data, 8));
+    int32_t *y;
+    assert_null(
+        hark_response_add_output(resp, names[i], HARK_TYPE_INT32, shape, 1, 8, (void **)&y));
+    y[0] = i;
+    hark_request_set_parameter(req, names[i], names[i]);
+    hark_request_attach(req, malloc(4), free);
+  }
+  assert_int_equal(hark_request_input_count(req), 40);
+  assert_int_equal(hark_response_output_count(resp), 40);
+  for (int i = 0; i < 40; i++) {
+    assert_string_equal(hark_request_input(req, (uint32_t)i)->name, names[i]);
+    assert_non_null(hark_request_input_by_name(req, names[i]));
+    assert_string_equal(hark_request_parameter(req, names[i]), names[i]);
+    const hark_tensor *t = hark_response_output_by_name(resp, names[i]);
+    assert_non_null(t);
+    assert_int_equal(((const int32_t *)t->data)[0], i);
+  }
+  /* Taking outputs out (long and short names), then adding after. */
+  hark_tensor taken;
+  assert_true(hark_response_take_output(resp, names[0], &taken));
+  assert_null(taken.name);
+  assert_int_equal(((const int32_t *)taken.data)[0], 0);
+  free((void *)taken.data);
+  assert_true(hark_response_take_output(resp, names[1], &taken));
+  free((void *)taken.data);
+  assert_false(hark_response_take_output(resp, names[1], &taken));
+  int32_t *y;
+  assert_null(hark_response_add_output(resp, "after", HARK_TYPE_INT32, shape, 1, 8, (void **)&y));
+  assert_int_equal(hark_response_output_count(resp), 39);
+  assert_string_equal(hark_response_output(resp, 0)->name, names[2]);
+  assert_string_equal(hark_response_output(resp, 38)->name, "after");
+  hark_response_free(resp);
+  hark_request_free(req);
   fake_model_free(m);
 }
 
@@ -253,6 +310,7 @@ static void test_cancel_token(void **state) {
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_build_and_read),
+      cmocka_unit_test(test_many_tensors),
       cmocka_unit_test(test_exactly_one_final),
       cmocka_unit_test(test_complete_with_error_counts_failure),
       cmocka_unit_test(test_validation),
