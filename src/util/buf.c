@@ -59,14 +59,27 @@ void hark_buf_put(hark_buf *b, const void *p, size_t n) {
 
 void hark_buf_puts(hark_buf *b, const char *s) { hark_buf_put(b, s, strlen(s)); }
 
+/* Writes from the last digit back, two at a time. */
 size_t hark_fmt_u64(char *p, uint64_t v) {
-  char tmp[20];
-  size_t n = 0;
-  do {
-    tmp[n++] = (char)('0' + v % 10);
-    v /= 10;
-  } while (v);
-  for (size_t i = 0; i < n; i++) p[i] = tmp[n - 1 - i];
+  if (v < 10) {
+    *p = (char)('0' + v);
+    return 1;
+  }
+  static const char pairs[] =
+      "00010203040506070809101112131415161718192021222324252627282930313233"
+      "34353637383940414243444546474849505152535455565758596061626364656667"
+      "6869707172737475767778798081828384858687888990919293949596979899";
+  size_t n = 2;
+  for (uint64_t x = v / 100; x; x /= 10) n++;
+  char *e = p + n;
+  for (; v >= 100; v /= 100) {
+    e -= 2;
+    memcpy(e, pairs + 2 * (v % 100), 2);
+  }
+  if (v >= 10)
+    memcpy(e - 2, pairs + 2 * v, 2);
+  else
+    e[-1] = (char)('0' + v);
   return n;
 }
 

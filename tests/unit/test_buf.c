@@ -1,9 +1,11 @@
 /* Unit tests for src/util/buf.c and src/util/arena.c: the growable buffer
  * and its JSON writers, and arenas. */
+#include <inttypes.h>
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -38,6 +40,41 @@ static void test_buf_writers(void **state) {
   assert_int_equal(b.len, 0);
   assert_memory_equal(data + 99990, "0123456789", 10);
   free(data);
+}
+
+/* The integer writers against printf: every length, each side of every
+ * power of ten, and a spread of values between. */
+static void check_number(uint64_t v) {
+  char want[32], got[32];
+  snprintf(want, sizeof want, "%" PRIu64, v);
+  size_t n = hark_fmt_u64(got, v);
+  assert_int_equal(n, strlen(want));
+  assert_memory_equal(got, want, n);
+  int64_t s = (int64_t)v;
+  snprintf(want, sizeof want, "%" PRId64, s);
+  n = hark_fmt_i64(got, s);
+  assert_int_equal(n, strlen(want));
+  assert_memory_equal(got, want, n);
+}
+
+static void test_fmt_numbers(void **state) {
+  (void)state;
+  for (uint64_t v = 0; v < 100000; v++) check_number(v);
+  for (uint64_t p = 10; p; p = p <= UINT64_MAX / 10 ? p * 10 : 0) {
+    check_number(p - 1);
+    check_number(p);
+    check_number(p + 1);
+  }
+  uint64_t x = 88172645463325252ull; /* xorshift64 */
+  for (int i = 0; i < 100000; i++) {
+    x ^= x << 13;
+    x ^= x >> 7;
+    x ^= x << 17;
+    check_number(x);
+    check_number(x >> (i % 64));
+  }
+  check_number(UINT64_MAX);
+  check_number((uint64_t)INT64_MIN);
 }
 
 static void test_buf_client_sized(void **state) {
@@ -90,6 +127,7 @@ static void test_arena(void **state) {
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_buf_writers),
+      cmocka_unit_test(test_fmt_numbers),
       cmocka_unit_test(test_buf_client_sized),
       cmocka_unit_test(test_arena),
   };

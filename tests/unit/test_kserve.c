@@ -714,6 +714,8 @@ static void test_response_every_type(void **state) {
   add_output(f.resp, "i16", HARK_TYPE_INT16, i16, 2, 1);
   uint32_t u32[1] = {4294967295u};
   add_output(f.resp, "u32", HARK_TYPE_UINT32, u32, 4, 1);
+  int32_t i32[4] = {INT32_MIN, -7, 0, INT32_MAX};
+  add_output(f.resp, "i32", HARK_TYPE_INT32, i32, 16, 4);
   uint8_t u8[1] = {255};
   add_output(f.resp, "u8", HARK_TYPE_UINT8, u8, 1, 1);
   float f32[4] = {1.5f, 0.1f, NAN, -3.0f};
@@ -744,6 +746,8 @@ static void test_response_every_type(void **state) {
       "{\"name\":\"u16\",\"datatype\":\"UINT16\",\"shape\":[1],\"data\":[65535]},"
       "{\"name\":\"i16\",\"datatype\":\"INT16\",\"shape\":[1],\"data\":[-32768]},"
       "{\"name\":\"u32\",\"datatype\":\"UINT32\",\"shape\":[1],\"data\":[4294967295]},"
+      "{\"name\":\"i32\",\"datatype\":\"INT32\",\"shape\":[4],"
+      "\"data\":[-2147483648,-7,0,2147483647]},"
       "{\"name\":\"u8\",\"datatype\":\"UINT8\",\"shape\":[1],\"data\":[255]},"
       "{\"name\":\"f32\",\"datatype\":\"FP32\",\"shape\":[4],\"data\":[1.5,0.1,null,-3]},"
       "{\"name\":\"f64\",\"datatype\":\"FP64\",\"shape\":[3],\"data\":[1e+300,0.1,-0.5]},"

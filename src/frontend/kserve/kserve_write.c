@@ -137,11 +137,30 @@ static hark_error *write_data(hark_buf *out, const hark_tensor *t) {
   size_t n = t->byte_size / es, width = element_width(t->datatype);
   if (n > (SIZE_MAX - 2) / width || !hark_buf_reserve(out, n * width + 2)) return too_big(t);
   char *w = out->data + out->len;
+  const unsigned char *d = t->data;
   *w++ = '[';
-  for (size_t i = 0; i < n; i++) {
-    if (i) *w++ = ',';
-    w += fmt_element(w, t->data, t->datatype, i);
+  /* The integer types, the common case, without a switch per element. */
+#define WRITE_INTS(T, FMT)                  \
+  for (size_t i = 0; i < n; i++) {          \
+    T x;                                    \
+    memcpy(&x, d + i * sizeof x, sizeof x); \
+    if (i) *w++ = ',';                      \
+    w += FMT(w, x);                         \
   }
+  switch (t->datatype) {
+  case HARK_TYPE_INT16: WRITE_INTS(int16_t, hark_fmt_i64); break;
+  case HARK_TYPE_UINT16: WRITE_INTS(uint16_t, hark_fmt_u64); break;
+  case HARK_TYPE_INT32: WRITE_INTS(int32_t, hark_fmt_i64); break;
+  case HARK_TYPE_UINT32: WRITE_INTS(uint32_t, hark_fmt_u64); break;
+  case HARK_TYPE_INT64: WRITE_INTS(int64_t, hark_fmt_i64); break;
+  case HARK_TYPE_UINT64: WRITE_INTS(uint64_t, hark_fmt_u64); break;
+  default:
+    for (size_t i = 0; i < n; i++) {
+      if (i) *w++ = ',';
+      w += fmt_element(w, d, t->datatype, i);
+    }
+  }
+#undef WRITE_INTS
   *w++ = ']';
   out->len = (size_t)(w - out->data);
   return NULL;
