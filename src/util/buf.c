@@ -57,8 +57,6 @@ void hark_buf_put(hark_buf *b, const void *p, size_t n) {
   b->len += n;
 }
 
-void hark_buf_puts(hark_buf *b, const char *s) { hark_buf_put(b, s, strlen(s)); }
-
 /* Writes from the last digit back, two at a time. */
 size_t hark_fmt_u64(char *p, uint64_t v) {
   if (v < 10) {

@@ -16,6 +16,7 @@
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <string.h>
 
 typedef struct hark_buf {
   char *data;
@@ -33,7 +34,8 @@ char *hark_buf_release(hark_buf *b);
 
 /* Small appends: never fail (abort on exhaustion). */
 void hark_buf_put(hark_buf *b, const void *p, size_t n);
-void hark_buf_puts(hark_buf *b, const char *s);
+/* Inline, so that a literal's length is known where it is written. */
+static inline void hark_buf_puts(hark_buf *b, const char *s) { hark_buf_put(b, s, strlen(s)); }
 void hark_buf_put_u64(hark_buf *b, uint64_t v);
 void hark_buf_put_i64(hark_buf *b, int64_t v);
 /* `s` (n bytes) as a quoted JSON string. Bytes that are not valid UTF-8

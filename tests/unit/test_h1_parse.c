@@ -312,6 +312,29 @@ static void test_refusals(void **state) {
   assert_int_equal(hark_h1_parse(NULL, 0, &h, &why), 400);
 }
 
+/* Every byte in a field name and in a method: exactly RFC 9110's tchar
+ * (ALPHA, DIGIT, !#$%&'*+-.^_`|~) is taken. */
+static void test_token_bytes(void **state) {
+  (void)state;
+  const char *specials = "!#$%&'*+-.^_`|~";
+  for (int c = 0; c < 256; c++) {
+    bool tchar = (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') ||
+                 (c && strchr(specials, c));
+    char buf[64];
+    int len = snprintf(buf, sizeof buf, "GET / HTTP/1.1\r\nA%cB: v\r\n\r\n", c ? c : '?');
+    if (!c) buf[17] = '\0';
+    hark_h1_head h;
+    const char *why = NULL;
+    int status = hark_h1_parse(buf, (size_t)len, &h, &why);
+    if (c != ':' && tchar != (status == 0)) /* "A:B: v" is A, valued "B: v" */
+      fail_msg("byte %d in a name: status %d (%s)", c, status, why);
+    len = snprintf(buf, sizeof buf, "G%cT / HTTP/1.1\r\n\r\n", c ? c : '?');
+    if (!c) buf[1] = '\0';
+    status = hark_h1_parse(buf, (size_t)len, &h, &why);
+    if (tchar != (status == 0)) fail_msg("byte %d in a method: status %d (%s)", c, status, why);
+  }
+}
+
 static void test_field_limit(void **state) {
   (void)state;
   for (int n = HARK_H1_MAX_FIELDS; n <= HARK_H1_MAX_FIELDS + 1; n++) {
@@ -452,6 +475,7 @@ int main(void) {
       cmocka_unit_test(test_pipelined),
       cmocka_unit_test(test_bytewise_search),
       cmocka_unit_test(test_refusals),
+      cmocka_unit_test(test_token_bytes),
       cmocka_unit_test(test_field_limit),
       cmocka_unit_test(test_has_token),
       cmocka_unit_test(test_content_length),

@@ -22,8 +22,9 @@ enum {
 
 /* RFC 9110 5.6.2: tchar. */
 static bool is_tchar(unsigned char c) {
-  if ((c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9')) return true;
-  return c && strchr("!#$%&'*+-.^_`|~", c);
+  /* ALPHA, DIGIT and !#$%&'*+-.^_`|~ as bits: characters 0-63, then 64-127. */
+  static const uint64_t low = 0x03ff6cfa00000000ull, high = 0x57ffffffc7fffffeull;
+  return c < 64 ? (low >> c) & 1 : c < 128 && (high >> (c - 64)) & 1;
 }
 
 static bool is_ows(char c) { return c == ' ' || c == '\t'; }
@@ -203,9 +204,10 @@ int hark_h1_parse(const char *buf, size_t len, hark_h1_head *out, const char **w
   return 0;
 }
 
-const hark_h1_field *hark_h1_find(const hark_h1_head *h, const char *name, size_t *count) {
+const hark_h1_field *hark_h1_find_n(const hark_h1_head *h, const char *name, size_t n,
+                                    size_t *count) {
   const hark_h1_field *first = NULL;
-  size_t seen = 0, n = strlen(name);
+  size_t seen = 0;
   for (size_t i = 0; i < h->n_fields; i++) {
     const hark_h1_field *f = &h->fields[i];
     if (f->name_len != n || !ieq(f->name, n, name)) continue;

@@ -26,6 +26,7 @@
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <string.h>
 
 #define HARK_H1_MAX_FIELDS 64
 
@@ -77,7 +78,13 @@ int hark_h1_parse(const char *buf, size_t len, hark_h1_head *out, const char **w
  * without case), NULL when none; *count, if count is not NULL, is how
  * many fields have that name. The field is h's.
  */
-const hark_h1_field *hark_h1_find(const hark_h1_head *h, const char *name, size_t *count);
+const hark_h1_field *hark_h1_find_n(const hark_h1_head *h, const char *name, size_t n,
+                                    size_t *count);
+/* Inline, so that a literal name's length is known where it is asked. */
+static inline const hark_h1_field *hark_h1_find(const hark_h1_head *h, const char *name,
+                                                size_t *count) {
+  return hark_h1_find_n(h, name, strlen(name), count);
+}
 
 /*
  * Whether a comma-separated field value (Connection: keep-alive, Upgrade;

@@ -30,7 +30,8 @@ typedef struct parser {
 
 /* A member's name against one this parser knows (most differ at once). */
 static inline bool key_is(const char *key, const char *name) {
-  return key[0] == name[0] && strcmp(key, name) == 0;
+  while (*name && *key == *name) key++, name++;
+  return *key == *name;
 }
 
 /* ---- request parameters -------------------------------------------------- */
