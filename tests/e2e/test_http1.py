@@ -11,7 +11,6 @@ import hashlib
 import json
 import socket
 import time
-import unittest
 
 import harness
 
@@ -87,6 +86,25 @@ class Http1(harness.ServerTest):
                                                               for i in range(65)) + b"\r\n", 431)):
             with self.subTest(raw=raw[:40]):
                 self.assert_refused(raw, status)
+
+    def test_host_once_on_http11(self):
+        # RFC 9112 3.2: 400 for an HTTP/1.1 request without Host, with two,
+        # or with one that is not a host and port; HTTP/1.0 may leave it out.
+        ready = b"GET /v2/health/ready HTTP/1.1\r\n"
+        self.assert_refused(ready + b"\r\n", 400, "without a Host field")
+        self.assert_refused(ready + b"Host: a\r\nX: 1\r\nhost: a\r\n\r\n", 400,
+                            "more than one Host")
+        for bad in (b"a/b", b"a b", b"x@y", b"a\\b", b"a\xc3\xa9"):
+            with self.subTest(host=bad):
+                self.assert_refused(ready + b"Host: " + bad + b"\r\n\r\n", 400, "not a host")
+        self.assert_refused(b"GET /v2/models/echo_asr/stream HTTP/1.1\r\nUpgrade: websocket\r\n"
+                            b"Connection: Upgrade\r\nSec-WebSocket-Version: 13\r\n"
+                            b"Sec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\n\r\n", 400,
+                            "without a Host field")
+        for good in (b"localhost:8000", b"127.0.0.1", b"[::1]:8000", b"my_host.example", b""):
+            with self.subTest(host=good):
+                self.assertEqual(self.exchange(ready + b"Host: " + good + b"\r\n\r\n")[0], 200)
+        self.assertEqual(self.exchange(b"GET /v2/health/ready HTTP/1.0\r\n\r\n")[0], 200)
 
     def test_a_head_too_long_is_refused_at_its_bound(self):
         for end in (b"", b"\r\n\r\n"):  # coming still, or whole in one read

@@ -563,6 +563,31 @@ static int hex(char ch) {
   return -1;
 }
 
+/* RFC 9112 3.2: an HTTP/1.1 request names its host once (HTTP/1.0 may
+ * leave it out), and the name is a host and an optional port: letters,
+ * digits, -._~!$&'()*+,;=, '%' escapes, ':' and IPv6's brackets. */
+static int check_host(const hark_h1_head *h, const char **why) {
+  size_t n;
+  const hark_h1_field *f = hark_h1_find(h, "host", &n);
+  if (n > 1) {
+    *why = "Bad Request: more than one Host field";
+    return 400;
+  }
+  if (!f) {
+    *why = "Bad Request: an HTTP/1.1 request without a Host field";
+    return h->minor == 0 ? 0 : 400;
+  }
+  static const uint64_t low = 0x2fff7ff200000000ull, high = 0x47fffffeaffffffeull;
+  for (size_t i = 0; i < f->value_len; i++) {
+    unsigned char ch = (unsigned char)f->value[i];
+    if (ch < 64 ? !((low >> ch) & 1) : ch >= 128 || !((high >> (ch - 64)) & 1)) {
+      *why = "Bad Request: a Host field that is not a host and port";
+      return 400;
+    }
+  }
+  return 0;
+}
+
 /* The target's path, percent-decoded, without its query, into c->path:
  * 0, or the status to refuse it with. An absolute-form target
  * (http://host/path, RFC 9112 3.2.2) gives its path. */
@@ -749,7 +774,8 @@ static void take_head(hark_http_conn *c, const char *src, size_t len) {
   }
   hark_h1_head *h = c->head;
   hark_h1_body framing;
-  if ((status = hark_h1_framing(h, &framing, &why)) || (status = take_path(c, &why))) {
+  if ((status = hark_h1_framing(h, &framing, &why)) || (status = check_host(h, &why)) ||
+      (status = take_path(c, &why))) {
     refuse_head(c, status, why);
     return;
   }
