@@ -16,6 +16,7 @@ vanish mid-body.
 import asyncio
 import json
 import os
+import select
 import shutil
 import socket
 import tempfile
@@ -151,7 +152,8 @@ class Budget(unittest.TestCase):
 
     @classmethod
     def setUpClass(cls):
-        cls.server = Harkd(MODELS, ("--max-inflight-bytes", str(4 * MIB)), grpc=True)
+        cls.server = Harkd(MODELS, ("--max-inflight-bytes", str(4 * MIB),
+                                    "--http-header-timeout-secs", "60"), grpc=True)
         opts = [("grpc.max_receive_message_length", -1), ("grpc.max_send_message_length", -1)]
         cls.channel = grpc.insecure_channel(f"127.0.0.1:{cls.server.grpc_port}", options=opts)
         cls.stub = pb_grpc.GRPCInferenceServiceStub(cls.channel)
@@ -211,6 +213,45 @@ class Budget(unittest.TestCase):
             second.close()
         self.assert_serving()
         self.assertTrue(wait_for(lambda: inflight(self.server) == 0), inflight(self.server))
+
+    def test_heads_still_coming_count_and_are_refused_past_the_budget(self):
+        """200 connections each holding 30 KB of a head they do not finish
+        (6 MB in all): what they hold is counted, those past the budget get
+        503 naming the flag and are closed, the rest of the server answers,
+        and all is given back when they go. Before, the heads were outside
+        the budget: 65,536 connections could hold 2 GiB."""
+        before = limit_hits(self.server)
+        socks = []
+        try:
+            for _ in range(200):
+                s = socket.create_connection(("127.0.0.1", self.server.http_port), timeout=30)
+                s.sendall(b"POST /v2/models/simple/infer HTTP/1.1\r\nHost: x\r\nX-Pad: " +
+                          b"a" * 30000)
+                socks.append(s)
+            self.assertTrue(wait_for(lambda: inflight(self.server) >= 3 * MIB),
+                            inflight(self.server))
+            refused = []  # the connections answered (and closed): 6 MB is 1.5 budgets
+
+            def answered():
+                refused.extend(select.select([s for s in socks if s not in refused], [], [],
+                                             0.2)[0])
+                return len(refused) >= 50
+            self.assertTrue(wait_for(answered), len(refused))
+            for s in refused[:10]:
+                status, body = read_reply(s)
+                self.assertEqual(status, 503, body)
+                err = json.loads(body)["error"]
+                self.assertIn("a request head", err)
+                self.assertIn("--max-inflight-bytes", err)
+            self.assertGreater(limit_hits(self.server), before)
+            self.assertLessEqual(inflight(self.server), 4 * MIB)
+            status, _, _ = self.server.request("GET", "/v2/health/ready")
+            self.assertEqual(status, 200)
+        finally:
+            for s in socks:
+                s.close()
+        self.assertTrue(wait_for(lambda: inflight(self.server) == 0), inflight(self.server))
+        self.assert_serving()
 
     def test_gauge_returns_to_zero_when_clients_vanish_mid_body(self):
         socks = []

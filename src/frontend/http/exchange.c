@@ -239,6 +239,37 @@ void hark_http_put_error(hark_buf *b, const char *message) {
   hark_buf_puts(b, "}");
 }
 
+/* A head copy kept past its exchange at most this large: a connection
+ * idling after one long head does not hold it. */
+#define HEAD_KEEP 4096u
+
+/* What a connection holds of its input past what every connection has
+ * (a head copy of HEAD_KEEP and its parse): the read buffer, and a larger
+ * head copy. */
+static size_t in_size(const hark_http_conn *c) {
+  return c->in.cap + (c->head_cap > HEAD_KEEP ? c->head_cap : 0);
+}
+
+/*
+ * That is counted in the in-flight budget as it changes: tens of
+ * thousands of connections, each holding a head of up to 32 KiB, were
+ * outside it. `refuse`: a growth that would pass the bound is not counted
+ * and false is returned (a head still coming is refused); otherwise it is
+ * counted past the bound (bytes read ahead of a request being served: at
+ * most IN_AHEAD and one read).
+ */
+static bool in_hold(hark_http_conn *c, bool refuse) {
+  size_t now = in_size(c);
+  if (now <= c->in_held)
+    hark_inflight_give(c->in_held - now);
+  else if (!refuse)
+    hark_inflight_add(now - c->in_held);
+  else if (!hark_inflight_take(now - c->in_held))
+    return false;
+  c->in_held = now;
+  return true;
+}
+
 /* A reply up to this size is counted in the in-flight budget whatever its
  * bound: an error reply always goes out, and a connection holds one reply
  * at a time. */
@@ -386,6 +417,13 @@ static bool write_reply(hark_http_conn *c) {
   c->since_ns = hark_http_now_ns();
   if (!c->close_after && !unread) {
     c->state = CONN_HEAD;
+    if (c->head_cap > HEAD_KEEP) { /* nothing reads the head now: an empty one stands */
+      free(c->head_mem);
+      c->head_mem = NULL;
+      c->head_cap = 0;
+      memset(c->head, 0, sizeof *c->head);
+      in_hold(c, false);
+    }
     return true;
   }
   if (!unread) {
@@ -435,6 +473,15 @@ static hark_error *over_budget(const char *what, size_t want) {
                         "%s of %zu bytes does not fit in the server's in-flight memory budget "
                         "now (%llu of %llu bytes held; --max-inflight-bytes); try again later",
                         what, want, now, max);
+}
+
+/* A head that does not fit in the in-flight budget: 503 naming it, and
+ * the connection ends (what it sent of the head is dropped). */
+static void head_over_budget(hark_http_conn *c) {
+  hark_error *err = over_budget("a request head", in_size(c));
+  c->state = CONN_CLOSING;
+  reply_and_close(c, 503, hark_error_message(err));
+  hark_error_free(err);
 }
 
 /* Grows the body buffer to hold `need` bytes: doubling, at most the
@@ -762,6 +809,10 @@ static void take_head(hark_http_conn *c, const char *src, size_t len) {
   }
   memcpy(c->head_mem, src, len);
   if (!c->head) c->head = hark_xmalloc(sizeof *c->head);
+  if (!in_hold(c, true)) {
+    head_over_budget(c);
+    return;
+  }
   exchange_begin(c);
   c->state = CONN_BUSY;
   c->close_after = c->loop->conns_closing_all;
@@ -829,7 +880,10 @@ static size_t in_left(const hark_http_conn *c) { return c->in.len - c->in_off; }
 static void in_compact(hark_http_conn *c) {
   if (c->in_off == c->in.len) {
     c->in.len = c->in_off = 0;
-    if (c->state == CONN_HEAD || c->in.cap > 2 * IN_AHEAD) hark_buf_free(&c->in);
+    if (c->state == CONN_HEAD || c->in.cap > 2 * IN_AHEAD) {
+      hark_buf_free(&c->in);
+      in_hold(c, false);
+    }
     return;
   }
   if (c->in_off > c->in.cap / 2) {
@@ -985,10 +1039,15 @@ static int on_rx(void *conn, const uint8_t *data, size_t len) {
       len -= n;
     }
     c->pumping = false;
+    if (c->state == CONN_CLOSING) return 0; /* refused: the rest is dropped */
   }
   if (len && !hark_buf_append(&c->in, data, len)) {
     HARK_WARN("http: out of memory for a connection's input; closing it");
     return -1;
+  }
+  if (!in_hold(c, c->state == CONN_HEAD)) {
+    head_over_budget(c);
+    return 0;
   }
   pump(c);
   return 0;
@@ -1028,6 +1087,10 @@ static void on_closed(void *conn) {
   hark_buf_free(&c->in);
   free(c->head_mem);
   free(c->head);
+  c->head_mem = NULL;
+  c->head = NULL;
+  c->head_cap = 0;
+  in_hold(c, false); /* all given back */
   free(c);
 }
 

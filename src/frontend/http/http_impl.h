@@ -63,6 +63,7 @@ struct hark_http_conn {
   /* exchange */
   char *head_mem; /* a copy of the request's head, which `head` points into */
   size_t head_cap;
+  size_t in_held; /* what the in-flight budget counts of in and head_mem (exchange.c) */
   struct hark_h1_head *head;
   hark_http_method method;
   char path[2048]; /* decoded, without the query */
