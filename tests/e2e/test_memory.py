@@ -253,6 +253,24 @@ class Budget(unittest.TestCase):
         self.assertTrue(wait_for(lambda: inflight(self.server) == 0), inflight(self.server))
         self.assert_serving()
 
+    def test_a_kept_connection_holds_none_of_a_long_head(self):
+        """After a long head (8 kB of headers) its connection, kept alive,
+        holds none of it: whether its exchange ended with a reply, or with a
+        body dropped after an early 404."""
+        pad = b"X-Pad: " + b"a" * 8000 + b"\r\n"
+        with socket.create_connection(("127.0.0.1", self.server.http_port), timeout=30) as s:
+            s.sendall(b"GET /v2/health/ready HTTP/1.1\r\nHost: x\r\n" + pad + b"\r\n")
+            self.assertEqual(read_reply(s)[0], 200)
+            self.assertTrue(wait_for(lambda: inflight(self.server) == 0), inflight(self.server))
+            s.sendall(b"POST /v2/nothing HTTP/1.1\r\nHost: x\r\n" + pad +
+                      b"Content-Length: 1000\r\n\r\n")
+            self.assertEqual(read_reply(s)[0], 404)
+            s.sendall(b" " * 1000)  # dropped; the connection goes on
+            self.assertTrue(wait_for(lambda: inflight(self.server) == 0), inflight(self.server))
+            s.sendall(b"GET /v2/health/ready HTTP/1.1\r\nHost: x\r\n\r\n")
+            self.assertEqual(read_reply(s)[0], 200)
+            self.assertTrue(wait_for(lambda: inflight(self.server) == 0), inflight(self.server))
+
     def test_gauge_returns_to_zero_when_clients_vanish_mid_body(self):
         socks = []
         for _ in range(3):
@@ -309,6 +327,23 @@ class SpeechBudget(ServerTest):
     queue's own bound, 4 messages, is larger here)."""
     ARGS = ("--max-inflight-bytes", str(256 * 1024), "--speech-model", "echo_asr",
             "--ws-max-message-bytes", str(128 * 1024))
+
+    def test_a_stream_holds_none_of_its_head(self):
+        """A stream opened with a long head (12 kB of headers: its copy is
+        counted while it is read and served) holds none of it once it is a
+        stream, which may live for hours."""
+        url = f"ws://127.0.0.1:{self.server.http_port}/"
+
+        async def go():
+            async with websockets.connect(url, extra_headers={"X-Pad": "a" * 12000}) as ws:
+                await ws.send(b"\x01\x00" * 800)
+                self.assertIn("partial", json.loads(await asyncio.wait_for(ws.recv(), 30)))
+                held = inflight(self.server)
+                await ws.send('{"eof" : 1}')
+                self.assertIn("text", json.loads(await asyncio.wait_for(ws.recv(), 30)))
+                return held
+
+        self.assertEqual(asyncio.run(go()), 0)
 
     def test_stream_past_the_budget_is_closed_naming_the_flag(self):
         url = f"ws://127.0.0.1:{self.server.http_port}/"

@@ -239,15 +239,16 @@ void hark_http_put_error(hark_buf *b, const char *message) {
   hark_buf_puts(b, "}");
 }
 
-/* A head copy kept past its exchange at most this large: a connection
+/* What every connection may hold of its input uncounted: a read buffer
+ * and a head copy this large each (a usual head, in pieces or whole). A
+ * head copy past it is dropped when its exchange ends, so a connection
  * idling after one long head does not hold it. */
 #define HEAD_KEEP 4096u
 
-/* What a connection holds of its input past what every connection has
- * (a head copy of HEAD_KEEP and its parse): the read buffer, and a larger
- * head copy. */
+/* What a connection holds of its input past that: a read buffer, a head
+ * copy, larger than HEAD_KEEP (counted whole). */
 static size_t in_size(const hark_http_conn *c) {
-  return c->in.cap + (c->head_cap > HEAD_KEEP ? c->head_cap : 0);
+  return (c->in.cap > HEAD_KEEP ? c->in.cap : 0) + (c->head_cap > HEAD_KEEP ? c->head_cap : 0);
 }
 
 /*
@@ -270,16 +271,35 @@ static bool in_hold(hark_http_conn *c, bool refuse) {
   return true;
 }
 
+/* The exchange is over: a head copy past HEAD_KEEP goes (and what it was
+ * parsed into: nothing reads it until the next head); `all`: the head copy
+ * and its parse go whatever their size (a WebSocket never reads another). */
+static void head_drop(hark_http_conn *c, bool all) {
+  if (!all && c->head_cap <= HEAD_KEEP) return;
+  free(c->head_mem);
+  c->head_mem = NULL;
+  c->head_cap = 0;
+  if (all) {
+    free(c->head);
+    c->head = NULL;
+  } else if (c->head) {
+    memset(c->head, 0, sizeof *c->head);
+  }
+  in_hold(c, false);
+}
+
 /* A reply up to this size is counted in the in-flight budget whatever its
  * bound: an error reply always goes out, and a connection holds one reply
  * at a time. */
 #define REPLY_ALWAYS (64u * 1024u)
 
 /* Takes what reply `b` holds from the in-flight budget, or when it does
- * not fit, makes it a 503 saying so. */
-static bool reply_charge(int *status, const char **ctype, hark_buf *b, size_t *charge) {
+ * not fit, makes it a 503 saying so. `always`: counted past the bound
+ * (the metrics port's: a scrape must answer most when memory is short). */
+static bool reply_charge(int *status, const char **ctype, hark_buf *b, size_t *charge,
+                         bool always) {
   *charge = b->cap;
-  if (b->cap <= REPLY_ALWAYS) {
+  if (b->cap <= REPLY_ALWAYS || always) {
     hark_inflight_add(b->cap);
     return true;
   }
@@ -310,7 +330,8 @@ static bool reply_charge(int *status, const char **ctype, hark_buf *b, size_t *c
 void hark_http_reply(hark_http_conn *c, int status, const char *ctype, hark_buf *b,
                      const char *hname, const char *hvalue) {
   size_t charge;
-  if (!reply_charge(&status, &ctype, b, &charge)) hname = NULL; /* it named the reply gone */
+  if (!reply_charge(&status, &ctype, b, &charge, c->metrics))
+    hname = NULL; /* it named the reply gone */
   size_t body_len = b->len - HARK_HTTP_HEADROOM;
   /* Replying before the body is read: what is left of it is read and
    * dropped after this reply. Then the connection goes on, unless the
@@ -417,13 +438,7 @@ static bool write_reply(hark_http_conn *c) {
   c->since_ns = hark_http_now_ns();
   if (!c->close_after && !unread) {
     c->state = CONN_HEAD;
-    if (c->head_cap > HEAD_KEEP) { /* nothing reads the head now: an empty one stands */
-      free(c->head_mem);
-      c->head_mem = NULL;
-      c->head_cap = 0;
-      memset(c->head, 0, sizeof *c->head);
-      in_hold(c, false);
-    }
+    head_drop(c, false);
     return true;
   }
   if (!unread) {
@@ -779,6 +794,7 @@ static void upgrade(hark_http_conn *c) {
     hark_raw_pause(c->raw, false);
   }
   c->ws = hark_ws_open(loop, c->raw, ticket);
+  head_drop(c, true);
 }
 
 /* Whether any field named `name` holds `token` (a list may come in
@@ -880,7 +896,7 @@ static size_t in_left(const hark_http_conn *c) { return c->in.len - c->in_off; }
 static void in_compact(hark_http_conn *c) {
   if (c->in_off == c->in.len) {
     c->in.len = c->in_off = 0;
-    if (c->state == CONN_HEAD || c->in.cap > 2 * IN_AHEAD) {
+    if (c->state == CONN_HEAD || c->state == CONN_WS || c->in.cap > 2 * IN_AHEAD) {
       hark_buf_free(&c->in);
       in_hold(c, false);
     }
@@ -957,6 +973,7 @@ static void pump(hark_http_conn *c) {
           break;
         }
         c->state = CONN_HEAD; /* dropped: the next request */
+        head_drop(c, false);
         more = true;
         break;
       }
