@@ -114,7 +114,9 @@ bench_machine() {
 # bench_command: how to rerun this script with the same settings.
 bench_command() {
   local vars="" v
-  for v in "$@"; do vars+="$v=${!v} "; done
+  for v in "$@"; do
+    if [[ ${!v} == *" "* ]]; then vars+="$v=\"${!v}\" "; else vars+="$v=${!v} "; fi
+  done
   printf 'BUILD_DIR=%s %sbench/%s' "${BUILD_DIR#"$BENCH_ROOT"/}" "$vars" "$(basename "$0")"
 }
 
